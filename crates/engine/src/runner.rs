@@ -1,0 +1,148 @@
+//! The `ModelRunner` trait and the flat batch it consumes: the only contract between
+//! the scheduling core and a model implementation.
+
+use std::fmt;
+
+/// What a runner tells the engine about itself once it is loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunnerInfo {
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Number of KV blocks the runner allocated (sized from its memory budget).
+    pub num_kv_blocks: usize,
+    /// Vocabulary size: the length of one logits row.
+    pub vocab_size: usize,
+    /// Longest sequence (prompt + output) the model supports.
+    pub max_model_len: usize,
+    /// Bytes of KV cache one token occupies (all layers, keys and values).
+    pub kv_bytes_per_token: usize,
+}
+
+/// One sequence's slice of a [`Batch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSeq {
+    /// Offset of this sequence's first new token in [`Batch::tokens`].
+    pub token_start: usize,
+    /// Number of new tokens (a prefill chunk, or 1 for a decode step).
+    pub num_tokens: usize,
+    /// Tokens of this sequence already in the KV cache: the first new token sits at
+    /// this position.
+    pub num_cached: usize,
+    /// Offset of this sequence's block table in [`Batch::block_tables`].
+    pub block_table_start: usize,
+    /// Length of this sequence's block table; it covers `num_cached + num_tokens` slots.
+    pub block_table_len: usize,
+    /// Whether the runner must return logits for this sequence's last new token.
+    pub want_logits: bool,
+}
+
+impl BatchSeq {
+    /// Position of the `i`-th new token.
+    #[inline]
+    pub fn position(&self, i: usize) -> usize {
+        self.num_cached + i
+    }
+    /// Total tokens of this sequence in the KV cache after this step.
+    #[inline]
+    pub fn context_len(&self) -> usize {
+        self.num_cached + self.num_tokens
+    }
+}
+
+/// A flat batch: the new tokens of several sequences (prefill chunks and decode
+/// steps mixed), each with its block table into the runner's KV cache.
+///
+/// The engine reuses one `Batch` across steps (`clear` keeps the allocations).
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    pub tokens: Vec<u32>,
+    pub seqs: Vec<BatchSeq>,
+    pub block_tables: Vec<u32>,
+}
+
+impl Batch {
+    pub fn clear(&mut self) {
+        self.tokens.clear();
+        self.seqs.clear();
+        self.block_tables.clear();
+    }
+
+    /// Appends one sequence's new tokens and its block table.
+    pub fn push(&mut self, tokens: &[u32], num_cached: usize, block_table: &[u32], want_logits: bool) {
+        self.seqs.push(BatchSeq {
+            token_start: self.tokens.len(),
+            num_tokens: tokens.len(),
+            num_cached,
+            block_table_start: self.block_tables.len(),
+            block_table_len: block_table.len(),
+            want_logits,
+        });
+        self.tokens.extend_from_slice(tokens);
+        self.block_tables.extend_from_slice(block_table);
+    }
+
+    pub fn seq_tokens(&self, s: &BatchSeq) -> &[u32] {
+        &self.tokens[s.token_start..s.token_start + s.num_tokens]
+    }
+
+    pub fn block_table(&self, s: &BatchSeq) -> &[u32] {
+        &self.block_tables[s.block_table_start..s.block_table_start + s.block_table_len]
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.seqs.is_empty()
+    }
+
+    /// Number of sequences that want logits (rows of the runner's output).
+    pub fn num_logit_rows(&self) -> usize {
+        self.seqs.iter().filter(|s| s.want_logits).count()
+    }
+}
+
+/// Logits returned by a runner: one row of `vocab_size` for each sequence of the
+/// batch with `want_logits`, in batch order.
+#[derive(Debug, Default, Clone)]
+pub struct Logits {
+    pub data: Vec<f32>,
+    pub vocab_size: usize,
+}
+
+impl Logits {
+    pub fn num_rows(&self) -> usize {
+        if self.vocab_size == 0 {
+            0
+        } else {
+            self.data.len() / self.vocab_size
+        }
+    }
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab_size..(i + 1) * self.vocab_size]
+    }
+}
+
+/// A failure inside a runner (a bad batch, an internal error of the backend).
+#[derive(Debug, Clone)]
+pub struct RunnerError(pub String);
+
+impl fmt::Display for RunnerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for RunnerError {}
+
+/// A model that runs flat batches over a paged KV cache it owns.
+///
+/// The runner knows nothing about scheduling: the engine decides which tokens run,
+/// allocates KV blocks and passes block tables; the runner writes the new keys and
+/// values into the slots those tables name (slot = `table[pos / block_size] *
+/// block_size + pos % block_size`), attends causally over each sequence's own
+/// cached tokens, and fills `out` with one logits row per sequence that wants it.
+pub trait ModelRunner: Send {
+    fn info(&self) -> &RunnerInfo;
+    fn execute(&mut self, batch: &Batch, out: &mut Logits) -> Result<(), RunnerError>;
+}

@@ -1,0 +1,1 @@
+//! sloserve server
