@@ -1,1 +1,225 @@
-//! Chat template rendering (to come).
+//! `ChatTemplate`: renders a GGUF file's `tokenizer.chat_template` (Hugging Face style
+//! Jinja) over chat messages with minijinja, the way transformers' `apply_chat_template`
+//! does (trim_blocks, lstrip_blocks, Python string methods, `raise_exception`,
+//! `strftime_now`).
+
+use candle_core::quantized::gguf_file::Content;
+use minijinja::{context, Environment, Error, ErrorKind, Value};
+
+use crate::error::{ModelError, Result};
+use crate::tokenizer::Tokenizer;
+
+const TEMPLATE_NAME: &str = "chat";
+
+/// One chat turn, as in the OpenAI / Hugging Face message format.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+/// A compiled chat template plus the BOS / EOS texts it may reference.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+fn describe(e: &Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        msg.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    msg
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; a syntax error is returned as `ModelError::ChatTemplate`.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function(
+            "raise_exception",
+            |msg: String| -> std::result::Result<Value, Error> {
+                Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("template raised: {msg}"),
+                ))
+            },
+        );
+        env.add_function("strftime_now", |fmt: String| -> String {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            strftime(&fmt, secs)
+        });
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| {
+                ModelError::ChatTemplate(format!("cannot compile template: {}", describe(&e)))
+            })?;
+        Ok(Self {
+            env,
+            source: source.to_string(),
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The template stored in `tokenizer.chat_template`, or `None` when the file has none.
+    pub fn from_gguf(content: &Content, tokenizer: &Tokenizer) -> Result<Option<Self>> {
+        let key = "tokenizer.chat_template";
+        let Some(v) = content.metadata.get(key) else {
+            return Ok(None);
+        };
+        let source = v.to_string().map_err(|e| ModelError::BadMetadata {
+            path: "<gguf metadata>".into(),
+            key: key.into(),
+            reason: e.to_string(),
+        })?;
+        let text = |id: Option<u32>| {
+            id.map(|id| String::from_utf8_lossy(&tokenizer.token_bytes(id)).into_owned())
+                .unwrap_or_default()
+        };
+        Self::new(source, &text(tokenizer.bos_id()), &text(tokenizer.eos_id())).map(Some)
+    }
+
+    /// Renders the conversation; `add_generation_prompt` appends the assistant header.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| ModelError::ChatTemplate(describe(&e)))?;
+        tmpl.render(context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token,
+            eos_token => self.eos_token,
+            tools => Value::from(()),
+        })
+        .map_err(|e| ModelError::ChatTemplate(format!("cannot render: {}", describe(&e))))
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+const MONTHS: [&str; 12] = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+];
+const DAYS: [&str; 7] = [
+    "Sunday",
+    "Monday",
+    "Tuesday",
+    "Wednesday",
+    "Thursday",
+    "Friday",
+    "Saturday",
+];
+
+/// A small UTC `strftime` for the codes chat templates use (%Y %y %m %d %e %B %b %A %a
+/// %H %I %M %S %p %j %%); other codes are copied through unchanged.
+fn strftime(fmt: &str, unix_secs: i64) -> String {
+    let days = unix_secs.div_euclid(86_400);
+    let secs = unix_secs.rem_euclid(86_400);
+    let (hour, min, sec) = (secs / 3600, secs % 3600 / 60, secs % 60);
+    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy_mar = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy_mar + 2) / 153;
+    let day = doy_mar - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let cum = [0, 31, 59, 90, 120, 151, 181, 212, 243, 273, 304, 334];
+    let yday = cum[(month - 1) as usize] + day + i64::from(leap && month > 2);
+    let wday = (days + 4).rem_euclid(7) as usize;
+    let mut out = String::new();
+    let mut chars = fmt.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('Y') => out.push_str(&year.to_string()),
+            Some('y') => out.push_str(&format!("{:02}", year.rem_euclid(100))),
+            Some('m') => out.push_str(&format!("{month:02}")),
+            Some('d') => out.push_str(&format!("{day:02}")),
+            Some('e') => out.push_str(&format!("{day:>2}")),
+            Some('B') => out.push_str(MONTHS[(month - 1) as usize]),
+            Some('b') => out.push_str(&MONTHS[(month - 1) as usize][..3]),
+            Some('A') => out.push_str(DAYS[wday]),
+            Some('a') => out.push_str(&DAYS[wday][..3]),
+            Some('H') => out.push_str(&format!("{hour:02}")),
+            Some('I') => out.push_str(&format!(
+                "{:02}",
+                if hour % 12 == 0 { 12 } else { hour % 12 }
+            )),
+            Some('M') => out.push_str(&format!("{min:02}")),
+            Some('S') => out.push_str(&format!("{sec:02}")),
+            Some('p') => out.push_str(if hour < 12 { "AM" } else { "PM" }),
+            Some('j') => out.push_str(&format!("{yday:03}")),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strftime;
+
+    #[test]
+    fn strftime_known_dates() {
+        assert_eq!(strftime("%Y-%m-%d %H:%M:%S", 0), "1970-01-01 00:00:00");
+        // 2024-02-29 13:05:09 UTC, a Thursday, day 60 of a leap year.
+        assert_eq!(
+            strftime("%d %b %Y %A %j %I%p %%", 1_709_211_909),
+            "29 Feb 2024 Thursday 060 01PM %"
+        );
+        assert_eq!(strftime("%e %B %y", 1_735_689_600), " 1 January 25");
+    }
+}

@@ -2,6 +2,7 @@
 //! Qwen2 forward pass over a paged KV cache (the candle `ModelRunner`).
 
 pub mod chat_template;
+pub mod detokenizer;
 pub mod error;
 pub mod tokenizer;
 

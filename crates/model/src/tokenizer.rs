@@ -1,1 +1,347 @@
-//! Tokenizer built from GGUF metadata (to come).
+//! `Tokenizer`: the byte-level BPE tokenizer rebuilt from a GGUF file's
+//! `tokenizer.ggml.*` metadata, splitting text the way llama.cpp does for each
+//! `tokenizer.ggml.pre` name, plus the id -> bytes table used for decoding.
+
+use std::path::PathBuf;
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+
+use crate::error::{ModelError, Result};
+
+const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
+const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// GGUF `tokenizer.ggml.token_type` values.
+const TYPE_UNKNOWN: i32 = 2;
+const TYPE_CONTROL: i32 = 3;
+const TYPE_USER_DEFINED: i32 = 4;
+const TYPE_UNUSED: i32 = 5;
+
+/// End-of-turn token texts treated as stop tokens when present in the vocab.
+const END_OF_TURN: &[&str] = &[
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|endoftext|>",
+    "<|end|>",
+    "<end_of_turn>",
+];
+
+pub struct Tokenizer {
+    /// Control tokens are matched as special tokens (`parse_special = true`).
+    with_special: tokenizers::Tokenizer,
+    /// Same model, but control tokens are tokenized as plain text.
+    plain: tokenizers::Tokenizer,
+    tokens: Vec<String>,
+    types: Vec<i32>,
+    /// The bytes of token `i` are `bytes[offsets[i]..offsets[i + 1]]`.
+    bytes: Vec<u8>,
+    offsets: Vec<usize>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    pre: String,
+    stop_ids: Vec<u32>,
+}
+
+fn bad(key: &str, reason: impl Into<String>) -> ModelError {
+    ModelError::BadMetadata {
+        path: PathBuf::from("<gguf metadata>"),
+        key: key.into(),
+        reason: reason.into(),
+    }
+}
+
+fn get<'a>(c: &'a Content, key: &str) -> Result<&'a Value> {
+    c.metadata
+        .get(key)
+        .ok_or_else(|| ModelError::MissingMetadata {
+            path: PathBuf::from("<gguf metadata>"),
+            key: key.into(),
+        })
+}
+
+fn as_i64(v: &Value) -> Option<i64> {
+    Some(match v {
+        Value::U8(x) => *x as i64,
+        Value::I8(x) => *x as i64,
+        Value::U16(x) => *x as i64,
+        Value::I16(x) => *x as i64,
+        Value::U32(x) => *x as i64,
+        Value::I32(x) => *x as i64,
+        Value::U64(x) => i64::try_from(*x).ok()?,
+        Value::I64(x) => *x,
+        _ => return None,
+    })
+}
+
+fn strings(c: &Content, key: &str) -> Result<Vec<String>> {
+    let arr = get(c, key)?.to_vec().map_err(|e| bad(key, e.to_string()))?;
+    arr.iter()
+        .map(|v| v.to_string().cloned().map_err(|e| bad(key, e.to_string())))
+        .collect()
+}
+
+/// An optional token id; ids outside the vocab (llama.cpp writes -1 / u32::MAX) count as absent.
+fn token_id(c: &Content, key: &str, n_vocab: usize) -> Result<Option<u32>> {
+    match c.metadata.get(key) {
+        None => Ok(None),
+        Some(v) => {
+            let id = as_i64(v).ok_or_else(|| bad(key, "not an integer"))?;
+            Ok((id >= 0 && (id as usize) < n_vocab).then_some(id as u32))
+        }
+    }
+}
+
+/// GPT-2's byte -> printable char table.
+pub(crate) fn byte_to_char() -> [char; 256] {
+    let keep = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    let mut map = ['\0'; 256];
+    let mut n = 0u32;
+    for b in 0..=255u8 {
+        map[b as usize] = if keep(b) {
+            b as char
+        } else {
+            n += 1;
+            char::from_u32(255 + n).unwrap_or('\0')
+        };
+    }
+    map
+}
+
+/// The splitting regexes llama.cpp applies, in order, for a `tokenizer.ggml.pre` name
+/// (see llama-vocab.cpp). Unknown names fall back to the GPT-2 regex, as llama.cpp does.
+fn pre_regexes(pre: &str) -> (Vec<&'static str>, bool) {
+    match pre {
+        "smollm" => (vec![r"\p{N}", GPT2_RE], false),
+        "llama-bpe" | "llama3" | "llama-v3" => (vec![LLAMA3_RE], true),
+        "qwen2" | "deepseek-r1-qwen" => (vec![QWEN2_RE], false),
+        _ => (vec![GPT2_RE], false),
+    }
+}
+
+impl Tokenizer {
+    pub fn from_gguf(content: &Content) -> Result<Self> {
+        let model = get(content, "tokenizer.ggml.model")?
+            .to_string()
+            .map_err(|e| bad("tokenizer.ggml.model", e.to_string()))?;
+        if model != "gpt2" {
+            return Err(ModelError::Tokenizer(format!(
+                "unsupported tokenizer model '{model}' (supported: gpt2 byte-level BPE)"
+            )));
+        }
+        let tokens = strings(content, "tokenizer.ggml.tokens")?;
+        let n = tokens.len();
+        let types: Vec<i32> = match content.metadata.get("tokenizer.ggml.token_type") {
+            None => vec![1; n],
+            Some(v) => {
+                let key = "tokenizer.ggml.token_type";
+                let arr = v.to_vec().map_err(|e| bad(key, e.to_string()))?;
+                if arr.len() != n {
+                    return Err(bad(key, format!("{} entries for {n} tokens", arr.len())));
+                }
+                arr.iter()
+                    .map(|v| {
+                        as_i64(v)
+                            .map(|t| t as i32)
+                            .ok_or_else(|| bad(key, "not an integer"))
+                    })
+                    .collect::<Result<_>>()?
+            }
+        };
+        let merges = strings(content, "tokenizer.ggml.merges")?
+            .into_iter()
+            .map(|m| {
+                // llama.cpp searches the separator from the second char on.
+                let first_len = m.chars().next().map_or(0, char::len_utf8);
+                match m[first_len..].find(' ') {
+                    Some(p) => Ok((
+                        m[..first_len + p].to_string(),
+                        m[first_len + p + 1..].to_string(),
+                    )),
+                    None => Err(bad(
+                        "tokenizer.ggml.merges",
+                        format!("merge '{m}' has no space"),
+                    )),
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let pre = match content.metadata.get("tokenizer.ggml.pre") {
+            Some(v) => v
+                .to_string()
+                .map_err(|e| bad("tokenizer.ggml.pre", e.to_string()))?
+                .clone(),
+            None => "default".to_string(),
+        };
+        let add_bos = match content.metadata.get("tokenizer.ggml.add_bos_token") {
+            Some(v) => v
+                .to_bool()
+                .map_err(|e| bad("tokenizer.ggml.add_bos_token", e.to_string()))?,
+            None => false,
+        };
+        let bos = token_id(content, "tokenizer.ggml.bos_token_id", n)?;
+        let eos = token_id(content, "tokenizer.ggml.eos_token_id", n)?;
+        let eot = token_id(content, "tokenizer.ggml.eot_token_id", n)?;
+        let eom = token_id(content, "tokenizer.ggml.eom_token_id", n)?;
+
+        let (regexes, ignore_merges) = pre_regexes(&pre);
+        let mut vocab = Vocab::default();
+        for (i, t) in tokens.iter().enumerate().rev() {
+            vocab.insert(t.clone(), i as u32); // first id wins on duplicates
+        }
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .ignore_merges(ignore_merges)
+            .build()
+            .map_err(|e| ModelError::Tokenizer(format!("building BPE model: {e}")))?;
+        let mut pres: Vec<PreTokenizerWrapper> = Vec::new();
+        for re in regexes {
+            let split = Split::new(
+                SplitPattern::Regex(re.into()),
+                SplitDelimiterBehavior::Isolated,
+                false,
+            )
+            .map_err(|e| ModelError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+            pres.push(split.into());
+        }
+        pres.push(ByteLevel::new(false, false, false).into());
+        let mut with_special = tokenizers::Tokenizer::new(bpe);
+        with_special.with_pre_tokenizer(Some(Sequence::new(pres)));
+        with_special.with_decoder(Some(ByteLevel::new(false, false, false)));
+        let added: Vec<AddedToken> = tokens
+            .iter()
+            .zip(&types)
+            .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
+            .map(|(s, &t)| AddedToken::from(s.clone(), t == TYPE_CONTROL).normalized(false))
+            .collect();
+        with_special.add_special_tokens(&added);
+        let mut plain = with_special.clone();
+        plain.set_encode_special_tokens(true);
+
+        let b2c = byte_to_char();
+        let mut c2b = vec![None; 512];
+        for (b, c) in b2c.iter().enumerate() {
+            c2b[*c as usize] = Some(b as u8);
+        }
+        let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
+        for (tok, &ty) in tokens.iter().zip(&types) {
+            match ty {
+                TYPE_UNKNOWN | TYPE_CONTROL | TYPE_USER_DEFINED => {
+                    bytes.extend_from_slice(tok.as_bytes())
+                }
+                TYPE_UNUSED => {}
+                _ => {
+                    for ch in tok.chars() {
+                        match c2b.get(ch as usize).copied().flatten() {
+                            Some(b) => bytes.push(b),
+                            None => bytes.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes()),
+                        }
+                    }
+                }
+            }
+            offsets.push(bytes.len());
+        }
+        let mut stop_ids: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
+        for name in END_OF_TURN {
+            if let Some(id) = tokens.iter().position(|t| t == name) {
+                stop_ids.push(id as u32);
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        stop_ids.retain(|id| seen.insert(*id));
+        Ok(Self {
+            with_special,
+            plain,
+            tokens,
+            types,
+            bytes,
+            offsets,
+            bos,
+            eos,
+            add_bos,
+            pre,
+            stop_ids,
+        })
+    }
+
+    /// Tokenizes `text`; never adds BOS. With `parse_special`, control-token texts such as
+    /// `<|im_start|>` become their ids; without, they are tokenized as plain text.
+    /// User-defined tokens are always matched, as in llama.cpp.
+    pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        let tk = if parse_special {
+            &self.with_special
+        } else {
+            &self.plain
+        };
+        let enc = tk
+            .encode_fast(text, false)
+            .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Decodes `ids` to text; invalid UTF-8 becomes U+FFFD. `skip_special` drops control tokens.
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        let mut buf = Vec::new();
+        for &id in ids {
+            if id as usize >= self.tokens.len() {
+                return Err(ModelError::Tokenizer(format!(
+                    "token id {id} out of range (vocab size {})",
+                    self.tokens.len()
+                )));
+            }
+            if !(skip_special && self.is_special(id)) {
+                buf.extend_from_slice(self.token_bytes_ref(id));
+            }
+        }
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokens.len()
+    }
+    pub fn bos_id(&self) -> Option<u32> {
+        self.bos
+    }
+    pub fn eos_id(&self) -> Option<u32> {
+        self.eos
+    }
+    /// `tokenizer.ggml.add_bos_token` (false when absent).
+    pub fn add_bos(&self) -> bool {
+        self.add_bos
+    }
+    /// The raw vocab string of `id`.
+    pub fn token_str(&self, id: u32) -> Option<&str> {
+        self.tokens.get(id as usize).map(String::as_str)
+    }
+    /// The bytes `id` stands for (control / user-defined tokens: their text); empty if out of range.
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        self.token_bytes_ref(id).to_vec()
+    }
+    /// Like `token_bytes`, without allocating.
+    pub fn token_bytes_ref(&self, id: u32) -> &[u8] {
+        let i = id as usize;
+        match (self.offsets.get(i), self.offsets.get(i + 1)) {
+            (Some(&a), Some(&b)) => &self.bytes[a..b],
+            _ => &[],
+        }
+    }
+    /// True for control tokens (`<|im_start|>`, `<|endoftext|>`, ...).
+    pub fn is_special(&self, id: u32) -> bool {
+        self.types.get(id as usize) == Some(&TYPE_CONTROL)
+    }
+    /// EOS plus any end-of-turn tokens present in the vocab, without duplicates.
+    pub fn stop_token_ids(&self) -> Vec<u32> {
+        self.stop_ids.clone()
+    }
+    /// `tokenizer.ggml.pre` as found in the file ("default" when absent). Names other than
+    /// smollm / llama-bpe (llama3, llama-v3) / qwen2 (deepseek-r1-qwen) split like gpt2.
+    pub fn pre_tokenizer_name(&self) -> &str {
+        &self.pre
+    }
+}
