@@ -1,1 +1,34 @@
-//! sloserve bench
+//! sloserve bench: drive any OpenAI-compatible server with streaming requests
+//! and measure the SLOs the way users feel them (TTFT, TPOT, ITL, E2E latency,
+//! throughput, goodput), under closed- or open-loop load, with sweeps, reports
+//! and plots.
+//!
+//! Entry points: [`BenchArgs`] (a `clap::Args` holding every flag) and
+//! [`run_bench`] (async; [`run_bench_blocking`] for a synchronous caller),
+//! which returns the [`BenchReport`] also written as `results.json`.
+//! The pieces are public for `sloserve tune`: [`dataset`] + [`workload`]
+//! build requests, [`client`] sends one, [`load`] drives many, [`metrics`]
+//! summarises (pure functions), [`report`] writes JSON, markdown and plots.
+
+pub mod args;
+pub mod client;
+pub mod dataset;
+pub mod load;
+pub mod metrics;
+pub mod progress;
+pub mod record;
+pub mod report;
+pub mod run;
+pub mod slo;
+pub mod sse;
+pub mod words;
+pub mod workload;
+
+pub use args::{BenchArgs, Endpoint};
+pub use load::{LoadSpec, Sweep, SweepVar};
+pub use metrics::Summary;
+pub use record::RequestRecord;
+pub use report::{BenchReport, PointReport};
+pub use run::{run_bench, run_bench_blocking};
+pub use slo::SloSpec;
+pub use workload::{workload, RequestSpec};

@@ -1,0 +1,353 @@
+//! Datasets: where prompts and output lengths come from (`synthetic`, `sharegpt:FILE`, `prefix`, `jsonl:FILE`).
+//!
+//! Lengths are in tokens as the server counts them, approximated by words
+//! (the synthetic word list is one token a word); the server's
+//! `usage.prompt_tokens` is what results report.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, Context};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use rand_distr::{Distribution, Normal};
+use serde::{Deserialize, Serialize};
+
+use crate::args::BenchArgs;
+use crate::words::WORDS;
+
+/// Output length when neither the flags nor the dataset give one.
+pub const DEFAULT_OUTPUT_LEN: usize = 128;
+
+/// `--dataset`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum DatasetSpec {
+    /// Random words: `--input-len`/`--input-len-dist`, `--output-len`/`--output-len-dist`.
+    Synthetic,
+    /// The ShareGPT JSON layout: first human turn as prompt, the gpt reply's word count as output length.
+    ShareGpt(PathBuf),
+    /// A shared system prompt of `--prefix-len` tokens + a unique question of `--input-len` tokens.
+    Prefix,
+    /// JSON lines: `{"prompt": "..."}` or `{"messages": [...]}`, optional `output_len`/`max_tokens`, `slo_class`.
+    Jsonl(PathBuf),
+}
+
+impl FromStr for DatasetSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "synthetic" || s == "random" => Ok(DatasetSpec::Synthetic),
+            None if s == "prefix" => Ok(DatasetSpec::Prefix),
+            None if s.ends_with(".jsonl") => Ok(DatasetSpec::Jsonl(s.into())),
+            Some(("sharegpt", f)) if !f.is_empty() => Ok(DatasetSpec::ShareGpt(f.into())),
+            Some(("jsonl", f)) if !f.is_empty() => Ok(DatasetSpec::Jsonl(f.into())),
+            _ => Err(format!(
+                "unknown dataset {s:?} (synthetic, sharegpt:FILE, prefix, jsonl:FILE)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for DatasetSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DatasetSpec::Synthetic => f.write_str("synthetic"),
+            DatasetSpec::Prefix => f.write_str("prefix"),
+            DatasetSpec::ShareGpt(p) => write!(f, "sharegpt:{}", p.display()),
+            DatasetSpec::Jsonl(p) => write!(f, "jsonl:{}", p.display()),
+        }
+    }
+}
+
+/// A length distribution: `uniform:LO-HI` (inclusive) or `normal:MEAN,STD` (clamped to ≥ 1).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum LenDist {
+    Uniform { lo: usize, hi: usize },
+    Normal { mean: f64, std: f64 },
+}
+
+impl LenDist {
+    pub fn sample(&self, rng: &mut StdRng) -> usize {
+        match *self {
+            LenDist::Uniform { lo, hi } => rng.random_range(lo..=hi),
+            LenDist::Normal { mean, std } => {
+                let v: f64 = Normal::new(mean, std)
+                    .map(|d| d.sample(rng))
+                    .unwrap_or(mean);
+                v.round().max(1.0) as usize
+            }
+        }
+    }
+}
+
+impl FromStr for LenDist {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("bad length distribution {s:?} (uniform:LO-HI or normal:MEAN,STD)");
+        match s.split_once(':') {
+            Some(("uniform", r)) => {
+                let (lo, hi) = r.split_once('-').ok_or_else(bad)?;
+                let (lo, hi): (usize, usize) = (
+                    lo.trim().parse().map_err(|_| bad())?,
+                    hi.trim().parse().map_err(|_| bad())?,
+                );
+                if lo == 0 || lo > hi {
+                    return Err(bad());
+                }
+                Ok(LenDist::Uniform { lo, hi })
+            }
+            Some(("normal", r)) => {
+                let (m, sd) = r.split_once(',').ok_or_else(bad)?;
+                let (mean, std): (f64, f64) = (
+                    m.trim().parse().map_err(|_| bad())?,
+                    sd.trim().parse().map_err(|_| bad())?,
+                );
+                if !(mean >= 1.0 && std >= 0.0) {
+                    return Err(bad());
+                }
+                Ok(LenDist::Normal { mean, std })
+            }
+            _ => Err(bad()),
+        }
+    }
+}
+
+impl fmt::Display for LenDist {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LenDist::Uniform { lo, hi } => write!(f, "uniform:{lo}-{hi}"),
+            LenDist::Normal { mean, std } => write!(f, "normal:{mean},{std}"),
+        }
+    }
+}
+
+macro_rules! string_serde {
+    ($t:ty) => {
+        impl TryFrom<String> for $t {
+            type Error = String;
+            fn try_from(s: String) -> Result<Self, String> {
+                s.parse()
+            }
+        }
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.to_string()
+            }
+        }
+    };
+}
+string_serde!(DatasetSpec);
+string_serde!(LenDist);
+
+/// One chat message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+/// One prompt with its target output length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sample {
+    /// The conversation; the completions endpoint gets the contents joined by blank lines.
+    pub messages: Vec<Message>,
+    /// Estimated prompt tokens (words).
+    pub prompt_tokens: usize,
+    pub output_len: usize,
+    /// A class fixed by the dataset (JSONL `slo_class`), overriding `--slo-class`.
+    pub class: Option<String>,
+}
+
+fn user(content: String) -> Message {
+    Message {
+        role: "user".into(),
+        content,
+    }
+}
+
+/// Words in `s` (the token estimate).
+pub fn word_count(s: &str) -> usize {
+    s.split_whitespace().count()
+}
+
+/// `n` random words from the word list.
+pub fn random_words(n: usize, rng: &mut StdRng) -> String {
+    let mut out = String::with_capacity(n * 6);
+    for i in 0..n {
+        if i > 0 {
+            out.push(' ');
+        }
+        out.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+    }
+    out
+}
+
+/// `n` samples of the dataset `args.dataset`, reproducible from `rng`.
+pub fn load_samples(args: &BenchArgs, n: usize, rng: &mut StdRng) -> anyhow::Result<Vec<Sample>> {
+    let out_len =
+        |rng: &mut StdRng, own: Option<usize>| match (&args.output_len_dist, args.output_len) {
+            (Some(d), _) => d.sample(rng),
+            (None, Some(l)) => l,
+            (None, None) => own.unwrap_or(DEFAULT_OUTPUT_LEN),
+        };
+    let in_len = |rng: &mut StdRng| {
+        args.input_len_dist
+            .map_or(args.input_len, |d| d.sample(rng))
+            .max(1)
+    };
+    let samples = match &args.dataset {
+        DatasetSpec::Synthetic => (0..n)
+            .map(|_| {
+                let words = in_len(rng);
+                let output_len = out_len(rng, None);
+                Sample {
+                    messages: vec![user(random_words(words, rng))],
+                    prompt_tokens: words,
+                    output_len,
+                    class: None,
+                }
+            })
+            .collect(),
+        DatasetSpec::Prefix => {
+            let prefixes: Vec<String> = (0..args.num_prefixes.max(1))
+                .map(|_| random_words(args.prefix_len, rng))
+                .collect();
+            (0..n)
+                .map(|i| {
+                    let words = in_len(rng);
+                    let question = format!("Question {i}: {}?", random_words(words, rng));
+                    let system = Message {
+                        role: "system".into(),
+                        content: prefixes[i % prefixes.len()].clone(),
+                    };
+                    let output_len = out_len(rng, None);
+                    let prompt_tokens = args.prefix_len + word_count(&question);
+                    Sample {
+                        messages: vec![system, user(question)],
+                        prompt_tokens,
+                        output_len,
+                        class: None,
+                    }
+                })
+                .collect()
+        }
+        DatasetSpec::ShareGpt(path) => {
+            let mut pool = load_sharegpt(path)?;
+            pool.shuffle(rng);
+            cycle(pool, n)
+                .into_iter()
+                .map(|mut s| {
+                    s.output_len = out_len(rng, Some(s.output_len));
+                    s
+                })
+                .collect()
+        }
+        DatasetSpec::Jsonl(path) => {
+            let pool = load_jsonl(path)?;
+            cycle(pool, n)
+                .into_iter()
+                .map(|mut s| {
+                    s.output_len = out_len(rng, Some(s.output_len).filter(|&l| l > 0));
+                    s
+                })
+                .collect()
+        }
+    };
+    Ok(samples)
+}
+
+/// Repeat `pool` in order until it has `n` items.
+fn cycle(pool: Vec<Sample>, n: usize) -> Vec<Sample> {
+    pool.iter().cycle().take(n).cloned().collect()
+}
+
+#[derive(Deserialize)]
+struct ShareGptEntry {
+    #[serde(default)]
+    conversations: Vec<ShareGptTurn>,
+}
+
+#[derive(Deserialize)]
+struct ShareGptTurn {
+    from: String,
+    value: String,
+}
+
+/// ShareGPT conversations as vLLM uses them: the first turn (human) is the
+/// prompt, the second (gpt) reply's length is the output length; entries with
+/// fewer than two turns, or a prompt or reply under 4 words, are skipped.
+pub fn load_sharegpt(path: &Path) -> anyhow::Result<Vec<Sample>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading ShareGPT file {}", path.display()))?;
+    let entries: Vec<ShareGptEntry> = serde_json::from_str(&text)
+        .with_context(|| format!("parsing ShareGPT JSON {}", path.display()))?;
+    let samples: Vec<Sample> = entries
+        .into_iter()
+        .filter_map(|e| {
+            let (q, a) = (e.conversations.first()?, e.conversations.get(1)?);
+            if q.from != "human" || a.from != "gpt" {
+                return None;
+            }
+            let (pl, ol) = (word_count(&q.value), word_count(&a.value));
+            (pl >= 4 && ol >= 4).then(|| Sample {
+                messages: vec![user(q.value.clone())],
+                prompt_tokens: pl,
+                output_len: ol,
+                class: None,
+            })
+        })
+        .collect();
+    if samples.is_empty() {
+        bail!("no usable conversations in {}", path.display());
+    }
+    Ok(samples)
+}
+
+#[derive(Deserialize)]
+struct JsonlEntry {
+    prompt: Option<String>,
+    messages: Option<Vec<Message>>,
+    output_len: Option<usize>,
+    max_tokens: Option<usize>,
+    slo_class: Option<String>,
+}
+
+/// Explicit prompts, one JSON object per line (blank lines and `#` lines skipped).
+pub fn load_jsonl(path: &Path) -> anyhow::Result<Vec<Sample>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading JSONL file {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let e: JsonlEntry = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: bad JSON line", path.display(), i + 1))?;
+        let messages = match (e.prompt, e.messages) {
+            (Some(p), None) => vec![user(p)],
+            (None, Some(m)) if !m.is_empty() => m,
+            _ => bail!(
+                "{}:{}: want exactly one of \"prompt\" or \"messages\"",
+                path.display(),
+                i + 1
+            ),
+        };
+        let prompt_tokens = messages.iter().map(|m| word_count(&m.content)).sum();
+        let output_len = e.output_len.or(e.max_tokens).unwrap_or(0);
+        out.push(Sample {
+            messages,
+            prompt_tokens,
+            output_len,
+            class: e.slo_class,
+        });
+    }
+    if out.is_empty() {
+        bail!("no prompts in {}", path.display());
+    }
+    Ok(out)
+}

@@ -1,0 +1,2 @@
+//! Test support: a fake OpenAI-compatible streaming server.
+pub mod fake_server;
