@@ -1,0 +1,244 @@
+//! `EngineConfig`: every scheduling knob of the engine, with defaults, as data that
+//! TOML (`--config FILE`, profiles) can set field by field.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::EngineError;
+use crate::request::SloClass;
+
+/// Admission limits of one SLO class's waiting queue (requests not yet started).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClassLimits {
+    /// Most requests waiting to start; beyond it `submit` returns `Overloaded`.
+    pub max_waiting_requests: usize,
+    /// Most prompt tokens waiting to start; beyond it `submit` returns `Overloaded`.
+    pub max_waiting_prompt_tokens: usize,
+}
+
+impl Default for ClassLimits {
+    fn default() -> Self {
+        ClassLimits {
+            max_waiting_requests: 1024,
+            max_waiting_prompt_tokens: 1 << 20,
+        }
+    }
+}
+
+/// Admission control: bounded waiting queues per class and TTFT-based refusal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdmissionConfig {
+    pub interactive: ClassLimits,
+    pub batch: ClassLimits,
+    /// An interactive request whose predicted TTFT exceeds `ttft_slo_ms` times this
+    /// factor is refused at submit. 0 disables the check.
+    pub ttft_reject_factor: f64,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            interactive: ClassLimits::default(),
+            batch: ClassLimits {
+                max_waiting_requests: 16384,
+                max_waiting_prompt_tokens: 1 << 24,
+            },
+            ttft_reject_factor: 2.0,
+        }
+    }
+}
+
+impl AdmissionConfig {
+    pub fn limits(&self, class: SloClass) -> &ClassLimits {
+        match class {
+            SloClass::Interactive => &self.interactive,
+            SloClass::Batch => &self.batch,
+        }
+    }
+}
+
+/// The engine's configuration. Missing TOML keys take the defaults below; unknown
+/// keys are errors.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// Tokens per KV block (the runner's value wins if they differ).
+    pub block_size: usize,
+    /// KV cache memory budget in bytes (`--kv-cache-memory`): the runner allocates
+    /// `num_kv_blocks_for(kv_bytes_per_token)` blocks.
+    pub kv_cache_memory: u64,
+    /// Exact number of KV blocks, overriding `kv_cache_memory`.
+    pub num_kv_blocks: Option<usize>,
+    /// Caps the model's context length.
+    pub max_model_len: Option<usize>,
+    /// Most sequences running at once (the batch size).
+    pub max_num_seqs: usize,
+    /// Most tokens (decodes + prefill chunks) in one step.
+    pub max_num_batched_tokens: usize,
+    /// Most prompt tokens of one sequence in one step.
+    pub max_prefill_chunk: usize,
+    /// Reuse cached KV of shared prompt prefixes.
+    pub enable_prefix_cache: bool,
+    /// Serve interactive before batch requests. Off: every request is
+    /// `default_slo_class`, first-come first-served.
+    pub slo_classes: bool,
+    /// Let a waiting interactive request preempt running batch sequences when the
+    /// engine is full. (Preemption for KV memory among running sequences always
+    /// happens; without it the engine could deadlock.)
+    pub enable_preemption: bool,
+    /// A batch request waiting longer than this is admitted as interactive (and is no
+    /// longer preempted for interactive requests), so batch work never starves.
+    pub batch_aging_ms: u64,
+    /// Class of requests that do not name one.
+    pub default_slo_class: SloClass,
+    /// TTFT target of interactive requests that do not give one.
+    pub default_ttft_slo_ms: Option<f64>,
+    /// Fraction of KV blocks kept free when admitting a new sequence, so running
+    /// sequences can grow without immediate preemption.
+    pub kv_watermark: f64,
+    pub admission: AdmissionConfig,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            block_size: 16,
+            kv_cache_memory: 2 << 30,
+            num_kv_blocks: None,
+            max_model_len: None,
+            max_num_seqs: 64,
+            max_num_batched_tokens: 1024,
+            max_prefill_chunk: 256,
+            enable_prefix_cache: true,
+            slo_classes: true,
+            enable_preemption: true,
+            batch_aging_ms: 10_000,
+            default_slo_class: SloClass::Interactive,
+            default_ttft_slo_ms: None,
+            kv_watermark: 0.01,
+            admission: AdmissionConfig::default(),
+        }
+    }
+}
+
+fn bad(msg: impl Into<String>) -> EngineError {
+    EngineError::InvalidConfig(msg.into())
+}
+
+/// Recursively overlays `over` onto `base` (tables merge key by key).
+pub(crate) fn merge_toml(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge_toml(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+impl EngineConfig {
+    /// A full configuration from TOML (missing keys default).
+    pub fn from_toml_str(s: &str) -> Result<Self, EngineError> {
+        toml::from_str(s).map_err(|e| bad(e.to_string()))
+    }
+
+    /// This configuration with the keys set in `s` (TOML) replaced, e.g. a
+    /// `--config FILE` over a profile.
+    pub fn with_overrides_toml(&self, s: &str) -> Result<Self, EngineError> {
+        let over: toml::Table = toml::from_str(s).map_err(|e| bad(e.to_string()))?;
+        self.with_overrides(over)
+    }
+
+    pub(crate) fn with_overrides(&self, over: toml::Table) -> Result<Self, EngineError> {
+        let mut base = toml::Table::try_from(self).map_err(|e| bad(e.to_string()))?;
+        merge_toml(&mut base, over);
+        let cfg: EngineConfig = base
+            .try_into()
+            .map_err(|e: toml::de::Error| bad(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// As TOML (for `--print-config` and logs).
+    pub fn to_toml_string(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+
+    /// Blocks of `block_size` tokens that fit the memory budget (or the override).
+    pub fn num_kv_blocks_for(&self, kv_bytes_per_token: usize) -> usize {
+        match self.num_kv_blocks {
+            Some(n) => n,
+            None => {
+                let per_block = (kv_bytes_per_token.max(1) * self.block_size.max(1)) as u64;
+                (self.kv_cache_memory / per_block) as usize
+            }
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if self.block_size == 0 {
+            return Err(bad("block_size must be > 0"));
+        }
+        if self.max_num_seqs == 0 {
+            return Err(bad("max_num_seqs must be > 0"));
+        }
+        if self.max_num_batched_tokens == 0 {
+            return Err(bad("max_num_batched_tokens must be > 0"));
+        }
+        if self.max_prefill_chunk == 0 {
+            return Err(bad("max_prefill_chunk must be > 0"));
+        }
+        if !(0.0..=0.5).contains(&self.kv_watermark) {
+            return Err(bad("kv_watermark must be in [0, 0.5]"));
+        }
+        if !(self.admission.ttft_reject_factor >= 0.0) {
+            return Err(bad("admission.ttft_reject_factor must be >= 0"));
+        }
+        if self.num_kv_blocks == Some(0) {
+            return Err(bad("num_kv_blocks must be > 0"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let c = EngineConfig::default();
+        let s = c.to_toml_string();
+        assert_eq!(EngineConfig::from_toml_str(&s).unwrap(), c);
+        assert_eq!(EngineConfig::from_toml_str("").unwrap(), c);
+    }
+
+    #[test]
+    fn overrides_replace_only_given_keys() {
+        let mut base = EngineConfig::default();
+        base.num_kv_blocks = Some(100);
+        let c = base
+            .with_overrides_toml("max_num_seqs = 3\n[admission.batch]\nmax_waiting_requests = 5\n")
+            .unwrap();
+        assert_eq!(c.max_num_seqs, 3);
+        assert_eq!(c.num_kv_blocks, Some(100));
+        assert_eq!(c.admission.batch.max_waiting_requests, 5);
+        assert_eq!(
+            c.admission.batch.max_waiting_prompt_tokens,
+            base.admission.batch.max_waiting_prompt_tokens
+        );
+        assert!(base.with_overrides_toml("max_num_sqes = 3").is_err());
+        assert!(base.with_overrides_toml("max_num_seqs = 0").is_err());
+    }
+
+    #[test]
+    fn blocks_from_memory_budget() {
+        let c = EngineConfig {
+            kv_cache_memory: 1 << 20,
+            ..Default::default()
+        };
+        assert_eq!(c.num_kv_blocks_for(1024), 64);
+    }
+}

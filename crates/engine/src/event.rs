@@ -1,0 +1,239 @@
+//! What the engine sends back for one request: a stream of token events, then one
+//! `Finished` with the reason, token counts and the request's timings.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{error::TryRecvError, UnboundedReceiver};
+
+/// One event of a request's stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A generated token. `logprob` is `Some` only when the request asked for
+    /// logprobs; `top_logprobs` holds the asked-for alternatives, best first.
+    /// `time` is when the engine sampled it (inter-token latency = difference of
+    /// consecutive times).
+    Token {
+        id: u32,
+        logprob: Option<f32>,
+        top_logprobs: Vec<(u32, f32)>,
+        time: Instant,
+    },
+    /// The last event of every stream.
+    Finished(FinishInfo),
+}
+
+/// Why a request ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop or EOS token was generated (and emitted).
+    Stop,
+    /// `max_tokens` reached, or the model's context length, or (alone on the engine)
+    /// the KV cache is exhausted.
+    Length,
+    /// The client dropped its stream.
+    Cancelled,
+    /// The model runner failed (or the engine died).
+    Error(String),
+}
+
+impl FinishReason {
+    /// OpenAI-style name: "stop", "length", "cancelled", "error".
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Error(_) => "error",
+        }
+    }
+}
+
+/// Summary of a finished request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishInfo {
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache at the request's first admission
+    /// (OpenAI `usage.prompt_tokens_details.cached_tokens`).
+    pub cached_prompt_tokens: usize,
+    pub timings: RequestTimings,
+}
+
+/// A request's timeline on the engine's clock (`Instant`s), plus derived durations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestTimings {
+    /// When `submit` accepted the request.
+    pub arrival: Instant,
+    /// First step that ran any of its tokens.
+    pub first_scheduled: Option<Instant>,
+    /// When its first token was sampled.
+    pub first_token: Option<Instant>,
+    /// When its latest token was sampled.
+    pub last_token: Option<Instant>,
+    /// When it finished (any reason).
+    pub finish: Option<Instant>,
+    /// Longest gap between two consecutive tokens.
+    pub max_inter_token: Duration,
+    /// Times it was preempted (its KV freed and recomputed later).
+    pub preemptions: u32,
+}
+
+fn since(later: Option<Instant>, earlier: Option<Instant>) -> Option<Duration> {
+    Some(later?.saturating_duration_since(earlier?))
+}
+
+impl RequestTimings {
+    pub fn new(arrival: Instant) -> Self {
+        RequestTimings {
+            arrival,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            finish: None,
+            max_inter_token: Duration::ZERO,
+            preemptions: 0,
+        }
+    }
+
+    /// Arrival to first scheduled step.
+    pub fn queue_time(&self) -> Option<Duration> {
+        since(self.first_scheduled, Some(self.arrival))
+    }
+    /// Arrival to first token (TTFT).
+    pub fn ttft(&self) -> Option<Duration> {
+        since(self.first_token, Some(self.arrival))
+    }
+    /// First scheduled step to first token: the prompt's (possibly chunked) prefill.
+    pub fn prefill_time(&self) -> Option<Duration> {
+        since(self.first_token, self.first_scheduled)
+    }
+    /// First token to last token.
+    pub fn decode_time(&self) -> Option<Duration> {
+        since(self.last_token, self.first_token)
+    }
+    /// Arrival to finish (end-to-end latency).
+    pub fn e2e(&self) -> Option<Duration> {
+        since(self.finish, Some(self.arrival))
+    }
+    /// Mean inter-token latency (time per output token after the first).
+    pub fn mean_inter_token(&self, completion_tokens: usize) -> Option<Duration> {
+        if completion_tokens < 2 {
+            return None;
+        }
+        Some(self.decode_time()? / (completion_tokens as u32 - 1))
+    }
+
+    /// Records a token sampled at `t`.
+    pub(crate) fn on_token(&mut self, t: Instant) {
+        match self.last_token {
+            None => self.first_token = Some(t),
+            Some(prev) => {
+                self.max_inter_token = self.max_inter_token.max(t.saturating_duration_since(prev))
+            }
+        }
+        self.last_token = Some(t);
+    }
+}
+
+/// The receiving end of one request: token events, then `Finished`. Dropping it
+/// cancels the request (the engine frees its KV blocks at its next step).
+///
+/// Works from async code (`recv().await`) and from sync code (`blocking_recv`, not
+/// inside a tokio runtime).
+#[derive(Debug)]
+pub struct RequestStream {
+    pub(crate) id: u64,
+    pub(crate) rx: UnboundedReceiver<Event>,
+}
+
+/// Everything a request produced, gathered by [`RequestStream::collect_blocking`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Completion {
+    pub tokens: Vec<u32>,
+    /// One per token when logprobs were asked, else empty.
+    pub logprobs: Vec<f32>,
+    pub finish: FinishInfo,
+}
+
+impl RequestStream {
+    /// The engine's id of this request (unique per engine).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+    /// Next event; `None` after `Finished` (or if the engine died).
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+    /// Blocking `recv` for sync code.
+    pub fn blocking_recv(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+    pub fn try_recv(&mut self) -> Result<Event, TryRecvError> {
+        self.rx.try_recv()
+    }
+    /// The underlying channel (e.g. for `tokio_stream::wrappers::UnboundedReceiverStream`);
+    /// dropping it still cancels the request.
+    pub fn into_receiver(self) -> UnboundedReceiver<Event> {
+        self.rx
+    }
+
+    /// Blocks until the request finishes and returns all its tokens. If the engine
+    /// dies without a `Finished` event, the finish reason is `Error`.
+    pub fn collect_blocking(mut self) -> Completion {
+        let mut tokens = Vec::new();
+        let mut logprobs = Vec::new();
+        while let Some(ev) = self.rx.blocking_recv() {
+            match ev {
+                Event::Token { id, logprob, .. } => {
+                    tokens.push(id);
+                    logprobs.extend(logprob);
+                }
+                Event::Finished(finish) => {
+                    return Completion {
+                        tokens,
+                        logprobs,
+                        finish,
+                    };
+                }
+            }
+        }
+        let n = tokens.len();
+        Completion {
+            tokens,
+            logprobs,
+            finish: FinishInfo {
+                reason: FinishReason::Error("engine stopped without finishing the request".into()),
+                prompt_tokens: 0,
+                completion_tokens: n,
+                cached_prompt_tokens: 0,
+                timings: RequestTimings::new(Instant::now()),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timings_derive_durations() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut t = RequestTimings::new(t0);
+        assert_eq!(t.ttft(), None);
+        t.first_scheduled = Some(t0 + ms(5));
+        t.on_token(t0 + ms(20));
+        t.on_token(t0 + ms(30));
+        t.on_token(t0 + ms(45));
+        t.finish = Some(t0 + ms(46));
+        assert_eq!(t.queue_time(), Some(ms(5)));
+        assert_eq!(t.ttft(), Some(ms(20)));
+        assert_eq!(t.prefill_time(), Some(ms(15)));
+        assert_eq!(t.decode_time(), Some(ms(25)));
+        assert_eq!(t.e2e(), Some(ms(46)));
+        assert_eq!(t.max_inter_token, ms(15));
+        assert_eq!(t.mean_inter_token(3), Some(Duration::from_micros(12500)));
+    }
+}

@@ -1,0 +1,354 @@
+//! The radix prefix cache at block granularity: a trie whose edges are full blocks of
+//! token ids and whose nodes own the KV block holding them. A new sequence reuses the
+//! longest cached prefix of its tokens and prefills only the rest.
+//!
+//! Interface (mini-sglang style): [`PrefixCache::match_prefix`],
+//! [`PrefixCache::insert`], [`PrefixCache::lock`] / [`PrefixCache::unlock`] (the
+//! reference counts live in the [`BlockPool`]: a block table holding a block locks it),
+//! [`PrefixCache::evict`] and [`PrefixCache::size`], plus [`PrefixCache::flush`].
+//!
+//! Eviction is least-recently-used among leaves no sequence holds, and happens only
+//! when the pool runs out of free blocks. Candidates sit in a lazily validated
+//! min-heap keyed by last access, fed by the pool's "became idle" notifications, so
+//! an eviction costs O(log n) amortized rather than a scan.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::block_pool::{BlockPool, BlockTable};
+
+const NONE: u32 = u32::MAX;
+const ROOT: u32 = 0;
+
+struct Node {
+    parent: u32,
+    block: u32,
+    /// The block's tokens (the edge label from the parent).
+    key: Box<[u32]>,
+    children: HashMap<Box<[u32]>, u32>,
+    last_access: u64,
+    alive: bool,
+}
+
+/// The radix prefix cache. See the module docs.
+pub struct PrefixCache {
+    pool: BlockPool,
+    block_size: usize,
+    nodes: Vec<Node>,
+    free_nodes: Vec<u32>,
+    /// Block id -> node caching it (NONE if not cached).
+    block_node: Vec<u32>,
+    /// Eviction candidates: (last access when pushed, node), oldest first.
+    heap: BinaryHeap<Reverse<(u64, u32)>>,
+    idle_buf: Vec<u32>,
+    tick: u64,
+    num_cached: usize,
+}
+
+impl PrefixCache {
+    pub fn new(pool: BlockPool) -> Self {
+        let root = Node {
+            parent: NONE,
+            block: NONE,
+            key: Box::new([]),
+            children: HashMap::new(),
+            last_access: 0,
+            alive: true,
+        };
+        PrefixCache {
+            block_size: pool.block_size(),
+            block_node: vec![NONE; pool.num_blocks()],
+            pool,
+            nodes: vec![root],
+            free_nodes: Vec::new(),
+            heap: BinaryHeap::new(),
+            idle_buf: Vec::new(),
+            tick: 0,
+            num_cached: 0,
+        }
+    }
+
+    /// Number of cached blocks.
+    pub fn size(&self) -> usize {
+        self.num_cached
+    }
+
+    /// The cached blocks holding the longest prefix of `tokens` made of full blocks,
+    /// in order; marks them recently used. (To leave a token to compute, pass all but
+    /// the last token.)
+    pub fn match_prefix(&mut self, tokens: &[u32]) -> Vec<u32> {
+        self.tick += 1;
+        self.absorb_idle();
+        let mut out = Vec::new();
+        let mut node = ROOT;
+        for chunk in tokens.chunks_exact(self.block_size) {
+            let Some(&child) = self.nodes[node as usize].children.get(chunk) else {
+                break;
+            };
+            node = child;
+            self.nodes[node as usize].last_access = self.tick;
+            out.push(self.nodes[node as usize].block);
+        }
+        out
+    }
+
+    /// Takes a reference on each of `blocks` (from `match_prefix`) into `table`.
+    pub fn lock(&self, blocks: &[u32], table: &mut BlockTable) {
+        for &id in blocks {
+            table.push_shared(id);
+        }
+    }
+
+    /// Drops the table's references (what dropping the table does too).
+    pub fn unlock(&self, table: &mut BlockTable) {
+        table.clear();
+    }
+
+    /// Caches the full blocks of a sequence whose KV is computed: `tokens` are its
+    /// tokens with KV (at least `table.len()` full blocks' worth is not required; only
+    /// full blocks covered by both are inserted). A block whose prefix is already
+    /// cached under another block id is deduplicated: the table switches to the
+    /// cached block and its private copy is freed. Returns the number of new blocks
+    /// cached.
+    pub fn insert(&mut self, tokens: &[u32], table: &mut BlockTable) -> usize {
+        self.tick += 1;
+        self.absorb_idle();
+        let n = table.len().min(tokens.len() / self.block_size);
+        let mut node = ROOT;
+        let mut added = 0;
+        for i in 0..n {
+            let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            let block = table.ids()[i];
+            if let Some(&child) = self.nodes[node as usize].children.get(chunk) {
+                node = child;
+                self.nodes[node as usize].last_access = self.tick;
+                let cached = self.nodes[node as usize].block;
+                if cached != block {
+                    table.replace_with_shared(i, cached);
+                }
+                continue;
+            }
+            if self.pool.is_cached(block) {
+                // Cannot happen while tables hold whole cached paths; stay safe.
+                debug_assert!(false, "block {block} cached under another prefix");
+                break;
+            }
+            let id = self.new_node(node, block, chunk);
+            self.nodes[node as usize].children.insert(chunk.into(), id);
+            self.pool.mark_cached(block);
+            self.block_node[block as usize] = id;
+            self.num_cached += 1;
+            self.heap.push(Reverse((self.tick, id)));
+            added += 1;
+            node = id;
+        }
+        added
+    }
+
+    /// Evicts up to `n` least-recently-used idle leaf blocks to the free list; returns
+    /// how many were evicted.
+    pub fn evict(&mut self, n: usize) -> usize {
+        self.absorb_idle();
+        let mut evicted = 0;
+        let mut rebuilt = false;
+        while evicted < n {
+            let Some(Reverse((stamp, id))) = self.heap.pop() else {
+                if rebuilt || self.pool.num_cached_idle() == 0 {
+                    break;
+                }
+                self.rebuild_heap();
+                rebuilt = true;
+                continue;
+            };
+            if !self.is_evictable(id) {
+                continue; // re-pushed when it becomes idle or a leaf again
+            }
+            let last = self.nodes[id as usize].last_access;
+            if last != stamp {
+                self.heap.push(Reverse((last, id)));
+                continue;
+            }
+            let parent = self.remove_leaf(id);
+            evicted += 1;
+            if self.is_evictable(parent) {
+                let last = self.nodes[parent as usize].last_access;
+                self.heap.push(Reverse((last, parent)));
+            }
+        }
+        evicted
+    }
+
+    /// Evicts everything no sequence holds; returns how many blocks were evicted.
+    pub fn flush(&mut self) -> usize {
+        self.evict(usize::MAX)
+    }
+
+    /// Checks the trie against the pool: every node's block is marked cached and maps
+    /// back to it, children link to their parents, and the counts agree.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut alive = 0;
+        for (i, n) in self.nodes.iter().enumerate().skip(1) {
+            if !n.alive {
+                continue;
+            }
+            alive += 1;
+            if !self.pool.is_cached(n.block) || self.block_node[n.block as usize] != i as u32 {
+                return Err(format!("node {i}: block {} not mapped as cached", n.block));
+            }
+            let p = &self.nodes[n.parent as usize];
+            if !p.alive || p.children.get(&n.key) != Some(&(i as u32)) {
+                return Err(format!("node {i}: parent link broken"));
+            }
+            if n.key.len() != self.block_size {
+                return Err(format!("node {i}: key of {} tokens", n.key.len()));
+            }
+        }
+        if alive != self.num_cached {
+            return Err(format!("{alive} live nodes but size {}", self.num_cached));
+        }
+        for (b, &node) in self.block_node.iter().enumerate() {
+            if (node != NONE) != self.pool.is_cached(b as u32) {
+                return Err(format!("block {b}: cache map and pool disagree"));
+            }
+        }
+        Ok(())
+    }
+
+    fn new_node(&mut self, parent: u32, block: u32, key: &[u32]) -> u32 {
+        let node = Node {
+            parent,
+            block,
+            key: key.into(),
+            children: HashMap::new(),
+            last_access: self.tick,
+            alive: true,
+        };
+        match self.free_nodes.pop() {
+            Some(id) => {
+                self.nodes[id as usize] = node;
+                id
+            }
+            None => {
+                self.nodes.push(node);
+                (self.nodes.len() - 1) as u32
+            }
+        }
+    }
+
+    fn is_evictable(&self, id: u32) -> bool {
+        let n = &self.nodes[id as usize];
+        id != ROOT && n.alive && n.children.is_empty() && self.pool.ref_count(n.block) == 0
+    }
+
+    /// Removes an evictable leaf; returns its parent.
+    fn remove_leaf(&mut self, id: u32) -> u32 {
+        let n = &mut self.nodes[id as usize];
+        n.alive = false;
+        let (parent, block) = (n.parent, n.block);
+        let key = std::mem::take(&mut n.key);
+        self.nodes[parent as usize].children.remove(&key);
+        self.pool.evict(block);
+        self.block_node[block as usize] = NONE;
+        self.num_cached -= 1;
+        self.free_nodes.push(id);
+        parent
+    }
+
+    /// Turns the pool's "became idle" notifications into heap candidates; rebuilds
+    /// the heap when stale entries pile up.
+    fn absorb_idle(&mut self) {
+        self.pool.take_newly_idle(&mut self.idle_buf);
+        for i in 0..self.idle_buf.len() {
+            let node = self.block_node[self.idle_buf[i] as usize];
+            if node != NONE {
+                let last = self.nodes[node as usize].last_access;
+                self.heap.push(Reverse((last, node)));
+            }
+        }
+        self.idle_buf.clear();
+        if self.heap.len() > 4 * self.num_cached + 1024 {
+            self.rebuild_heap();
+        }
+    }
+
+    fn rebuild_heap(&mut self) {
+        self.heap.clear();
+        for id in 1..self.nodes.len() as u32 {
+            if self.is_evictable(id) {
+                self.heap
+                    .push(Reverse((self.nodes[id as usize].last_access, id)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(pool: &BlockPool, cache: &mut PrefixCache, tokens: &[u32]) -> BlockTable {
+        let mut t = pool.new_table();
+        for _ in 0..pool.blocks_for(tokens.len()) {
+            t.push_new().unwrap();
+        }
+        cache.insert(tokens, &mut t);
+        t
+    }
+
+    #[test]
+    fn reuses_longest_prefix_of_full_blocks() {
+        let pool = BlockPool::new(8, 2);
+        let mut cache = PrefixCache::new(pool.clone());
+        let a = seq(&pool, &mut cache, &[1, 2, 3, 4, 5]);
+        assert_eq!(cache.size(), 2);
+        assert_eq!(
+            cache.match_prefix(&[1, 2, 3, 4, 5, 6]),
+            a.ids()[..2].to_vec()
+        );
+        assert_eq!(cache.match_prefix(&[1, 2, 3, 9]), a.ids()[..1].to_vec());
+        assert!(cache.match_prefix(&[2, 2]).is_empty());
+        drop(a);
+        assert_eq!(pool.num_cached_idle(), 2);
+        assert_eq!(cache.flush(), 2);
+        assert_eq!(pool.num_free(), 8);
+        cache.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn evicts_least_recently_used_leaf_only_when_idle() {
+        let pool = BlockPool::new(8, 2);
+        let mut cache = PrefixCache::new(pool.clone());
+        drop(seq(&pool, &mut cache, &[1, 1, 2, 2]));
+        drop(seq(&pool, &mut cache, &[3, 3, 4, 4]));
+        let held = seq(&pool, &mut cache, &[5, 5]);
+        cache.match_prefix(&[1, 1, 2, 2]); // touch: [3,3,4,4] is now the LRU
+        assert_eq!(cache.evict(1), 1);
+        assert_eq!(cache.match_prefix(&[3, 3, 4, 4]).len(), 1);
+        assert_eq!(cache.match_prefix(&[1, 1, 2, 2]).len(), 2);
+        assert_eq!(cache.flush(), 3);
+        assert_eq!(cache.size(), 1); // [5, 5] is held
+        drop(held);
+        assert_eq!(cache.flush(), 1);
+        pool.check_invariants().unwrap();
+        cache.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn duplicate_blocks_are_deduplicated_on_insert() {
+        let pool = BlockPool::new(8, 2);
+        let mut cache = PrefixCache::new(pool.clone());
+        let a = seq(&pool, &mut cache, &[1, 2, 3, 4]);
+        let b = seq(&pool, &mut cache, &[1, 2, 3, 4, 7]);
+        assert_eq!(a.ids(), &b.ids()[..2]);
+        assert_eq!(pool.ref_count(a.ids()[0]), 2);
+        assert_eq!(pool.num_used(), 3);
+        let mut c = pool.new_table();
+        let m = cache.match_prefix(&[1, 2, 3]);
+        cache.lock(&m, &mut c);
+        assert_eq!(pool.ref_count(m[0]), 3);
+        cache.unlock(&mut c);
+        assert_eq!(pool.ref_count(m[0]), 2);
+        pool.check_invariants().unwrap();
+        cache.check_invariants().unwrap();
+    }
+}

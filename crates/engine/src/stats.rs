@@ -1,0 +1,93 @@
+//! `EngineStats`: a snapshot of the engine's gauges and counters that the server's
+//! `/metrics` reads cheaply (the engine publishes one per step behind a mutex).
+
+use serde::Serialize;
+
+use crate::request::SloClass;
+
+/// One value per SLO class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct PerClass<T> {
+    pub interactive: T,
+    pub batch: T,
+}
+
+impl<T> PerClass<T> {
+    pub fn get(&self, class: SloClass) -> &T {
+        match class {
+            SloClass::Interactive => &self.interactive,
+            SloClass::Batch => &self.batch,
+        }
+    }
+    pub fn get_mut(&mut self, class: SloClass) -> &mut T {
+        match class {
+            SloClass::Interactive => &mut self.interactive,
+            SloClass::Batch => &mut self.batch,
+        }
+    }
+}
+
+/// Cumulative counters kept by the scheduler (monotonic since start).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// Prefix-cache lookups, in tokens: tokens looked up at each admission
+    /// (including re-admissions after preemption) ...
+    pub prefix_cache_queried_tokens: u64,
+    /// ... and tokens found cached.
+    pub prefix_cache_hit_tokens: u64,
+    /// Prompt tokens requests had to compute at their first admission.
+    pub prompt_tokens_computed: u64,
+    /// Prompt tokens requests found in the prefix cache at their first admission.
+    pub prompt_tokens_cached: u64,
+    /// Tokens prefilled again after preemption.
+    pub recomputed_tokens: u64,
+    /// Tokens run in prefill chunks (all of them, for throughput).
+    pub prefill_tokens: u64,
+    /// Tokens sampled.
+    pub generation_tokens: u64,
+    pub preemptions: u64,
+    pub requests_started: u64,
+    pub requests_finished_stop: u64,
+    pub requests_finished_length: u64,
+    pub requests_cancelled: u64,
+    pub requests_failed: u64,
+    pub steps: u64,
+}
+
+/// Snapshot returned by `EngineHandle::stats()`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EngineStats {
+    /// Requests waiting to be (re)started, per class.
+    pub waiting: PerClass<usize>,
+    /// Sequences running, per class (original class, also when promoted by aging).
+    pub running: PerClass<usize>,
+    pub kv_blocks_total: usize,
+    /// Blocks held by running sequences.
+    pub kv_blocks_used: usize,
+    /// Blocks only the prefix cache holds (reclaimable).
+    pub kv_blocks_cached_idle: usize,
+    pub kv_blocks_free: usize,
+    /// `kv_blocks_used / kv_blocks_total`, 0 to 1.
+    pub kv_usage: f64,
+    /// Blocks in the prefix cache (held or idle).
+    pub prefix_cache_blocks: usize,
+    pub counters: Counters,
+    /// Requests refused at submit (`Overloaded`), per class.
+    pub rejected: PerClass<u64>,
+    /// Measured prefill throughput (tokens/s, moving average; 0 until measured).
+    pub prefill_tokens_per_s: f64,
+    /// Tokens in the latest step's batch.
+    pub last_step_tokens: usize,
+}
+
+impl EngineStats {
+    /// Prefix cache hit rate in tokens (0 when nothing was looked up).
+    pub fn prefix_cache_hit_rate(&self) -> f64 {
+        let q = self.counters.prefix_cache_queried_tokens;
+        if q == 0 {
+            0.0
+        } else {
+            self.counters.prefix_cache_hit_tokens as f64 / q as f64
+        }
+    }
+}
