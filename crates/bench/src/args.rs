@@ -6,8 +6,9 @@ use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::dataset::{DatasetSpec, LenDist};
-use crate::load::{LoadSpec, Sweep, SweepVar};
+use crate::load::LoadSpec;
 use crate::slo::SloSpec;
+use crate::sweep::{Sweep, SweepVar};
 use crate::workload::ClassMix;
 
 /// Which OpenAI-compatible endpoint to drive.
@@ -45,7 +46,7 @@ pub struct BenchArgs {
     /// unless `--burstiness` says otherwise. Default when neither this nor
     /// `--concurrency` is given: `inf`.
     #[arg(long)]
-    #[serde(default, with = "crate::load::opt_rate_serde")]
+    #[serde(default, with = "crate::sweep::opt_rate_serde")]
     pub request_rate: Option<f64>,
     /// Gamma shape of open-loop inter-arrival times: 1 = Poisson, <1 burstier, >1 more regular.
     #[arg(long, default_value_t = 1.0)]

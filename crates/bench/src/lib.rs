@@ -21,14 +21,16 @@ pub mod report;
 pub mod run;
 pub mod slo;
 pub mod sse;
+pub mod sweep;
 pub mod words;
 pub mod workload;
 
 pub use args::{BenchArgs, Endpoint};
-pub use load::{LoadSpec, Sweep, SweepVar};
+pub use load::LoadSpec;
 pub use metrics::Summary;
 pub use record::RequestRecord;
 pub use report::{BenchReport, PointReport};
 pub use run::{run_bench, run_bench_blocking};
 pub use slo::SloSpec;
+pub use sweep::{Sweep, SweepVar};
 pub use workload::{workload, RequestSpec};

@@ -11,10 +11,11 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::args::{BenchArgs, Endpoint};
-use crate::load::{fmt_rate, LoadSpec, Sweep};
+use crate::load::LoadSpec;
 use crate::metrics::{self, Summary};
 use crate::record::RequestRecord;
 use crate::slo::SloMetric;
+use crate::sweep::{fmt_rate, Sweep, SweepVar};
 use plots::{Chart, RefLine, Series};
 
 /// `schema` of results.json; bumped on incompatible changes.
@@ -45,7 +46,7 @@ pub struct PointReport {
     pub label: String,
     pub load: LoadSpec,
     /// The swept variable's value here (concurrency or rate), when sweeping.
-    #[serde(default, with = "crate::load::opt_rate_serde")]
+    #[serde(default, with = "crate::sweep::opt_rate_serde")]
     pub value: Option<f64>,
     pub warmup_requests: usize,
     pub summary: Summary,
@@ -108,8 +109,8 @@ pub fn charts(report: &BenchReport) -> Vec<(String, Chart)> {
     if let (Some(sweep), true) = (&report.sweep, report.points.len() >= 2) {
         let var = sweep.var.name();
         let x_desc = match sweep.var {
-            crate::load::SweepVar::Concurrency => "concurrency (requests in flight)".to_string(),
-            crate::load::SweepVar::Rate => "request rate (req/s)".to_string(),
+            SweepVar::Concurrency => "concurrency (requests in flight)".to_string(),
+            SweepVar::Rate => "request rate (req/s)".to_string(),
         };
         let x_labels: Vec<String> = report
             .points

@@ -75,7 +75,21 @@ const SERIES_COLORS: [RGBColor; 5] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
 ];
-const REF_COLOR: RGBColor = RGBColor(214, 39, 40);
+const REF_COLORS: [RGBColor; 3] = [
+    RGBColor(214, 39, 40),
+    RGBColor(188, 50, 150),
+    RGBColor(110, 110, 110),
+];
+
+/// Reference lines within `limit` (drawn) and beyond it (legend only, marked off scale).
+fn split_refs(
+    refs: &[RefLine],
+    limit: Option<f64>,
+) -> (Vec<(usize, &RefLine)>, Vec<(usize, &RefLine)>) {
+    refs.iter()
+        .enumerate()
+        .partition(|(_, r)| limit.is_none_or(|l| r.value <= l))
+}
 
 impl Chart {
     /// The chart as an SVG document.
@@ -139,12 +153,14 @@ fn draw_lines<DB: DrawingBackend>(
     refs: &[RefLine],
 ) -> anyhow::Result<()> {
     let n = x_labels.len().max(1) as i32;
-    let y_top = series
+    let data_max = series
         .iter()
         .flat_map(|s| s.ys.iter().flatten().copied())
-        .chain(refs.iter().map(|r| r.value))
         .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max);
+    // SLO lines far above the data would flatten it: draw those within 4x the data only.
+    let (shown, off) = split_refs(refs, (data_max > 0.0).then_some(data_max * 4.0));
+    let y_top = shown.iter().map(|(_, r)| r.value).fold(data_max, f64::max);
     let y_top = if y_top > 0.0 { y_top * 1.2 } else { 1.0 };
     // Categorical x: one segment per swept value, evenly spaced (so `inf` has a place too).
     let mut chart = ChartBuilder::on(root)
@@ -194,7 +210,8 @@ fn draw_lines<DB: DrawingBackend>(
             )
             .map_err(err)?;
     }
-    for r in refs {
+    for (i, r) in shown {
+        let color = REF_COLORS[i % REF_COLORS.len()];
         chart
             .draw_series(DashedLineSeries::new(
                 vec![
@@ -203,12 +220,22 @@ fn draw_lines<DB: DrawingBackend>(
                 ],
                 10,
                 6,
-                REF_COLOR.stroke_width(2),
+                color.stroke_width(2),
             ))
             .map_err(err)?
             .label(r.name.clone())
-            .legend(|(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], REF_COLOR.stroke_width(2))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    for (i, r) in off {
+        let color = REF_COLORS[i % REF_COLORS.len()];
+        chart
+            .draw_series(Vec::<PathElement<(SegmentValue<i32>, f64)>>::new())
+            .map_err(err)?
+            .label(format!("{} (above the plot)", r.name))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
     }
     chart
@@ -252,9 +279,12 @@ fn draw_histogram<DB: DrawingBackend>(
     refs: &[RefLine],
 ) -> anyhow::Result<()> {
     let (lo, width, counts) = histogram_bins(values);
+    let data_hi = lo + width * counts.len() as f64;
+    // SLO lines far right of the data would squash the bars: draw those within 2x the data only.
+    let (shown, off) = split_refs(refs, Some(data_hi.max(0.0) * 2.0));
     let mut x_lo = lo;
-    let mut x_hi = lo + width * counts.len() as f64;
-    for r in refs {
+    let mut x_hi = data_hi;
+    for (_, r) in &shown {
         x_lo = x_lo.min(r.value);
         x_hi = x_hi.max(r.value);
     }
@@ -289,18 +319,29 @@ fn draw_histogram<DB: DrawingBackend>(
         .map_err(err)?
         .label(format!("TTFT ({} requests)", values.len()))
         .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], bar.filled()));
-    for r in refs {
+    for (i, r) in shown {
+        let color = REF_COLORS[i % REF_COLORS.len()];
         chart
             .draw_series(DashedLineSeries::new(
                 vec![(r.value, 0.0), (r.value, y_top)],
                 10,
                 6,
-                REF_COLOR.stroke_width(2),
+                color.stroke_width(2),
             ))
             .map_err(err)?
             .label(r.name.clone())
-            .legend(|(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], REF_COLOR.stroke_width(2))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    for (i, r) in off {
+        let color = REF_COLORS[i % REF_COLORS.len()];
+        chart
+            .draw_series(Vec::<PathElement<(f64, f64)>>::new())
+            .map_err(err)?
+            .label(format!("{} (right of the plot)", r.name))
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
     }
     chart
