@@ -81,11 +81,11 @@ const REF_COLORS: [RGBColor; 3] = [
     RGBColor(110, 110, 110),
 ];
 
+/// A reference line with its index (which picks its colour).
+type IndexedRef<'a> = (usize, &'a RefLine);
+
 /// Reference lines within `limit` (drawn) and beyond it (legend only, marked off scale).
-fn split_refs(
-    refs: &[RefLine],
-    limit: Option<f64>,
-) -> (Vec<(usize, &RefLine)>, Vec<(usize, &RefLine)>) {
+fn split_refs(refs: &[RefLine], limit: Option<f64>) -> (Vec<IndexedRef<'_>>, Vec<IndexedRef<'_>>) {
     refs.iter()
         .enumerate()
         .partition(|(_, r)| limit.is_none_or(|l| r.value <= l))
@@ -158,8 +158,8 @@ fn draw_lines<DB: DrawingBackend>(
         .flat_map(|s| s.ys.iter().flatten().copied())
         .filter(|v| v.is_finite())
         .fold(0.0f64, f64::max);
-    // SLO lines far above the data would flatten it: draw those within 4x the data only.
-    let (shown, off) = split_refs(refs, (data_max > 0.0).then_some(data_max * 4.0));
+    // SLO lines far above the data would flatten it: draw those within 8x the data only.
+    let (shown, off) = split_refs(refs, (data_max > 0.0).then_some(data_max * 8.0));
     let y_top = shown.iter().map(|(_, r)| r.value).fold(data_max, f64::max);
     let y_top = if y_top > 0.0 { y_top * 1.2 } else { 1.0 };
     // Categorical x: one segment per swept value, evenly spaced (so `inf` has a place too).
@@ -305,6 +305,7 @@ fn draw_histogram<DB: DrawingBackend>(
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc("requests")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .label_style(("sans-serif", 15))
         .axis_desc_style(("sans-serif", 16))
         .light_line_style(RGBColor(235, 235, 235))

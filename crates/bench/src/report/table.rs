@@ -109,22 +109,36 @@ fn stats_cells(st: &Stats) -> String {
     )
 }
 
-/// The full console output of one point, with a block per SLO class.
+/// The full console output of one point, with one row per SLO class.
 pub fn point_text(p: &PointReport) -> String {
     let mut out = summary_text(&format!("sloserve bench: {}", p.label), &p.summary);
-    for (class, s) in &p.classes {
-        out.push_str(&summary_text(&format!("{} / class {class}", p.label), s));
+    if !p.classes.is_empty() {
+        let rows: Vec<(String, &Summary)> = p
+            .classes
+            .iter()
+            .map(|(c, s)| (format!("class {c}"), s))
+            .collect();
+        out.push_str(&rows_text(&rows));
     }
     out
 }
 
 /// One row per point: the numbers a sweep is read by.
 pub fn sweep_text(points: &[PointReport]) -> String {
+    let rows: Vec<(String, &Summary)> = points
+        .iter()
+        .map(|p| (p.label.clone(), &p.summary))
+        .collect();
+    rows_text(&rows)
+}
+
+/// A compact table, one labelled summary per row.
+pub fn rows_text(rows: &[(String, &Summary)]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
         "{:<18}{:>6}{:>6}{:>9}{:>10}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>8}",
-        "point",
+        "",
         "ok",
         "fail",
         "req/s",
@@ -137,12 +151,11 @@ pub fn sweep_text(points: &[PointReport]) -> String {
         "goodput",
         "attain"
     );
-    for p in points {
-        let s = &p.summary;
+    for (label, s) in rows {
         let _ = writeln!(
             out,
             "{:<18}{:>6}{:>6}{:>9.2}{:>10.1}{:>9.1}{:>9.1}{:>9.1}{:>9.1}{:>9.1}{:>9}{:>8}",
-            p.label,
+            label,
             s.completed,
             s.failed,
             s.request_throughput,
