@@ -445,3 +445,68 @@ async fn unreachable_server_fails_cleanly() {
         report.points[0].summary.errors
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_bound_and_capped_open_loop() {
+    let server = FakeServer::start().await;
+    let url = server.url();
+    // Closed loop bounded by time only: stops issuing after 0.3 s, in-flight requests finish.
+    let report = run_bench(args(&[
+        "--url",
+        &url,
+        "--concurrency",
+        "2",
+        "--duration",
+        "300ms",
+        "--output-len",
+        "4",
+        "--quiet",
+    ]))
+    .await
+    .expect("duration run");
+    let s = &report.points[0].summary;
+    assert!(s.completed >= 2 && s.failed == 0, "{s:?}");
+    assert!(
+        s.duration_s >= 0.3 && s.duration_s < 5.0,
+        "{}",
+        s.duration_s
+    );
+    assert!(report.points[0].requests.iter().all(|r| r.send_s < 0.3));
+    // Open loop, everything at once, at most 2 in flight.
+    let report = run_bench(args(&[
+        "--url",
+        &url,
+        "--request-rate",
+        "inf",
+        "--max-concurrency",
+        "2",
+        "--num-requests",
+        "6",
+        "--output-len",
+        "3",
+        "--quiet",
+    ]))
+    .await
+    .expect("capped open loop");
+    let reqs = &report.points[0].requests;
+    assert_eq!(reqs.len(), 6);
+    // With 2 slots, at any send time at most one other request is still running.
+    for r in reqs {
+        let overlapping = reqs
+            .iter()
+            .filter(|o| {
+                o.id != r.id && o.send_s <= r.send_s && o.send_s + o.end_s > r.send_s + 1e-4
+            })
+            .count();
+        assert!(
+            overlapping <= 1,
+            "request {} sent with {overlapping} others in flight",
+            r.id
+        );
+    }
+    // Unbounded open loop is refused.
+    let err = run_bench(args(&["--url", &url, "--duration", "1s", "--quiet"]))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("without bound"), "{err}");
+}
