@@ -1,9 +1,25 @@
 //! sloserve's model core: GGUF loading, tokenizer, chat template, and the Llama /
 //! Qwen2 forward pass over a paged KV cache (the candle `ModelRunner`).
 
+pub mod attention;
 pub mod chat_template;
+pub mod config;
 pub mod detokenizer;
 pub mod error;
+pub mod generate;
+pub mod gguf;
+pub mod inspect;
+pub mod kv_cache;
+pub mod llama;
+pub mod loaded;
+pub mod rope;
+pub mod runner;
 pub mod tokenizer;
+pub mod weights;
 
+pub use config::ModelConfig;
 pub use error::{ModelError, Result};
+pub use gguf::GgufFile;
+pub use loaded::LoadedModel;
+pub use runner::{CandleRunner, RunnerOptions};
+pub use weights::Precision;

@@ -1,1 +1,58 @@
-fn main() {}
+//! The `sloserve` command: `generate`, `inspect` (and, as they land, `serve`,
+//! `bench`, `tune`).
+
+mod generate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Parser)]
+#[command(
+    name = "sloserve",
+    version,
+    about = "An LLM serving engine built around TTFT and tokens-per-second SLOs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt (or one chat message), streaming it to stdout.
+    Generate(generate::GenerateArgs),
+    /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer.
+    Inspect {
+        /// GGUF model file.
+        #[arg(long, default_value = DEFAULT_MODEL)]
+        model: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(args) => generate::run(args),
+        Command::Inspect { model } => sloserve_model::GgufFile::open(&model)
+            .and_then(|f| sloserve_model::inspect::inspect(&f))
+            .map(|s| print!("{s}"))
+            .map_err(anyhow::Error::from),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

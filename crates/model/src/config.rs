@@ -1,0 +1,124 @@
+//! `ModelConfig`: the hyper-parameters of a Llama-family model, read from the GGUF
+//! metadata keys of its architecture (`llama.*`, `qwen2.*`).
+
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufFile;
+
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Adjacent pairs (x[2i], x[2i+1]): llama.cpp's "normal" mode, for `llama`
+    /// GGUFs whose Q/K rows were permuted at conversion.
+    Interleaved,
+    /// Half-split pairs (x[i], x[i + d/2]): "neox" mode, for `qwen2`.
+    HalfSplit,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    pub architecture: String,
+    pub name: Option<String>,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub context_length: usize,
+    pub rms_norm_eps: f32,
+    pub rope_theta: f32,
+    pub rope_style: RopeStyle,
+    /// q/k/v projections carry biases (qwen2).
+    pub qkv_bias: bool,
+    /// The output projection reuses `token_embd.weight`.
+    pub tied_embeddings: bool,
+}
+
+impl ModelConfig {
+    pub fn from_gguf(f: &GgufFile) -> Result<Self> {
+        let arch = f.get_str("general.architecture")?;
+        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+            return Err(ModelError::UnsupportedArchitecture {
+                path: f.path.clone(),
+                arch,
+                supported: SUPPORTED_ARCHITECTURES.join(", "),
+            });
+        }
+        let k = |name: &str| format!("{arch}.{name}");
+        let hidden_size = f.get_usize(&k("embedding_length"))?;
+        let num_heads = f.get_usize(&k("attention.head_count"))?;
+        let num_kv_heads = match f.get_usize(&k("attention.head_count_kv")) {
+            Ok(n) => n,
+            Err(ModelError::MissingMetadata { .. }) => num_heads,
+            Err(e) => return Err(e),
+        };
+        let bad = |key: &str, reason: String| ModelError::BadMetadata {
+            path: f.path.clone(),
+            key: key.to_string(),
+            reason,
+        };
+        if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+            return Err(bad(
+                &k("attention.head_count_kv"),
+                format!("{num_heads} heads cannot be grouped over {num_kv_heads} KV heads"),
+            ));
+        }
+        let head_dim = match f.get_usize(&k("attention.key_length")) {
+            Ok(n) => n,
+            Err(_) => hidden_size / num_heads,
+        };
+        if head_dim == 0 || head_dim % 2 != 0 {
+            return Err(bad(
+                &k("attention.key_length"),
+                format!("head size {head_dim} must be even"),
+            ));
+        }
+        let vocab_size = match f.tensor_info("token_embd.weight") {
+            Some(info) => info.shape.dims()[0],
+            None => {
+                return Err(ModelError::MissingTensor {
+                    path: f.path.clone(),
+                    tensor: "token_embd.weight".into(),
+                })
+            }
+        };
+        let rope_theta = f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0);
+        Ok(ModelConfig {
+            name: f.get_str("general.name").ok(),
+            hidden_size,
+            intermediate_size: f.get_usize(&k("feed_forward_length"))?,
+            num_layers: f.get_usize(&k("block_count"))?,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            vocab_size,
+            context_length: f.get_usize(&k("context_length")).unwrap_or(2048),
+            rms_norm_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+            rope_theta,
+            rope_style: if arch == "qwen2" {
+                RopeStyle::HalfSplit
+            } else {
+                RopeStyle::Interleaved
+            },
+            qkv_bias: f.has_tensor("blk.0.attn_q.bias"),
+            tied_embeddings: !f.has_tensor("output.weight"),
+            architecture: arch,
+        })
+    }
+
+    pub fn q_size(&self) -> usize {
+        self.num_heads * self.head_dim
+    }
+
+    pub fn kv_size(&self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+
+    /// Bytes of f32 KV cache per token, all layers, keys and values.
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.num_layers * self.kv_size() * std::mem::size_of::<f32>()
+    }
+}

@@ -1,0 +1,94 @@
+//! `inspect`: a human-readable summary of a GGUF model file: architecture, sizes,
+//! quantization mix, context length, special tokens and chat template.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use candle_core::quantized::gguf_file::Value;
+
+use crate::config::ModelConfig;
+use crate::error::Result;
+use crate::gguf::GgufFile;
+
+pub fn inspect(file: &GgufFile) -> Result<String> {
+    let c = ModelConfig::from_gguf(file)?;
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "file:            {}", file.path.display());
+    let _ = writeln!(w, "name:            {}", c.name.as_deref().unwrap_or("-"));
+    let _ = writeln!(w, "architecture:    {}", c.architecture);
+    let _ = writeln!(w, "layers:          {}", c.num_layers);
+    let _ = writeln!(w, "hidden size:     {}", c.hidden_size);
+    let _ = writeln!(w, "ffn size:        {}", c.intermediate_size);
+    let _ = writeln!(
+        w,
+        "heads:           {} query, {} key/value (head size {})",
+        c.num_heads, c.num_kv_heads, c.head_dim
+    );
+    let _ = writeln!(w, "vocabulary:      {}", c.vocab_size);
+    let _ = writeln!(w, "context length:  {}", c.context_length);
+    let _ = writeln!(
+        w,
+        "rope:            theta {}, {:?} pairs",
+        c.rope_theta, c.rope_style
+    );
+    let _ = writeln!(w, "rms norm eps:    {}", c.rms_norm_eps);
+    let _ = writeln!(w, "qkv bias:        {}", c.qkv_bias);
+    let _ = writeln!(w, "tied output:     {}", c.tied_embeddings);
+    let _ = writeln!(w, "KV per token:    {} bytes (f32)", c.kv_bytes_per_token());
+    let mut mix: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let mut params = 0usize;
+    for info in file.content.tensor_infos.values() {
+        let n = info.shape.elem_count();
+        params += n;
+        let e = mix.entry(format!("{:?}", info.ggml_dtype)).or_default();
+        e.0 += 1;
+        e.1 += n;
+    }
+    let _ = writeln!(
+        w,
+        "parameters:      {:.1} M in {} tensors",
+        params as f64 / 1e6,
+        file.content.tensor_infos.len()
+    );
+    for (dtype, (count, n)) in &mix {
+        let _ = writeln!(
+            w,
+            "  {dtype:<6} {count:>4} tensors, {:>5.1}% of parameters",
+            100.0 * *n as f64 / params.max(1) as f64
+        );
+    }
+    let tokens = match file.meta("tokenizer.ggml.tokens") {
+        Some(Value::Array(v)) => v
+            .iter()
+            .map(|t| t.to_string().cloned().unwrap_or_default())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let _ = writeln!(
+        w,
+        "tokenizer:       {} (pre-tokenizer {})",
+        file.get_str("tokenizer.ggml.model")
+            .unwrap_or_else(|_| "-".into()),
+        file.get_str("tokenizer.ggml.pre")
+            .unwrap_or_else(|_| "-".into())
+    );
+    for key in ["bos", "eos", "padding", "unknown"] {
+        if let Ok(id) = file.get_usize(&format!("tokenizer.ggml.{key}_token_id")) {
+            let _ = writeln!(
+                w,
+                "  {key:<8} token {id} {:?}",
+                tokens.get(id).map(String::as_str).unwrap_or("?")
+            );
+        }
+    }
+    match file.get_str("tokenizer.chat_template") {
+        Ok(t) => {
+            let _ = writeln!(w, "chat template:\n{t}");
+        }
+        Err(_) => {
+            let _ = writeln!(w, "chat template:   none");
+        }
+    }
+    Ok(s)
+}

@@ -1,0 +1,148 @@
+//! `CandleRunner`: the `ModelRunner` for GGUF Llama-family models on CPU: owns the
+//! model weights and the paged KV cache, validates and runs flat batches.
+
+use std::path::Path;
+
+use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
+
+use crate::error::Result;
+use crate::gguf::GgufFile;
+use crate::kv_cache::KvCache;
+use crate::llama::{Llama, Scratch};
+use crate::weights::Precision;
+
+/// How to load a runner.
+#[derive(Debug, Clone)]
+pub struct RunnerOptions {
+    pub precision: Precision,
+    /// Tokens per KV block.
+    pub block_size: usize,
+    /// Bytes of KV cache to allocate (all layers, keys and values, f32).
+    pub kv_cache_memory: usize,
+    /// Cap on the context length (defaults to the model's own).
+    pub max_model_len: Option<usize>,
+}
+
+impl Default for RunnerOptions {
+    fn default() -> Self {
+        RunnerOptions {
+            precision: Precision::Fast,
+            block_size: 16,
+            kv_cache_memory: 512 << 20,
+            max_model_len: None,
+        }
+    }
+}
+
+pub struct CandleRunner {
+    model: Llama,
+    cache: KvCache,
+    scratch: Scratch,
+    info: RunnerInfo,
+}
+
+impl CandleRunner {
+    pub fn load(path: impl AsRef<Path>, opts: &RunnerOptions) -> Result<Self> {
+        let mut file = GgufFile::open(path)?;
+        Self::from_gguf(&mut file, opts)
+    }
+
+    pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
+        let model = Llama::load(file, opts.precision)?;
+        let c = &model.config;
+        let block_size = opts.block_size.max(1);
+        let kv_bytes_per_token = c.kv_bytes_per_token();
+        let num_blocks =
+            KvCache::blocks_for_budget(opts.kv_cache_memory, kv_bytes_per_token, block_size).max(1);
+        let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks);
+        let max_model_len = opts
+            .max_model_len
+            .map_or(c.context_length, |m| m.min(c.context_length));
+        let info = RunnerInfo {
+            block_size,
+            num_kv_blocks: num_blocks,
+            vocab_size: c.vocab_size,
+            max_model_len,
+            kv_bytes_per_token,
+        };
+        Ok(CandleRunner {
+            model,
+            cache,
+            scratch: Scratch::default(),
+            info,
+        })
+    }
+
+    pub fn model(&self) -> &Llama {
+        &self.model
+    }
+
+    /// Rejects a batch that would read or write outside the cache or the vocabulary.
+    pub fn validate(&self, batch: &Batch) -> std::result::Result<(), RunnerError> {
+        let info = &self.info;
+        let err = |m: String| Err(RunnerError(m));
+        if batch.seqs.iter().map(|s| s.num_tokens).sum::<usize>() != batch.tokens.len() {
+            return err("batch: sequence token counts do not add up to the batch".into());
+        }
+        let mut next = 0;
+        for (i, s) in batch.seqs.iter().enumerate() {
+            if s.token_start != next || s.num_tokens == 0 {
+                return err(format!("batch: sequence {i} has a bad token range"));
+            }
+            next += s.num_tokens;
+            if s.context_len() > info.max_model_len {
+                return err(format!(
+                    "batch: sequence {i} reaches {} tokens, past the context length {}",
+                    s.context_len(),
+                    info.max_model_len
+                ));
+            }
+            if s.block_table_start + s.block_table_len > batch.block_tables.len()
+                || s.block_table_len * info.block_size < s.context_len()
+            {
+                return err(format!(
+                    "batch: sequence {i}'s block table does not cover its tokens"
+                ));
+            }
+            if let Some(b) = batch
+                .block_table(s)
+                .iter()
+                .find(|&&b| b as usize >= info.num_kv_blocks)
+            {
+                return err(format!(
+                    "batch: sequence {i} names KV block {b} of {}",
+                    info.num_kv_blocks
+                ));
+            }
+        }
+        if let Some(t) = batch
+            .tokens
+            .iter()
+            .find(|&&t| t as usize >= info.vocab_size)
+        {
+            return err(format!(
+                "batch: token id {t} is outside the vocabulary ({})",
+                info.vocab_size
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ModelRunner for CandleRunner {
+    fn info(&self) -> &RunnerInfo {
+        &self.info
+    }
+
+    fn execute(&mut self, batch: &Batch, out: &mut Logits) -> std::result::Result<(), RunnerError> {
+        self.validate(batch)?;
+        out.data.clear();
+        if batch.is_empty() {
+            out.vocab_size = self.info.vocab_size;
+            return Ok(());
+        }
+        self.model
+            .forward(batch, &mut self.cache, &mut self.scratch, out);
+        Ok(())
+    }
+}

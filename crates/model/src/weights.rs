@@ -1,0 +1,224 @@
+//! `WeightData` (a tensor's blocks, typed by GGML type) and `Linear` (y = x·Wᵀ + b):
+//! quantized dot products for the fast path, f32 for the exact path.
+
+use candle_core::quantized::k_quants::{
+    self, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    GgmlType,
+};
+use candle_core::quantized::GgmlDType;
+use half::{bf16, f16};
+
+/// One tensor's data, in the file's own block format.
+#[derive(Clone)]
+pub enum WeightData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    Q4_0(Vec<BlockQ4_0>),
+    Q4_1(Vec<BlockQ4_1>),
+    Q5_0(Vec<BlockQ5_0>),
+    Q5_1(Vec<BlockQ5_1>),
+    Q8_0(Vec<BlockQ8_0>),
+    Q4K(Vec<BlockQ4K>),
+    Q5K(Vec<BlockQ5K>),
+    Q6K(Vec<BlockQ6K>),
+}
+
+/// Runs `$body` with `$v` bound to the typed block vector, whatever the variant.
+macro_rules! with_blocks {
+    ($data:expr, $v:ident => $body:expr) => {
+        match $data {
+            WeightData::F32($v) => $body,
+            WeightData::F16($v) => $body,
+            WeightData::BF16($v) => $body,
+            WeightData::Q4_0($v) => $body,
+            WeightData::Q4_1($v) => $body,
+            WeightData::Q5_0($v) => $body,
+            WeightData::Q5_1($v) => $body,
+            WeightData::Q8_0($v) => $body,
+            WeightData::Q4K($v) => $body,
+            WeightData::Q5K($v) => $body,
+            WeightData::Q6K($v) => $body,
+        }
+    };
+}
+
+/// Copies raw little-endian block bytes into a properly aligned typed vector.
+fn cast_blocks<T: GgmlType>(bytes: &[u8]) -> Vec<T> {
+    let size = std::mem::size_of::<T>();
+    let n = bytes.len() / size;
+    let mut out: Vec<T> = vec![T::zeros(); n];
+    // SAFETY: GGML block types are plain `repr(C)` structs of integers and halves,
+    // valid for any bit pattern; `out` has room for exactly n * size bytes.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * size);
+    }
+    out
+}
+
+impl WeightData {
+    pub fn from_bytes(dtype: GgmlDType, bytes: &[u8]) -> Option<Self> {
+        Some(match dtype {
+            GgmlDType::F32 => WeightData::F32(cast_blocks(bytes)),
+            GgmlDType::F16 => WeightData::F16(cast_blocks(bytes)),
+            GgmlDType::BF16 => WeightData::BF16(cast_blocks(bytes)),
+            GgmlDType::Q4_0 => WeightData::Q4_0(cast_blocks(bytes)),
+            GgmlDType::Q4_1 => WeightData::Q4_1(cast_blocks(bytes)),
+            GgmlDType::Q5_0 => WeightData::Q5_0(cast_blocks(bytes)),
+            GgmlDType::Q5_1 => WeightData::Q5_1(cast_blocks(bytes)),
+            GgmlDType::Q8_0 => WeightData::Q8_0(cast_blocks(bytes)),
+            GgmlDType::Q4K => WeightData::Q4K(cast_blocks(bytes)),
+            GgmlDType::Q5K => WeightData::Q5K(cast_blocks(bytes)),
+            GgmlDType::Q6K => WeightData::Q6K(cast_blocks(bytes)),
+            _ => return None,
+        })
+    }
+
+    pub fn dtype(&self) -> GgmlDType {
+        fn dt<T: GgmlType>(_: &[T]) -> GgmlDType {
+            T::DTYPE
+        }
+        with_blocks!(self, v => dt(v))
+    }
+
+    /// Dequantizes rows `row..row + out.len() / k` of a `[rows, k]` matrix into `out`.
+    pub fn dequantize_rows(&self, row: usize, k: usize, out: &mut [f32]) {
+        fn rows<T: GgmlType>(v: &[T], row: usize, k: usize, out: &mut [f32]) {
+            let kb = k / T::BLCK_SIZE;
+            let n = out.len() / k;
+            T::to_float(&v[row * kb..(row + n) * kb], out);
+        }
+        with_blocks!(self, v => rows(v, row, k, out))
+    }
+
+    /// The whole tensor as f32.
+    pub fn to_f32(&self) -> Vec<f32> {
+        fn all<T: GgmlType>(v: &[T]) -> Vec<f32> {
+            let mut out = vec![0f32; v.len() * T::BLCK_SIZE];
+            T::to_float(v, &mut out);
+            out
+        }
+        with_blocks!(self, v => all(v))
+    }
+
+    /// `out[m, n] = x[m, k] · selfᵀ` where self is `[n, k]`. Quantized types quantize
+    /// the activations to their dot-product type (8-bit), as llama.cpp does.
+    pub fn matmul(&self, x: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
+        fn mm<T: GgmlType>(v: &[T], x: &[f32], mkn: (usize, usize, usize), out: &mut [f32]) {
+            k_quants::matmul::<T>(mkn, x, v, out).expect("matmul shapes are checked at load");
+        }
+        with_blocks!(self, v => mm(v, x, (m, k, n), &mut out[..m * n]))
+    }
+}
+
+/// How a model's weights are computed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// Quantized weights, 8-bit activations inside the dot products (llama.cpp's fast path).
+    #[default]
+    Fast,
+    /// Weights dequantized to f32 and every product in f32: matches the exact reference.
+    Exact,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "fast" => Ok(Precision::Fast),
+            "exact" => Ok(Precision::Exact),
+            _ => Err(format!("unknown precision '{s}' (expected fast or exact)")),
+        }
+    }
+}
+
+/// Batches with at least this many rows run as an f32 GEMM on dequantized weights
+/// (compute-bound prefill); smaller ones as quantized dot products (memory-bound decode).
+pub const GEMM_MIN_ROWS: usize = 32;
+
+/// `out[m, n] = x[m, k] · w[n, k]ᵀ` with the `gemm` crate (blocked, multi-threaded).
+pub fn gemm_f32(x: &[f32], w: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
+    assert!(x.len() >= m * k && w.len() >= n * k && out.len() >= m * n);
+    // SAFETY: the asserts above bound every access gemm makes through these strides.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            out.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(0),
+        )
+    }
+}
+
+/// A linear layer `y = x·Wᵀ (+ b)` with W of shape `[n_out, k]`.
+pub struct Linear {
+    /// Quantized (fast) or f32 (exact) weights.
+    pub weight: WeightData,
+    /// f32 copy of quantized weights for large batches (fast mode only).
+    dense: Option<Vec<f32>>,
+    pub n_out: usize,
+    pub k: usize,
+    pub bias: Option<Vec<f32>>,
+}
+
+impl Linear {
+    pub fn new(
+        weight: WeightData,
+        n_out: usize,
+        k: usize,
+        bias: Option<Vec<f32>>,
+        precision: Precision,
+    ) -> Self {
+        let (weight, dense) = match (precision, weight) {
+            (_, WeightData::F32(w)) => (WeightData::F32(w), None),
+            (Precision::Exact, w) => (WeightData::F32(w.to_f32()), None),
+            // f16/bf16 dot products would round activations to 16 bits; f32 is as fast here.
+            (Precision::Fast, w @ (WeightData::F16(_) | WeightData::BF16(_))) => {
+                (WeightData::F32(w.to_f32()), None)
+            }
+            (Precision::Fast, w) => {
+                let dense = w.to_f32();
+                (w, Some(dense))
+            }
+        };
+        Linear {
+            weight,
+            dense,
+            n_out,
+            k,
+            bias,
+        }
+    }
+
+    /// `x` is `[m, k]`, `out` is `[m, n_out]`.
+    pub fn forward(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        let (k, n) = (self.k, self.n_out);
+        match (&self.weight, &self.dense) {
+            (WeightData::F32(w), _) => gemm_f32(x, w, m, k, n, out),
+            (_, Some(w)) if m >= GEMM_MIN_ROWS => gemm_f32(x, w, m, k, n, out),
+            (q, _) => q.matmul(x, m, k, n, out),
+        }
+        if let Some(b) = &self.bias {
+            for row in out[..m * n].chunks_exact_mut(n) {
+                for (o, b) in row.iter_mut().zip(b) {
+                    *o += b;
+                }
+            }
+        }
+    }
+}

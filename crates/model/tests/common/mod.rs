@@ -1,0 +1,142 @@
+//! Shared helpers for the model tests: paths to the default model and the llama.cpp
+//! reference records, and a plain greedy loop straight on a runner.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use sloserve_engine::{Batch, Logits, ModelRunner};
+use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn model_path() -> PathBuf {
+    let p = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run `make model` first",
+        p.display()
+    );
+    p
+}
+
+pub fn reference_path(name: &str) -> PathBuf {
+    let p = repo_root().join("../shared/reference").join(name);
+    assert!(
+        p.exists(),
+        "{} is missing (shared/reference must lie beside the repo)",
+        p.display()
+    );
+    p
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TopLogprob {
+    pub id: u32,
+    pub logprob: f32,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GreedyRecord {
+    pub id: String,
+    pub kind: String,
+    pub rendered_prompt: String,
+    pub prompt_token_ids: Vec<u32>,
+    pub greedy_token_ids: Vec<u32>,
+    pub top5_logprobs_per_step: Vec<Vec<TopLogprob>>,
+}
+
+pub fn read_records(name: &str) -> Vec<GreedyRecord> {
+    std::fs::read_to_string(reference_path(name))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn load_runner(precision: Precision) -> CandleRunner {
+    let opts = RunnerOptions {
+        precision,
+        kv_cache_memory: 256 << 20,
+        ..Default::default()
+    };
+    CandleRunner::load(model_path(), &opts).expect("load the default model")
+}
+
+pub fn log_softmax(row: &[f32]) -> Vec<f32> {
+    let max = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let lse = row
+        .iter()
+        .map(|x| ((x - max) as f64).exp())
+        .sum::<f64>()
+        .ln() as f32
+        + max;
+    row.iter().map(|x| x - lse).collect()
+}
+
+pub fn argmax(row: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if x > row[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Greedy decoding of one sequence (blocks 0..), prefilling in chunks of `chunk`
+/// tokens (0: one piece). Returns the generated ids and each step's logits row.
+pub fn greedy(
+    runner: &mut CandleRunner,
+    prompt: &[u32],
+    steps: usize,
+    chunk: usize,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    let bs = runner.info().block_size;
+    let table: Vec<u32> = (0..((prompt.len() + steps).div_ceil(bs)) as u32).collect();
+    let mut batch = Batch::default();
+    let mut logits = Logits::default();
+    let chunk = if chunk == 0 { prompt.len() } else { chunk };
+    let mut done = 0;
+    while done < prompt.len() {
+        let n = chunk.min(prompt.len() - done);
+        batch.clear();
+        let end = done + n;
+        batch.push(
+            &prompt[done..end],
+            done,
+            &table[..end.div_ceil(bs)],
+            end == prompt.len(),
+        );
+        runner.execute(&batch, &mut logits).unwrap();
+        done = end;
+    }
+    let (mut out, mut rows) = (Vec::new(), Vec::new());
+    let mut ctx = prompt.len();
+    for step in 0..steps {
+        let row = logits.row(0).to_vec();
+        let tok = argmax(&row);
+        out.push(tok);
+        rows.push(row);
+        if step + 1 == steps || tok == 2 {
+            break;
+        }
+        batch.clear();
+        batch.push(&[tok], ctx, &table[..(ctx + 1).div_ceil(bs)], true);
+        runner.execute(&batch, &mut logits).unwrap();
+        ctx += 1;
+    }
+    (out, rows)
+}
+
+/// Largest |ours - reference| over the reference's top-5 logprobs of one step.
+pub fn top5_error(row: &[f32], reference: &[TopLogprob]) -> f32 {
+    let lp = log_softmax(row);
+    reference
+        .iter()
+        .map(|t| (lp[t.id as usize] - t.logprob).abs())
+        .fold(0.0, f32::max)
+}
