@@ -19,8 +19,10 @@ use crate::workload::{workload, DURATION_POOL};
 /// printing progress (stderr) and tables (stdout) unless `--quiet`, and
 /// writing results.json, report.md and plots when `--out` is set.
 /// Needs a Tokio runtime (call it from `#[tokio::main]`, or use [`run_bench_blocking`]).
-pub async fn run_bench(args: BenchArgs) -> anyhow::Result<BenchReport> {
+pub async fn run_bench(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     args.validate()?;
+    // Record the effective values in the report's config.
+    args.ignore_eos = Some(args.ignore_eos());
     let started_unix_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -39,6 +41,7 @@ pub async fn run_bench(args: BenchArgs) -> anyhow::Result<BenchReport> {
             .await
             .context("no --model given, and listing the server's models failed")?;
     }
+    args.model = Some(cfg.model.clone());
     let client = Client::new(cfg.clone());
 
     let per_point = args.requests_per_point();
