@@ -64,7 +64,7 @@ impl RequestLimits {
             )));
         }
         if let Some(ms) = req.ttft_slo_ms {
-            if !(ms > 0.0) {
+            if ms.is_nan() || ms <= 0.0 {
                 return Err(EngineError::InvalidRequest(
                     "ttft_slo_ms must be > 0".into(),
                 ));

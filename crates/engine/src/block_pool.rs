@@ -153,8 +153,8 @@ impl BlockPool {
         }
         let mut idle = 0;
         let mut used = 0;
-        for i in 0..n {
-            if on_free[i] {
+        for (i, &free) in on_free.iter().enumerate() {
+            if free {
                 continue;
             }
             match (p.ref_count[i], p.cached[i]) {
@@ -313,6 +313,16 @@ mod tests {
         pool.evict(id);
         assert_eq!(pool.num_free(), 2);
         pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn double_free_is_caught() {
+        let pool = BlockPool::new(2, 4);
+        let mut t = pool.new_table();
+        let id = t.push_new().unwrap();
+        t.clear();
+        pool.inner.borrow_mut().release(id);
     }
 
     #[test]

@@ -187,13 +187,19 @@ impl EngineConfig {
         if self.max_num_batched_tokens == 0 {
             return Err(bad("max_num_batched_tokens must be > 0"));
         }
+        if self.max_num_batched_tokens < self.max_num_seqs {
+            return Err(bad(
+                "max_num_batched_tokens must be >= max_num_seqs (every running sequence decodes each step)",
+            ));
+        }
         if self.max_prefill_chunk == 0 {
             return Err(bad("max_prefill_chunk must be > 0"));
         }
         if !(0.0..=0.5).contains(&self.kv_watermark) {
             return Err(bad("kv_watermark must be in [0, 0.5]"));
         }
-        if !(self.admission.ttft_reject_factor >= 0.0) {
+        let f = self.admission.ttft_reject_factor;
+        if f.is_nan() || f < 0.0 {
             return Err(bad("admission.ttft_reject_factor must be >= 0"));
         }
         if self.num_kv_blocks == Some(0) {
@@ -217,8 +223,10 @@ mod tests {
 
     #[test]
     fn overrides_replace_only_given_keys() {
-        let mut base = EngineConfig::default();
-        base.num_kv_blocks = Some(100);
+        let base = EngineConfig {
+            num_kv_blocks: Some(100),
+            ..Default::default()
+        };
         let c = base
             .with_overrides_toml("max_num_seqs = 3\n[admission.batch]\nmax_waiting_requests = 5\n")
             .unwrap();

@@ -1,19 +1,32 @@
-//! sloserve's scheduling core: the `ModelRunner` contract, sampling, and the engine's
-//! building blocks: requests and events, the paged KV block pool, the radix prefix
-//! cache, configuration and profiles, admission control and stats. No candle here.
+//! sloserve's scheduling core: the `ModelRunner` contract, sampling, and the engine
+//! that decides step by step which tokens of which requests run: continuous
+//! batching with chunked prefill, a paged KV block pool, a radix prefix cache, and
+//! SLO classes (interactive / batch) with priority preemption. No candle here.
+//!
+//! (The threaded engine loop and its handle come next.)
 
 pub mod runner;
 pub mod sampler;
 
 pub mod admission;
 pub mod block_pool;
+mod budget;
 pub mod config;
+mod core;
 pub mod error;
 pub mod event;
 pub mod prefix_cache;
 pub mod profile;
 pub mod request;
+mod scheduler;
+mod sequence;
 pub mod stats;
+
+#[cfg(any(test, feature = "mock"))]
+pub mod mock;
+
+#[cfg(test)]
+mod tests;
 
 pub use runner::{Batch, BatchSeq, Logits, ModelRunner, RunnerError, RunnerInfo};
 pub use sampler::{SampledToken, Sampler, SamplingParams};
