@@ -3,7 +3,8 @@
 //! batching with chunked prefill, a paged KV block pool, a radix prefix cache, and
 //! SLO classes (interactive / batch) with priority preemption. No candle here.
 //!
-//! (The threaded engine loop and its handle come next.)
+//! Entry points: [`Engine::start`] -> [`EngineHandle`]; [`EngineHandle::submit`] a
+//! [`Request`] -> [`RequestStream`] of [`Event`]s; [`EngineConfig`] / [`Profile`].
 
 pub mod runner;
 pub mod sampler;
@@ -13,6 +14,7 @@ pub mod block_pool;
 mod budget;
 pub mod config;
 mod core;
+pub mod engine;
 pub mod error;
 pub mod event;
 pub mod prefix_cache;
@@ -34,6 +36,7 @@ pub use sampler::{SampledToken, Sampler, SamplingParams};
 pub use admission::RequestLimits;
 pub use block_pool::{BlockPool, BlockTable};
 pub use config::{AdmissionConfig, ClassLimits, EngineConfig};
+pub use engine::{Engine, EngineHandle};
 pub use error::EngineError;
 pub use event::{Completion, Event, FinishInfo, FinishReason, RequestStream, RequestTimings};
 pub use prefix_cache::PrefixCache;

@@ -2,6 +2,7 @@
 //! `MockRunner`, and seeded randomized invariant tests of the block pool and prefix
 //! cache.
 
+mod engine_tests;
 mod invariants;
 mod policy_tests;
 mod preemption_tests;

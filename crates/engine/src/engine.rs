@@ -1,0 +1,320 @@
+//! The engine loop on its own OS thread, and `EngineHandle`, the thread-safe handle
+//! the server uses: `submit` (admission-checked, returns a `RequestStream`),
+//! `stats`, `shutdown` (drain) and `abort`.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+use crate::admission::{AdmissionState, RequestLimits};
+use crate::config::EngineConfig;
+use crate::core::{EngineCore, StepOutcome};
+use crate::error::EngineError;
+use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTimings};
+use crate::request::{Request, SloClass};
+use crate::runner::{ModelRunner, RunnerInfo};
+use crate::stats::EngineStats;
+
+enum Command {
+    Submit(Box<NewRequest>),
+    /// Finish every request now with `Cancelled`.
+    Abort,
+    /// Re-check the stopping flag.
+    Wake,
+}
+
+struct NewRequest {
+    id: u64,
+    req: Request,
+    tx: UnboundedSender<Event>,
+    arrival: Instant,
+}
+
+struct Shared {
+    admission: Mutex<AdmissionState>,
+    stats: Mutex<EngineStats>,
+    stopping: AtomicBool,
+    alive: AtomicBool,
+    next_id: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+struct HandleInner {
+    tx: Sender<Command>,
+    shared: Arc<Shared>,
+    info: RunnerInfo,
+    limits: RequestLimits,
+    cfg: EngineConfig,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// Starts engines.
+pub struct Engine;
+
+/// Handle to a running engine; cheap to clone and usable from any thread or task.
+/// When the last handle is dropped the engine finishes in-flight requests and its
+/// thread exits.
+#[derive(Clone)]
+pub struct EngineHandle {
+    inner: Arc<HandleInner>,
+}
+
+impl Engine {
+    /// Starts the engine loop on its own OS thread ("sloserve-engine") driving
+    /// `runner`. The KV pool has `min(runner's blocks, config budget)` blocks.
+    pub fn start(
+        runner: Box<dyn ModelRunner>,
+        config: EngineConfig,
+    ) -> Result<EngineHandle, EngineError> {
+        let shared = Arc::new(Shared {
+            admission: Mutex::new(AdmissionState::default()),
+            stats: Mutex::new(EngineStats::default()),
+            stopping: AtomicBool::new(false),
+            alive: AtomicBool::new(true),
+            next_id: AtomicU64::new(0),
+        });
+        let (tx, rx) = mpsc::channel();
+        let (init_tx, init_rx) = mpsc::channel();
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("sloserve-engine".into())
+            .spawn(move || match EngineCore::new(runner, config) {
+                Err(e) => {
+                    sh.alive.store(false, Ordering::Release);
+                    let _ = init_tx.send(Err(e));
+                }
+                Ok(mut core) => {
+                    let init = (core.info.clone(), core.limits, core.cfg().clone());
+                    publish(&mut core, &sh, &StepOutcome::default());
+                    let _ = init_tx.send(Ok(init));
+                    run(core, rx, &sh);
+                }
+            })
+            .map_err(|e| EngineError::InvalidConfig(format!("cannot spawn engine thread: {e}")))?;
+        let (info, limits, cfg) = init_rx.recv().map_err(|_| EngineError::EngineStopped)??;
+        tracing::info!(
+            kv_blocks = info.num_kv_blocks,
+            block_size = info.block_size,
+            max_model_len = info.max_model_len,
+            "engine started"
+        );
+        Ok(EngineHandle {
+            inner: Arc::new(HandleInner {
+                tx,
+                shared,
+                info,
+                limits,
+                cfg,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+}
+
+impl EngineHandle {
+    /// Queues a request. Refuses at once (never hangs) when the engine is stopping,
+    /// the request cannot fit the model or KV pool, or its class is overloaded.
+    pub fn submit(&self, req: Request) -> Result<RequestStream, EngineError> {
+        let inner = &*self.inner;
+        let sh = &*inner.shared;
+        if sh.stopping.load(Ordering::Acquire) || !sh.alive.load(Ordering::Acquire) {
+            return Err(EngineError::EngineStopped);
+        }
+        inner.limits.validate(&req)?;
+        let class = EngineCore::resolve_class(&inner.cfg, &req);
+        let ttft = match class {
+            SloClass::Interactive => req.ttft_slo_ms.or(inner.cfg.default_ttft_slo_ms),
+            SloClass::Batch => None,
+        };
+        let prompt_len = req.prompt.len();
+        lock(&sh.admission).try_admit(&inner.cfg.admission, class, prompt_len, ttft)?;
+        let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = unbounded_channel();
+        let cmd = Command::Submit(Box::new(NewRequest {
+            id,
+            req,
+            tx,
+            arrival: Instant::now(),
+        }));
+        if inner.tx.send(cmd).is_err() {
+            lock(&sh.admission).release(class, 1, prompt_len);
+            return Err(EngineError::EngineStopped);
+        }
+        Ok(RequestStream { id, rx })
+    }
+
+    /// The latest snapshot of the engine's gauges and counters.
+    pub fn stats(&self) -> EngineStats {
+        let sh = &*self.inner.shared;
+        let mut st = lock(&sh.stats).clone();
+        st.rejected = lock(&sh.admission).rejected;
+        st
+    }
+
+    /// The runner's info as the engine uses it (effective KV blocks, context length).
+    pub fn info(&self) -> &RunnerInfo {
+        &self.inner.info
+    }
+
+    /// The effective configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.cfg
+    }
+
+    pub fn limits(&self) -> RequestLimits {
+        self.inner.limits
+    }
+
+    /// Whether the engine accepts requests.
+    pub fn is_accepting(&self) -> bool {
+        let sh = &*self.inner.shared;
+        !sh.stopping.load(Ordering::Acquire) && sh.alive.load(Ordering::Acquire)
+    }
+
+    /// Stops accepting requests (`submit` returns `EngineStopped`); requests already
+    /// accepted run to completion, then the engine thread exits. Non-blocking.
+    pub fn shutdown(&self) {
+        self.inner.shared.stopping.store(true, Ordering::Release);
+        let _ = self.inner.tx.send(Command::Wake);
+    }
+
+    /// Finishes every in-flight request now with `Cancelled` (e.g. a second Ctrl-C).
+    pub fn abort(&self) {
+        let _ = self.inner.tx.send(Command::Abort);
+    }
+
+    /// Waits until the engine thread has exited (after `shutdown`), at most
+    /// `timeout` (`None`: forever). Returns whether it exited.
+    pub fn wait_stopped(&self, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        while self.inner.shared.alive.load(Ordering::Acquire) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if let Some(t) = lock(&self.inner.thread).take() {
+            let _ = t.join();
+        }
+        true
+    }
+}
+
+/// The engine thread's loop: take commands (blocking only when idle), step, publish.
+fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
+    let mut disconnected = false;
+    loop {
+        loop {
+            let stopping = sh.stopping.load(Ordering::Acquire);
+            let cmd = if core.has_work() || disconnected || stopping {
+                match rx.try_recv() {
+                    Ok(c) => c,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        disconnected = true;
+                        break;
+                    }
+                }
+            } else {
+                match rx.recv() {
+                    Ok(c) => c,
+                    Err(_) => {
+                        disconnected = true;
+                        break;
+                    }
+                }
+            };
+            match cmd {
+                Command::Submit(r) => {
+                    let NewRequest {
+                        id,
+                        req,
+                        tx,
+                        arrival,
+                    } = *r;
+                    let seq = core.make_sequence(id, req, tx, arrival);
+                    core.add(seq);
+                }
+                Command::Abort => core.fail_all(FinishReason::Cancelled),
+                Command::Wake => {}
+            }
+        }
+        if !core.has_work() {
+            if disconnected || sh.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            continue;
+        }
+        match catch_unwind(AssertUnwindSafe(|| core.step())) {
+            Ok(out) => publish(&mut core, sh, &out),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown panic");
+                tracing::error!(panic = msg, "engine step panicked; stopping the engine");
+                sh.stopping.store(true, Ordering::Release);
+                let reason = FinishReason::Error(format!("engine failure: {msg}"));
+                let _ = catch_unwind(AssertUnwindSafe(|| core.fail_all(reason)));
+                break;
+            }
+        }
+    }
+    sh.stopping.store(true, Ordering::Release);
+    // Requests that slipped in while stopping: tell them.
+    while let Ok(cmd) = rx.try_recv() {
+        if let Command::Submit(r) = cmd {
+            let _ = r.tx.send(Event::Finished(FinishInfo {
+                reason: FinishReason::Error("engine stopped".into()),
+                prompt_tokens: r.req.prompt.len(),
+                completion_tokens: 0,
+                cached_prompt_tokens: 0,
+                timings: RequestTimings::new(r.arrival),
+            }));
+        }
+    }
+    sh.alive.store(false, Ordering::Release);
+    tracing::info!("engine stopped");
+}
+
+/// Publishes admission releases, the prefill rate and a stats snapshot.
+fn publish(core: &mut EngineCore, sh: &Shared, out: &StepOutcome) {
+    let released = std::mem::take(&mut core.sched.released);
+    let sched = &core.sched;
+    let prefill_rate = {
+        let mut a = lock(&sh.admission);
+        for class in SloClass::ALL {
+            let (n, t) = *released.get(class);
+            if n > 0 {
+                a.release(class, n, t);
+            }
+        }
+        a.observe_prefill(out.prefill_tokens, out.exec.as_secs_f64());
+        a.prefill_rate
+    };
+    let (waiting, running) = sched.class_counts();
+    let pool = &sched.pool;
+    let total = pool.num_blocks();
+    let used = pool.num_used();
+    let mut st = lock(&sh.stats);
+    st.waiting = waiting;
+    st.running = running;
+    st.kv_blocks_total = total;
+    st.kv_blocks_used = used;
+    st.kv_blocks_cached_idle = pool.num_cached_idle();
+    st.kv_blocks_free = pool.num_free();
+    st.kv_usage = used as f64 / total as f64;
+    st.prefix_cache_blocks = sched.cache.as_ref().map_or(0, |c| c.size());
+    st.counters = sched.counters;
+    st.prefill_tokens_per_s = prefill_rate;
+    st.last_step_tokens = out.prefill_tokens + out.decode_tokens;
+}

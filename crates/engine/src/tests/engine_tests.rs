@@ -1,0 +1,230 @@
+//! The threaded engine through its public API: concurrent requests, submit-time
+//! rejections, admission (429-style), shutdown/drain, cancellation by dropping the
+//! stream, abort, and failures.
+
+use std::time::{Duration, Instant};
+
+use super::{prompt, VOCAB};
+use crate::config::{ClassLimits, EngineConfig};
+use crate::engine::{Engine, EngineHandle};
+use crate::error::EngineError;
+use crate::event::{Event, FinishReason};
+use crate::mock::MockRunner;
+use crate::request::{Request, SloClass};
+use crate::runner::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
+
+fn start(blocks: usize, delay: Duration, cfg: EngineConfig) -> EngineHandle {
+    let runner = MockRunner::new(blocks, 16, VOCAB, 512).with_delay_per_token(delay);
+    Engine::start(Box::new(runner), cfg).unwrap()
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn concurrent_greedy_requests_match_their_solo_outputs() {
+    let engine = start(64, Duration::ZERO, EngineConfig::default());
+    let reqs: Vec<(Vec<u32>, usize)> = (0..16u64)
+        .map(|i| (prompt(i, 5 + 13 * i as usize), 4 + 3 * i as usize))
+        .collect();
+    let streams: Vec<_> = reqs
+        .iter()
+        .map(|(p, m)| engine.submit(Request::greedy(p.clone(), *m)).unwrap())
+        .collect();
+    let mut total = 0;
+    for (s, (p, m)) in streams.into_iter().zip(&reqs) {
+        let c = s.collect_blocking();
+        assert_eq!(c.tokens, MockRunner::reference(p, *m, VOCAB));
+        assert_eq!(c.finish.reason, FinishReason::Length);
+        assert_eq!(
+            (c.finish.prompt_tokens, c.finish.completion_tokens),
+            (p.len(), *m)
+        );
+        total += m;
+    }
+    // Stats are published after the step that sent the last Finished.
+    wait_for("final stats", || {
+        let st = engine.stats();
+        st.counters.generation_tokens == total as u64 && st.kv_blocks_used == 0
+    });
+    assert_eq!(engine.stats().kv_blocks_total, 64);
+    assert!(engine.info().num_kv_blocks == 64 && engine.limits().max_prompt_len == 511);
+}
+
+#[test]
+fn bad_requests_are_rejected_at_submit() {
+    let engine = start(8, Duration::ZERO, EngineConfig::default());
+    assert_eq!(
+        engine.submit(Request::greedy(vec![1; 200], 1)).unwrap_err(),
+        EngineError::PromptTooLong { len: 200, max: 128 }
+    );
+    for req in [
+        Request::greedy(vec![1; 100], 500),
+        Request::greedy(vec![], 5),
+    ] {
+        assert!(matches!(
+            engine.submit(req),
+            Err(EngineError::InvalidRequest(_))
+        ));
+    }
+    let cfg = EngineConfig {
+        max_num_seqs: 0,
+        ..Default::default()
+    };
+    let runner = MockRunner::new(8, 16, VOCAB, 512);
+    assert!(matches!(
+        Engine::start(Box::new(runner), cfg),
+        Err(EngineError::InvalidConfig(_))
+    ));
+}
+
+#[test]
+fn a_full_waiting_queue_refuses_at_once() {
+    let mut cfg = EngineConfig {
+        max_num_seqs: 1,
+        ..Default::default()
+    };
+    cfg.admission.batch = ClassLimits {
+        max_waiting_requests: 2,
+        max_waiting_prompt_tokens: 10_000,
+    };
+    let engine = start(64, Duration::from_micros(500), cfg);
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for i in 0..10 {
+        let req = Request::greedy(prompt(i, 20), 20).with_class(SloClass::Batch);
+        let t = Instant::now();
+        match engine.submit(req) {
+            Ok(s) => accepted.push(s),
+            Err(EngineError::Overloaded {
+                class,
+                retry_after_s,
+            }) => {
+                assert_eq!(class, SloClass::Batch);
+                assert!(retry_after_s >= 1);
+                refused += 1;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_millis(100),
+            "submit must not block"
+        );
+    }
+    assert!(refused >= 5, "only {refused} refused");
+    // Interactive requests have their own queue.
+    accepted.push(engine.submit(Request::greedy(prompt(99, 5), 2)).unwrap());
+    for s in accepted {
+        assert_eq!(s.collect_blocking().finish.reason, FinishReason::Length);
+    }
+    assert_eq!(engine.stats().rejected.batch, refused);
+}
+
+#[test]
+fn predicted_ttft_over_the_slo_is_refused() {
+    // At most ~5000 prefill tokens/s: 400 tokens take >= 80 ms, far over 2 x 1 ms.
+    let engine = start(256, Duration::from_micros(200), EngineConfig::default());
+    engine
+        .submit(Request::greedy(prompt(0, 100), 2))
+        .unwrap()
+        .collect_blocking();
+    assert!(engine.stats().prefill_tokens_per_s > 0.0);
+    let long = Request::greedy(prompt(1, 400), 1).with_ttft_slo_ms(1.0);
+    assert!(matches!(
+        engine.submit(long),
+        Err(EngineError::Overloaded { .. })
+    ));
+    let relaxed = Request::greedy(prompt(1, 400), 1).with_ttft_slo_ms(60_000.0);
+    assert!(engine.submit(relaxed).is_ok());
+    assert_eq!(engine.stats().rejected.interactive, 1);
+}
+
+#[test]
+fn shutdown_drains_in_flight_requests() {
+    let engine = start(64, Duration::from_micros(100), EngineConfig::default());
+    let streams: Vec<_> = (0..3)
+        .map(|i| engine.submit(Request::greedy(prompt(i, 30), 20)).unwrap())
+        .collect();
+    engine.shutdown();
+    assert!(!engine.is_accepting());
+    assert_eq!(
+        engine.submit(Request::greedy(vec![1], 1)).unwrap_err(),
+        EngineError::EngineStopped
+    );
+    for s in streams {
+        assert_eq!(s.collect_blocking().tokens.len(), 20);
+    }
+    assert!(engine.wait_stopped(Some(Duration::from_secs(10))));
+}
+
+#[test]
+fn dropping_the_stream_cancels_and_frees_blocks() {
+    let engine = start(64, Duration::from_micros(200), EngineConfig::default());
+    let mut s = engine.submit(Request::greedy(prompt(3, 50), 400)).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(s.blocking_recv(), Some(Event::Token { .. })));
+    }
+    drop(s);
+    wait_for("cancellation", || {
+        let st = engine.stats();
+        st.counters.requests_cancelled == 1 && st.kv_blocks_used == 0 && st.running.interactive == 0
+    });
+}
+
+#[test]
+fn abort_cancels_everything() {
+    let engine = start(64, Duration::from_micros(200), EngineConfig::default());
+    let streams: Vec<_> = (0..3)
+        .map(|i| engine.submit(Request::greedy(prompt(i, 30), 400)).unwrap())
+        .collect();
+    engine.abort();
+    for s in streams {
+        let c = s.collect_blocking();
+        assert_eq!(c.finish.reason, FinishReason::Cancelled);
+        assert!(c.tokens.len() < 400);
+    }
+}
+
+#[test]
+fn handles_and_streams_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<EngineHandle>();
+    send::<crate::event::RequestStream>();
+    send::<Event>();
+}
+
+struct PanickingRunner(RunnerInfo);
+
+impl ModelRunner for PanickingRunner {
+    fn info(&self) -> &RunnerInfo {
+        &self.0
+    }
+    fn execute(&mut self, _: &Batch, _: &mut Logits) -> Result<(), RunnerError> {
+        panic!("kaboom")
+    }
+}
+
+#[test]
+fn a_panicking_runner_fails_requests_and_stops_the_engine() {
+    let info = MockRunner::new(8, 16, VOCAB, 512).info().clone();
+    let engine = Engine::start(Box::new(PanickingRunner(info)), EngineConfig::default()).unwrap();
+    let c = engine
+        .submit(Request::greedy(vec![1, 2, 3], 2))
+        .unwrap()
+        .collect_blocking();
+    match c.finish.reason {
+        FinishReason::Error(m) => assert!(m.contains("kaboom"), "{m}"),
+        r => panic!("{r:?}"),
+    }
+    assert!(engine.wait_stopped(Some(Duration::from_secs(10))));
+    assert_eq!(
+        engine.submit(Request::greedy(vec![1], 1)).unwrap_err(),
+        EngineError::EngineStopped
+    );
+}
