@@ -26,6 +26,8 @@ enum Command {
     /// Generate text from a prompt (or one chat message), streaming it to stdout.
     Generate(generate::GenerateArgs),
     /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer.
+    /// Drive an OpenAI-compatible server with streaming load; report TTFT/TPOT/ITL and goodput.
+    Bench(sloserve_bench::BenchArgs),
     Inspect {
         /// GGUF model file.
         #[arg(long, default_value = DEFAULT_MODEL)]
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
         Command::Inspect { model } => sloserve_model::GgufFile::open(&model)
             .and_then(|f| sloserve_model::inspect::inspect(&f))
             .map(|s| print!("{s}"))
