@@ -1,1 +1,31 @@
-//! sloserve api
+//! OpenAI-compatible wire types of sloserve's HTTP API: completion and chat requests,
+//! responses and stream chunks, usage with per-request SLO timings, logprobs, vLLM's
+//! `/tokenize` and `/detokenize`, `/v1/models`, and the OpenAI error body. Parsing
+//! ([`parse_json`]) and validation produce [`ApiError`]s whose message and `param`
+//! name the offending field. Unknown fields are ignored, as OpenAI and vLLM do.
+
+pub mod chat;
+pub mod common;
+pub mod completion;
+pub mod error;
+pub mod parse;
+pub mod tokenize;
+
+pub use chat::{
+    ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
+    ChatCompletionResponse, ChatDelta, ChatLogprobs, ChatMessage, ChatTokenLogprob, ContentPart,
+    MessageContent, ResponseMessage, TopLogprob,
+};
+pub use common::{
+    GenParams, PromptTokensDetails, SloTimings, StopSpec, StreamOptions, Usage, MAX_LOGPROBS,
+    MAX_STOP_STRINGS,
+};
+pub use completion::{
+    CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
+    Prompt, TopLogprobsMap,
+};
+pub use error::{ApiError, ErrorBody, ErrorDetail};
+pub use parse::parse_json;
+pub use tokenize::{
+    DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
+};

@@ -1,1 +1,164 @@
-//! sloserve server
+//! `sloserve serve`: an OpenAI-compatible HTTP server (axum) in front of the engine.
+//! Completions and chat (JSON or Server-Sent Events), `/v1/models`, vLLM's
+//! `/tokenize` / `/detokenize`, `/health`, `/ready`, Prometheus `/metrics`; SLO
+//! classes per request, admission control (429 + Retry-After), per-request timings
+//! in `usage.sloserve`, graceful drain on SIGTERM / ctrl-c. Handlers run no model
+//! code: the model runs on the engine's thread and tokens come back as events.
+//!
+//! Entry points: [`run`] (the command; builds its own runtime), [`serve_on`] (a
+//! listener and a shutdown signal), [`spawn`] (in-process, for tests).
+
+pub mod args;
+pub mod chat;
+pub mod completions;
+pub mod error;
+pub mod generate;
+pub mod metrics;
+pub mod routes;
+pub mod shutdown;
+pub mod state;
+pub mod stream;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub use args::ServeArgs;
+pub use error::ServerError;
+pub use state::AppState;
+
+/// Every route, with the body limit.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/completions", post(completions::handle))
+        .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/models", get(routes::models))
+        .route("/v1/models/{*id}", get(routes::model))
+        .route("/tokenize", post(routes::tokenize))
+        .route("/detokenize", post(routes::detokenize))
+        .route("/health", get(routes::health))
+        .route("/ready", get(routes::ready))
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.max_body_bytes))
+        .with_state(state)
+}
+
+/// Serves `listener` until `shutdown` resolves, then drains (see [`shutdown::drain`]),
+/// closes the listener and waits for the engine thread.
+pub async fn serve_on(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
+        let _ = stop_rx.await;
+    });
+    let mut task = tokio::spawn(async move { server.await });
+    tokio::select! {
+        r = &mut task => {
+            return match r {
+                Ok(r) => r.context("server failed"),
+                Err(e) => Err(anyhow::anyhow!("server task failed: {e}")),
+            };
+        }
+        _ = shutdown => {}
+    }
+    let all = shutdown::drain(&state).await;
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(Duration::from_secs(5), &mut task).await {
+        Ok(Ok(r)) => r.context("server failed")?,
+        Ok(Err(e)) => anyhow::bail!("server task failed: {e}"),
+        Err(_) => {
+            tracing::warn!("connections still open 5 s after draining; closing them");
+            task.abort();
+        }
+    }
+    let engine = state.engine.clone();
+    let stopped =
+        tokio::task::spawn_blocking(move || engine.wait_stopped(Some(Duration::from_secs(5))))
+            .await
+            .unwrap_or(false);
+    tracing::info!(
+        all_finished = all,
+        engine_stopped = stopped,
+        "server stopped"
+    );
+    Ok(())
+}
+
+/// `sloserve serve`: loads the model, starts the engine, serves until SIGTERM /
+/// ctrl-c, drains, exits. Builds its own multi-thread runtime (2 workers).
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.print_config {
+        print!("{}", args.engine_config()?.to_toml_string());
+        return Ok(());
+    }
+    let state = AppState::load(&args)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sloserve-http")
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    rt.block_on(async {
+        let listener = TcpListener::bind((args.host.as_str(), args.port))
+            .await
+            .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
+        tracing::info!(
+            addr = %listener.local_addr()?,
+            model = %state.model_name,
+            "sloserve serve: listening (OpenAI-compatible API at /v1)"
+        );
+        serve_on(listener, state, shutdown::signal()).await
+    })
+}
+
+/// A server started in-process by [`spawn`].
+pub struct ServerHandle {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl ServerHandle {
+    /// Starts the graceful shutdown (as SIGTERM would).
+    pub fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// Waits for the server to stop (after `shutdown`).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("server task panicked")?
+    }
+}
+
+/// Starts serving `state` on `host:port` (port 0: a free one) in the current
+/// runtime.
+pub async fn spawn(state: Arc<AppState>, host: &str, port: u16) -> anyhow::Result<ServerHandle> {
+    let listener = TcpListener::bind((host, port)).await?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(serve_on(listener, state.clone(), async move {
+        let _ = rx.await;
+    }));
+    Ok(ServerHandle {
+        addr,
+        state,
+        stop: Some(tx),
+        task,
+    })
+}

@@ -25,6 +25,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt (or one chat message), streaming it to stdout.
     Generate(generate::GenerateArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (SSE streaming, SLO classes, metrics).
+    Serve(sloserve_server::ServeArgs),
     /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer.
     /// Drive an OpenAI-compatible server with streaming load; report TTFT/TPOT/ITL and goodput.
     Bench(sloserve_bench::BenchArgs),
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
+        Command::Serve(args) => sloserve_server::run(args),
         Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
         Command::Inspect { model } => sloserve_model::GgufFile::open(&model)
             .and_then(|f| sloserve_model::inspect::inspect(&f))

@@ -1,0 +1,352 @@
+//! `/v1/chat/completions`: the request (`messages` whose `content` is a string or a
+//! list of `{type: "text", text}` parts), the response, its stream chunks and the
+//! chat logprobs shape `{content: [{token, logprob, bytes, top_logprobs}]}`.
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::common::{check_logprobs, GenParams, RawCommon, StopSpec, StreamOptions, Usage};
+use crate::error::ApiError;
+
+/// Roles a message may have.
+pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContentPart {
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub text: Option<String>,
+}
+
+/// A message's `content`: a string, or a list of parts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => Ok(MessageContent::Text(s)),
+            v @ serde_json::Value::Array(_) => serde_json::from_value(v)
+                .map(MessageContent::Parts)
+                .map_err(|e| {
+                    D::Error::custom(format!(
+                        "expected a list of {{\"type\": \"text\", \"text\": ...}} parts ({e})"
+                    ))
+                }),
+            _ => Err(D::Error::custom(
+                "expected a string or a list of {\"type\": \"text\", \"text\": ...} parts",
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    #[serde(default)]
+    pub content: Option<MessageContent>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ChatCompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub messages: Vec<ChatMessage>,
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<StopSpec>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default)]
+    pub logprobs: Option<bool>,
+    #[serde(default)]
+    pub top_logprobs: Option<i64>,
+    #[serde(default)]
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Append the assistant header to the rendered prompt (default true).
+    #[serde(default)]
+    pub add_generation_prompt: Option<bool>,
+    /// sloserve: "interactive" or "batch".
+    #[serde(default)]
+    pub slo_class: Option<String>,
+    /// sloserve: this request's TTFT target.
+    #[serde(default)]
+    pub ttft_slo_ms: Option<f64>,
+}
+
+impl ChatCompletionRequest {
+    pub fn params(&self) -> Result<GenParams, ApiError> {
+        let logprobs = match (self.logprobs, self.top_logprobs) {
+            (Some(true), n) => Some(check_logprobs("top_logprobs", n.unwrap_or(0))?),
+            (_, Some(n)) if n > 0 => {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    "top_logprobs requires logprobs to be true",
+                ))
+            }
+            _ => None,
+        };
+        let (max_tokens, param) = match (self.max_completion_tokens, self.max_tokens) {
+            (Some(m), _) => (Some(m), "max_completion_tokens"),
+            (None, m) => (m, "max_tokens"),
+        };
+        RawCommon {
+            max_tokens,
+            max_tokens_param: param,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            seed: self.seed,
+            stop: self.stop.as_ref(),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            n: self.n,
+            best_of: None,
+            ignore_eos: self.ignore_eos,
+            slo_class: self.slo_class.as_ref(),
+            ttft_slo_ms: self.ttft_slo_ms,
+            stream: self.stream,
+            stream_options: self.stream_options.as_ref(),
+            user: self.user.as_ref(),
+            logit_bias: self.logit_bias.as_ref(),
+        }
+        .validate(logprobs)
+    }
+
+    /// The messages as (role, text) pairs, text parts joined by newlines.
+    pub fn text_messages(&self) -> Result<Vec<(String, String)>, ApiError> {
+        text_messages(&self.messages)
+    }
+}
+
+/// Checks roles and content parts; returns (role, text) pairs.
+pub fn text_messages(messages: &[ChatMessage]) -> Result<Vec<(String, String)>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid(
+            "messages",
+            "messages must contain at least one message",
+        ));
+    }
+    let mut out = Vec::with_capacity(messages.len());
+    for (i, m) in messages.iter().enumerate() {
+        if !ROLES.contains(&m.role.as_str()) {
+            let p = format!("messages[{i}].role");
+            return Err(ApiError::invalid(
+                &p,
+                format!(
+                    "{p}: unknown role '{}' (expected one of {})",
+                    m.role,
+                    ROLES.join(", ")
+                ),
+            ));
+        }
+        let text = match &m.content {
+            None => String::new(),
+            Some(MessageContent::Text(s)) => s.clone(),
+            Some(MessageContent::Parts(parts)) => {
+                let mut texts = Vec::with_capacity(parts.len());
+                for (j, part) in parts.iter().enumerate() {
+                    match (part.kind.as_str(), &part.text) {
+                        ("text", Some(t)) => texts.push(t.as_str()),
+                        ("text", None) => {
+                            let p = format!("messages[{i}].content[{j}].text");
+                            return Err(ApiError::invalid(&p, format!("{p}: field is required")));
+                        }
+                        (other, _) => {
+                            let p = format!("messages[{i}].content[{j}].type");
+                            return Err(ApiError::invalid(
+                                &p,
+                                format!(
+                                    "{p}: only 'text' content parts are supported, got '{other}'"
+                                ),
+                            ));
+                        }
+                    }
+                }
+                texts.join("\n")
+            }
+        };
+        out.push((m.role.clone(), text));
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatTokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub bytes: Vec<u8>,
+    pub top_logprobs: Vec<TopLogprob>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatLogprobs {
+    pub content: Vec<ChatTokenLogprob>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseMessage {
+    pub role: String,
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatChoice {
+    pub index: u32,
+    pub message: ResponseMessage,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionResponse {
+    pub id: String,
+    /// "chat.completion".
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChoice>,
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ChatDelta {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatChunkChoice {
+    pub index: u32,
+    pub delta: ChatDelta,
+    pub logprobs: Option<ChatLogprobs>,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatCompletionChunk {
+    pub id: String,
+    /// "chat.completion.chunk".
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<ChatChunkChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse_json;
+
+    fn req(json: &str) -> ChatCompletionRequest {
+        parse_json(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn content_forms_and_roles() {
+        let r = req(r#"{"messages":[{"role":"system","content":"be brief"},
+            {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+            {"role":"assistant","content":null}]}"#);
+        let m = r.text_messages().unwrap();
+        assert_eq!(m[1], ("user".to_string(), "a\nb".to_string()));
+        assert_eq!(m[2].1, "");
+        let r = req(
+            r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#,
+        );
+        let e = r.text_messages().unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].content[0].type"));
+        let e = req(r#"{"messages":[{"role":"robot","content":"x"}]}"#)
+            .text_messages()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages[0].role"));
+        let e = req(r#"{"messages":[]}"#).text_messages().unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("messages"));
+    }
+
+    #[test]
+    fn chat_params() {
+        let p = req(r#"{"messages":[],"max_completion_tokens":5,"max_tokens":9}"#)
+            .params()
+            .unwrap();
+        assert_eq!(p.max_tokens, Some(5));
+        assert_eq!(req(r#"{"messages":[]}"#).params().unwrap().max_tokens, None);
+        let p = req(r#"{"messages":[],"logprobs":true,"top_logprobs":3}"#)
+            .params()
+            .unwrap();
+        assert_eq!(p.logprobs, Some(3));
+        let e = req(r#"{"messages":[],"top_logprobs":3}"#)
+            .params()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("top_logprobs"));
+    }
+
+    #[test]
+    fn chunk_omits_absent_fields() {
+        let c = ChatCompletionChunk {
+            id: "x".into(),
+            object: "chat.completion.chunk".into(),
+            created: 1,
+            model: "m".into(),
+            choices: vec![ChatChunkChoice {
+                index: 0,
+                delta: ChatDelta {
+                    role: None,
+                    content: Some("hi".into()),
+                },
+                logprobs: None,
+                finish_reason: None,
+            }],
+            usage: None,
+        };
+        let s = serde_json::to_string(&c).unwrap();
+        assert!(s.contains(r#""delta":{"content":"hi"}"#), "{s}");
+        assert!(
+            s.contains(r#""finish_reason":null"#) && !s.contains("usage"),
+            "{s}"
+        );
+    }
+}

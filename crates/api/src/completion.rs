@@ -1,0 +1,326 @@
+//! `/v1/completions`: the request (prompt as text or token ids), the response, its
+//! stream chunks, and the legacy logprobs shape
+//! `{tokens, token_logprobs, top_logprobs, text_offset}`.
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::common::{check_logprobs, GenParams, RawCommon, StopSpec, StreamOptions, Usage};
+use crate::error::ApiError;
+
+/// `prompt`: a string or a list of token ids (a list holding one string or one
+/// list of ids is accepted too; several prompts per request are not).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+    /// A list of several prompts (refused by validation).
+    Batch(usize),
+}
+
+const PROMPT_TYPES: &str = "expected a string or an array of token ids";
+
+impl<'de> Deserialize<'de> for Prompt {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        use serde_json::Value;
+        fn ids<E: Error>(items: &[Value]) -> Result<Vec<u32>, E> {
+            items
+                .iter()
+                .map(|v| {
+                    v.as_u64()
+                        .filter(|&x| x <= u32::MAX as u64)
+                        .map(|x| x as u32)
+                        .ok_or_else(|| E::custom("token ids must be non-negative integers"))
+                })
+                .collect()
+        }
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(Prompt::Text(s)),
+            Value::Array(items) => match items.first() {
+                None => Ok(Prompt::Tokens(Vec::new())),
+                Some(Value::Number(_)) => ids(&items).map(Prompt::Tokens),
+                Some(_) if items.len() > 1 => Ok(Prompt::Batch(items.len())),
+                Some(Value::String(s)) => Ok(Prompt::Text(s.clone())),
+                Some(Value::Array(inner)) => ids(inner).map(Prompt::Tokens),
+                Some(_) => Err(D::Error::custom(PROMPT_TYPES)),
+            },
+            _ => Err(D::Error::custom(PROMPT_TYPES)),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct CompletionRequest {
+    #[serde(default)]
+    pub model: Option<String>,
+    pub prompt: Prompt,
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub temperature: Option<f64>,
+    #[serde(default)]
+    pub top_p: Option<f64>,
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    #[serde(default)]
+    pub seed: Option<i64>,
+    #[serde(default)]
+    pub stop: Option<StopSpec>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    /// Number of alternatives per token (0-20); `null`: no logprobs.
+    #[serde(default)]
+    pub logprobs: Option<i64>,
+    #[serde(default)]
+    pub n: Option<i64>,
+    #[serde(default)]
+    pub best_of: Option<i64>,
+    #[serde(default)]
+    pub echo: Option<bool>,
+    #[serde(default)]
+    pub suffix: Option<String>,
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
+    #[serde(default)]
+    pub ignore_eos: Option<bool>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// sloserve: "interactive" or "batch".
+    #[serde(default)]
+    pub slo_class: Option<String>,
+    /// sloserve: this request's TTFT target.
+    #[serde(default)]
+    pub ttft_slo_ms: Option<f64>,
+}
+
+/// OpenAI's default `max_tokens` for legacy completions.
+pub const DEFAULT_COMPLETION_MAX_TOKENS: u32 = 16;
+
+impl CompletionRequest {
+    /// Validated generation parameters (the prompt is checked by the server, which
+    /// knows the tokenizer and context length).
+    pub fn params(&self) -> Result<GenParams, ApiError> {
+        if let Prompt::Batch(n) = self.prompt {
+            return Err(ApiError::invalid(
+                "prompt",
+                format!("prompt: one prompt per request is supported, got a list of {n}"),
+            ));
+        }
+        if self.echo == Some(true) {
+            return Err(ApiError::invalid("echo", "echo is not supported"));
+        }
+        if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::invalid("suffix", "suffix is not supported"));
+        }
+        let logprobs = self
+            .logprobs
+            .map(|n| check_logprobs("logprobs", n))
+            .transpose()?;
+        let (max_tokens, param) = match (self.max_tokens, self.max_completion_tokens) {
+            (Some(m), _) => (Some(m), "max_tokens"),
+            (None, Some(m)) => (Some(m), "max_completion_tokens"),
+            (None, None) => (Some(DEFAULT_COMPLETION_MAX_TOKENS as i64), "max_tokens"),
+        };
+        RawCommon {
+            max_tokens,
+            max_tokens_param: param,
+            temperature: self.temperature,
+            top_p: self.top_p,
+            top_k: self.top_k,
+            min_p: self.min_p,
+            seed: self.seed,
+            stop: self.stop.as_ref(),
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            n: self.n,
+            best_of: self.best_of,
+            ignore_eos: self.ignore_eos,
+            slo_class: self.slo_class.as_ref(),
+            ttft_slo_ms: self.ttft_slo_ms,
+            stream: self.stream,
+            stream_options: self.stream_options.as_ref(),
+            user: self.user.as_ref(),
+            logit_bias: self.logit_bias.as_ref(),
+        }
+        .validate(logprobs)
+    }
+}
+
+/// `{token text: logprob}` for one position, best first (serialized as a JSON
+/// object in that order).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TopLogprobsMap(pub Vec<(String, f32)>);
+
+impl Serialize for TopLogprobsMap {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (k, v) in &self.0 {
+            m.serialize_entry(k, v)?;
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for TopLogprobsMap {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let m = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        Ok(TopLogprobsMap(
+            m.into_iter()
+                .map(|(k, v)| (k, v.as_f64().unwrap_or(f64::NEG_INFINITY) as f32))
+                .collect(),
+        ))
+    }
+}
+
+/// Legacy completions logprobs, one entry per generated token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompletionLogprobs {
+    pub tokens: Vec<String>,
+    pub token_logprobs: Vec<f32>,
+    pub top_logprobs: Vec<TopLogprobsMap>,
+    /// Offset of each token's text in the completion text.
+    pub text_offset: Vec<usize>,
+}
+
+impl CompletionLogprobs {
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionChoice {
+    pub index: u32,
+    pub text: String,
+    pub logprobs: Option<CompletionLogprobs>,
+    pub finish_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionResponse {
+    pub id: String,
+    /// "text_completion".
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    pub usage: Usage,
+}
+
+/// One `data:` event of a streamed completion; the optional last one before
+/// `[DONE]` carries `usage` and no choices.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CompletionChunk {
+    pub id: String,
+    /// "text_completion".
+    pub object: String,
+    pub created: u64,
+    pub model: String,
+    pub choices: Vec<CompletionChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse_json;
+
+    fn req(json: &str) -> CompletionRequest {
+        parse_json(json.as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn prompt_forms() {
+        assert_eq!(req(r#"{"prompt":"hi"}"#).prompt, Prompt::Text("hi".into()));
+        assert_eq!(
+            req(r#"{"prompt":[1,2]}"#).prompt,
+            Prompt::Tokens(vec![1, 2])
+        );
+        assert_eq!(
+            req(r#"{"prompt":["hi"]}"#).prompt,
+            Prompt::Text("hi".into())
+        );
+        assert_eq!(req(r#"{"prompt":[[3]]}"#).prompt, Prompt::Tokens(vec![3]));
+        let e = req(r#"{"prompt":["a","b"]}"#).params().unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        let e = parse_json::<CompletionRequest>(br#"{"prompt":[1,-2]}"#).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("prompt"));
+        let e = parse_json::<CompletionRequest>(br#"{"prompt":{"a":1}}"#).unwrap_err();
+        assert!(
+            e.message.contains("expected a string or an array"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn params_defaults_and_ranges() {
+        let p = req(r#"{"prompt":"a"}"#).params().unwrap();
+        assert_eq!(p.max_tokens, Some(16));
+        assert_eq!(p.temperature, 1.0);
+        assert!(p.logprobs.is_none() && !p.stream && !p.include_usage);
+        let p = req(r#"{"prompt":"a","stop":"x","logprobs":2,"stream":true,
+                       "stream_options":{"include_usage":true},"seed":7,"top_k":-1}"#)
+        .params()
+        .unwrap();
+        assert_eq!(p.stop, vec!["x".to_string()]);
+        assert_eq!((p.logprobs, p.seed, p.top_k), (Some(2), Some(7), 0));
+        assert!(p.include_usage);
+        for (body, param) in [
+            (r#"{"prompt":"a","temperature":2.5}"#, "temperature"),
+            (r#"{"prompt":"a","temperature":-1}"#, "temperature"),
+            (r#"{"prompt":"a","top_p":0}"#, "top_p"),
+            (r#"{"prompt":"a","top_p":1.5}"#, "top_p"),
+            (r#"{"prompt":"a","max_tokens":0}"#, "max_tokens"),
+            (
+                r#"{"prompt":"a","max_completion_tokens":-3}"#,
+                "max_completion_tokens",
+            ),
+            (r#"{"prompt":"a","top_k":-2}"#, "top_k"),
+            (r#"{"prompt":"a","min_p":2}"#, "min_p"),
+            (r#"{"prompt":"a","presence_penalty":3}"#, "presence_penalty"),
+            (
+                r#"{"prompt":"a","frequency_penalty":-3}"#,
+                "frequency_penalty",
+            ),
+            (r#"{"prompt":"a","n":2}"#, "n"),
+            (r#"{"prompt":"a","logprobs":21}"#, "logprobs"),
+            (r#"{"prompt":"a","stop":["a",""]}"#, "stop"),
+            (r#"{"prompt":"a","slo_class":"bulk"}"#, "slo_class"),
+            (r#"{"prompt":"a","ttft_slo_ms":0}"#, "ttft_slo_ms"),
+            (r#"{"prompt":"a","echo":true}"#, "echo"),
+        ] {
+            let e = req(body).params().unwrap_err();
+            assert_eq!(e.status, 400);
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+            assert!(e.message.contains(param), "{}", e.message);
+        }
+    }
+
+    #[test]
+    fn top_logprobs_serialize_as_ordered_object() {
+        let lp = CompletionLogprobs {
+            tokens: vec!["b".into()],
+            token_logprobs: vec![-0.5],
+            top_logprobs: vec![TopLogprobsMap(vec![("b".into(), -0.5), ("a".into(), -1.0)])],
+            text_offset: vec![0],
+        };
+        let s = serde_json::to_string(&lp).unwrap();
+        assert!(s.contains(r#""top_logprobs":[{"b":-0.5,"a":-1.0}]"#), "{s}");
+        let back: CompletionLogprobs = serde_json::from_str(&s).unwrap();
+        assert_eq!(back.top_logprobs[0].0.len(), 2);
+    }
+}

@@ -1,0 +1,70 @@
+//! `POST /v1/chat/completions`: messages rendered with the model's chat template,
+//! then generated like a completion.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage};
+use sloserve_model::chat_template::ChatMessage as TemplateMessage;
+
+use crate::error::ServerError;
+use crate::generate::{generate, Kind};
+use crate::state::AppState;
+
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match inner(state, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Renders `messages` with the model's template (the assistant header appended
+/// when `add_generation_prompt`).
+pub fn render(
+    state: &AppState,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+) -> Result<String, ServerError> {
+    let msgs = sloserve_api::chat::text_messages(messages)?;
+    let Some(template) = &state.chat_template else {
+        return Err(ApiError::invalid(
+            "messages",
+            "messages: this model has no chat template; use /v1/completions",
+        )
+        .into());
+    };
+    let msgs: Vec<TemplateMessage> = msgs
+        .into_iter()
+        .map(|(role, content)| TemplateMessage::new(role, content))
+        .collect();
+    template
+        .render(&msgs, add_generation_prompt)
+        .map_err(|e| ServerError::Template(e.to_string()))
+}
+
+async fn inner(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServerError> {
+    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
+    state.check_accepting()?;
+    let req: ChatCompletionRequest = parse_json(&body)?;
+    state.check_model(req.model.as_deref())?;
+    let params = req.params()?;
+    let text = render(
+        &state,
+        &req.messages,
+        req.add_generation_prompt.unwrap_or(true),
+    )?;
+    let prompt = state.encode(&text, "messages")?;
+    generate(state, &headers, prompt, params, Kind::Chat).await
+}

@@ -1,0 +1,46 @@
+//! `POST /v1/completions`: a prompt (text or token ids) continued by the model.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use sloserve_api::{parse_json, CompletionRequest, Prompt};
+
+use crate::error::ServerError;
+use crate::generate::{generate, Kind};
+use crate::state::AppState;
+
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match inner(state, headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn inner(
+    state: Arc<AppState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServerError> {
+    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
+    state.check_accepting()?;
+    let req: CompletionRequest = parse_json(&body)?;
+    state.check_model(req.model.as_deref())?;
+    let params = req.params()?;
+    let prompt = match req.prompt {
+        Prompt::Text(text) => state.encode(&text, "prompt")?,
+        Prompt::Tokens(ids) => {
+            state.check_ids(&ids, "prompt")?;
+            ids
+        }
+        Prompt::Batch(_) => unreachable!("refused by params()"),
+    };
+    generate(state, &headers, prompt, params, Kind::Completion).await
+}

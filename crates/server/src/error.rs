@@ -1,0 +1,180 @@
+//! `ServerError` and the ONE mapping from every error (API validation, engine
+//! refusals, tokenizer and template failures, draining) to an HTTP status and
+//! OpenAI's error body.
+
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use sloserve_api::ApiError;
+use sloserve_engine::EngineError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// Parsing or validation of the request.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// The engine refused the request; `prompt_param` is the field holding the
+    /// prompt ("prompt" or "messages").
+    #[error("{source}")]
+    Engine {
+        source: EngineError,
+        prompt_param: &'static str,
+    },
+    /// The body exceeds the limit.
+    #[error("request body too large")]
+    BodyTooLarge { limit: usize },
+    /// The body could not be read.
+    #[error("cannot read the request body: {0}")]
+    Body(String),
+    /// The model's chat template failed on these messages.
+    #[error("chat template: {0}")]
+    Template(String),
+    /// The server is draining (shutting down).
+    #[error("the server is shutting down")]
+    Draining,
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl From<EngineError> for ServerError {
+    fn from(source: EngineError) -> Self {
+        ServerError::Engine {
+            source,
+            prompt_param: "prompt",
+        }
+    }
+}
+
+impl ServerError {
+    pub fn engine(source: EngineError, prompt_param: &'static str) -> Self {
+        ServerError::Engine {
+            source,
+            prompt_param,
+        }
+    }
+
+    pub fn from_body_rejection(r: BytesRejection, limit: usize) -> Self {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ServerError::BodyTooLarge { limit }
+        } else {
+            ServerError::Body(r.body_text())
+        }
+    }
+
+    /// The client's view of this error, and the `Retry-After` seconds if any.
+    pub fn to_api(&self) -> (ApiError, Option<u64>) {
+        match self {
+            ServerError::Api(e) => (e.clone(), None),
+            ServerError::BodyTooLarge { limit } => (ApiError::too_large(*limit), None),
+            ServerError::Body(m) => (ApiError::bad_request(m.clone()), None),
+            ServerError::Template(m) => (
+                ApiError::invalid("messages", format!("messages: cannot apply the chat template: {m}")),
+                None,
+            ),
+            ServerError::Draining => (
+                ApiError::unavailable("the server is shutting down and accepts no new requests"),
+                Some(1),
+            ),
+            ServerError::Internal(m) => (ApiError::internal(m.clone()), None),
+            ServerError::Engine {
+                source,
+                prompt_param,
+            } => match source {
+                EngineError::Overloaded {
+                    class,
+                    retry_after_s,
+                } => (
+                    ApiError::overloaded(format!(
+                        "the server is overloaded for {class} requests (waiting queue full or TTFT SLO unreachable); retry after {retry_after_s} s"
+                    )),
+                    Some(*retry_after_s),
+                ),
+                EngineError::PromptTooLong { len, max } => (
+                    ApiError::invalid(
+                        *prompt_param,
+                        format!(
+                            "{prompt_param}: the prompt is {len} tokens long, but at most {max} fit this model's context"
+                        ),
+                    )
+                    .with_code("context_length_exceeded"),
+                    None,
+                ),
+                EngineError::EngineStopped => (
+                    ApiError::unavailable("the engine has stopped and accepts no new requests"),
+                    Some(1),
+                ),
+                EngineError::InvalidRequest(m) => (ApiError::bad_request(m.clone()), None),
+                EngineError::InvalidConfig(m) => (ApiError::internal(m.clone()), None),
+            },
+        }
+    }
+}
+
+/// An OpenAI-shaped error response.
+pub fn api_response(e: &ApiError, retry_after: Option<u64>) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut resp = (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        e.to_json(),
+    )
+        .into_response();
+    if let Some(s) = retry_after {
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(s));
+    }
+    resp
+}
+
+impl IntoResponse for ServerError {
+    fn into_response(self) -> Response {
+        let (e, retry) = self.to_api();
+        if e.status >= 500 && e.status != 503 {
+            tracing::error!(error = %self, "request failed");
+        } else {
+            tracing::debug!(status = e.status, error = %e.message, "request refused");
+        }
+        api_response(&e, retry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sloserve_engine::SloClass;
+
+    #[test]
+    fn engine_errors_map_to_statuses() {
+        let cases = [
+            (
+                EngineError::Overloaded {
+                    class: SloClass::Batch,
+                    retry_after_s: 3,
+                },
+                429,
+                Some(3),
+            ),
+            (EngineError::PromptTooLong { len: 9, max: 5 }, 400, None),
+            (EngineError::EngineStopped, 503, Some(1)),
+            (EngineError::InvalidRequest("x".into()), 400, None),
+        ];
+        for (err, status, retry) in cases {
+            let (api, r) = ServerError::engine(err, "messages").to_api();
+            assert_eq!((api.status, r), (status, retry));
+        }
+        let (api, _) =
+            ServerError::engine(EngineError::PromptTooLong { len: 9, max: 5 }, "messages").to_api();
+        assert_eq!(api.param.as_deref(), Some("messages"));
+        assert_eq!(api.code.as_deref(), Some("context_length_exceeded"));
+        let resp = ServerError::from(EngineError::Overloaded {
+            class: SloClass::Interactive,
+            retry_after_s: 2,
+        })
+        .into_response();
+        assert_eq!(resp.status(), 429);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+    }
+}

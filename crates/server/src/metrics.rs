@@ -1,0 +1,360 @@
+//! Prometheus metrics in the text exposition format, written by hand. Histograms
+//! (per SLO class) are observed from each finished request's engine timings (TTFT,
+//! queue, prefill, e2e, TPOT) and from token times (ITL); gauges and counters are
+//! read from `EngineHandle::stats()` at scrape time. Names follow vLLM's pattern,
+//! plus the `vllm:` gauges the Kubernetes inference gateway reads.
+
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sloserve_engine::{EngineStats, FinishInfo, FinishReason, SloClass};
+
+/// Seconds; from 5 ms (a 100 ms voice SLO falls well inside) to 60 s.
+pub const BUCKETS: [f64; 20] = [
+    0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0,
+    15.0, 20.0, 30.0, 60.0,
+];
+
+#[derive(Debug, Clone, Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn observe(&mut self, secs: f64) {
+        if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
+            self.counts[i] += 1;
+        }
+        self.sum += secs;
+        self.count += 1;
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum H {
+    Ttft,
+    Itl,
+    Tpot,
+    E2e,
+    Queue,
+    Prefill,
+}
+
+const HISTOGRAMS: [(H, &str, &str); 6] = [
+    (
+        H::Ttft,
+        "time_to_first_token_seconds",
+        "Time from arrival to the first token.",
+    ),
+    (
+        H::Itl,
+        "inter_token_latency_seconds",
+        "Time between consecutive tokens of a request.",
+    ),
+    (
+        H::Tpot,
+        "time_per_output_token_seconds",
+        "Mean time per output token after the first, per request.",
+    ),
+    (
+        H::E2e,
+        "e2e_request_latency_seconds",
+        "Time from arrival to the request's end.",
+    ),
+    (
+        H::Queue,
+        "request_queue_time_seconds",
+        "Time from arrival to the first scheduled step.",
+    ),
+    (
+        H::Prefill,
+        "request_prefill_time_seconds",
+        "Time from the first scheduled step to the first token.",
+    ),
+];
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// [histogram][class]
+    hist: [[Histogram; 2]; 6],
+    /// Requests finished, [class][stop, length, error, cancelled by client].
+    finished: [[u64; 4]; 2],
+}
+
+const REASONS: [&str; 4] = ["stop", "length", "error", "abort"];
+
+pub struct Metrics {
+    model_name: String,
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    pub fn new(model_name: &str) -> Self {
+        Metrics {
+            model_name: model_name.replace(['"', '\\', '\n'], "_"),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut g)
+    }
+
+    pub fn observe_itl(&self, class: SloClass, d: Duration) {
+        self.with(|m| m.hist[H::Itl as usize][class.index()].observe(d.as_secs_f64()));
+    }
+
+    /// A request the engine finished (any reason).
+    pub fn observe_finished(&self, class: SloClass, info: &FinishInfo) {
+        let c = class.index();
+        let t = &info.timings;
+        self.with(|m| {
+            let reason = match info.reason {
+                FinishReason::Stop => 0,
+                FinishReason::Length => 1,
+                FinishReason::Error(_) => 2,
+                FinishReason::Cancelled => 3,
+            };
+            m.finished[c][reason] += 1;
+            if reason > 1 {
+                return;
+            }
+            let mut obs = |h: H, d: Option<Duration>| {
+                if let Some(d) = d {
+                    m.hist[h as usize][c].observe(d.as_secs_f64());
+                }
+            };
+            obs(H::Ttft, t.ttft());
+            obs(H::E2e, t.e2e());
+            obs(H::Queue, t.queue_time());
+            obs(H::Prefill, t.prefill_time());
+            obs(H::Tpot, t.mean_inter_token(info.completion_tokens));
+        });
+    }
+
+    /// A request the server ended itself (a stop string matched).
+    pub fn observe_partial(
+        &self,
+        class: SloClass,
+        ttft: Option<Duration>,
+        e2e: Duration,
+        _reason: &str,
+    ) {
+        let c = class.index();
+        self.with(|m| {
+            m.finished[c][0] += 1;
+            if let Some(t) = ttft {
+                m.hist[H::Ttft as usize][c].observe(t.as_secs_f64());
+            }
+            m.hist[H::E2e as usize][c].observe(e2e.as_secs_f64());
+        });
+    }
+
+    /// A client went away before its request finished.
+    pub fn observe_disconnect(&self, class: SloClass) {
+        self.with(|m| m.finished[class.index()][3] += 1);
+    }
+
+    /// The whole exposition: histograms plus the engine's gauges and counters.
+    pub fn render(&self, st: &EngineStats) -> String {
+        let model = &self.model_name;
+        let mut out = String::with_capacity(16 << 10);
+        let inner = self.with(|m| (m.hist.clone(), m.finished));
+        let (hist, finished) = inner;
+        for (h, name, help) in HISTOGRAMS {
+            let _ = writeln!(out, "# HELP sloserve:{name} {help}");
+            let _ = writeln!(out, "# TYPE sloserve:{name} histogram");
+            for class in SloClass::ALL {
+                let hg = &hist[h as usize][class.index()];
+                let labels = format!("model_name=\"{model}\",slo_class=\"{class}\"");
+                let mut cum = 0;
+                for (b, n) in BUCKETS.iter().zip(hg.counts) {
+                    cum += n;
+                    let _ = writeln!(out, "sloserve:{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
+                }
+                let _ = writeln!(
+                    out,
+                    "sloserve:{name}_bucket{{{labels},le=\"+Inf\"}} {}",
+                    hg.count
+                );
+                let _ = writeln!(out, "sloserve:{name}_sum{{{labels}}} {}", hg.sum);
+                let _ = writeln!(out, "sloserve:{name}_count{{{labels}}} {}", hg.count);
+            }
+        }
+        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, v) in rows {
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+            }
+        };
+        let m = format!("model_name=\"{model}\"");
+        let per_class = |f: &dyn Fn(SloClass) -> f64| -> Vec<(String, f64)> {
+            SloClass::ALL
+                .iter()
+                .map(|&c| (format!("{m},slo_class=\"{c}\""), f(c)))
+                .collect()
+        };
+        let one = |v: f64| vec![(m.clone(), v)];
+        let c = &st.counters;
+        family(
+            "sloserve:num_requests_running",
+            "gauge",
+            "Requests running in the engine.",
+            per_class(&|k| *st.running.get(k) as f64),
+        );
+        family(
+            "sloserve:num_requests_waiting",
+            "gauge",
+            "Requests waiting to start.",
+            per_class(&|k| *st.waiting.get(k) as f64),
+        );
+        family(
+            "sloserve:kv_cache_usage_perc",
+            "gauge",
+            "Fraction of KV blocks held by running requests (0-1).",
+            one(st.kv_usage),
+        );
+        family(
+            "sloserve:kv_cache_blocks_total",
+            "gauge",
+            "KV blocks in the pool.",
+            one(st.kv_blocks_total as f64),
+        );
+        family(
+            "sloserve:kv_cache_blocks_used",
+            "gauge",
+            "KV blocks held by running requests.",
+            one(st.kv_blocks_used as f64),
+        );
+        family(
+            "sloserve:prefill_tokens_per_second",
+            "gauge",
+            "Measured prefill rate (moving average).",
+            one(st.prefill_tokens_per_s),
+        );
+        family(
+            "sloserve:prefix_cache_queries_total",
+            "counter",
+            "Prompt tokens looked up in the prefix cache.",
+            one(c.prefix_cache_queried_tokens as f64),
+        );
+        family(
+            "sloserve:prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens found in the prefix cache.",
+            one(c.prefix_cache_hit_tokens as f64),
+        );
+        family(
+            "sloserve:prompt_tokens_total",
+            "counter",
+            "Prompt tokens of started requests (computed plus cached).",
+            one((c.prompt_tokens_computed + c.prompt_tokens_cached) as f64),
+        );
+        family(
+            "sloserve:generation_tokens_total",
+            "counter",
+            "Tokens generated.",
+            one(c.generation_tokens as f64),
+        );
+        family(
+            "sloserve:num_preemptions_total",
+            "counter",
+            "Sequences preempted (KV freed, recomputed later).",
+            one(c.preemptions as f64),
+        );
+        family(
+            "sloserve:requests_rejected_total",
+            "counter",
+            "Requests refused by admission control (HTTP 429).",
+            per_class(&|k| *st.rejected.get(k) as f64),
+        );
+        let mut rows = Vec::new();
+        for class in SloClass::ALL {
+            for (i, r) in REASONS.iter().enumerate() {
+                rows.push((
+                    format!("{m},slo_class=\"{class}\",finished_reason=\"{r}\""),
+                    finished[class.index()][i] as f64,
+                ));
+            }
+        }
+        family(
+            "sloserve:request_success_total",
+            "counter",
+            "Requests finished, by reason.",
+            rows,
+        );
+        let waiting = (st.waiting.interactive + st.waiting.batch) as f64;
+        let running = (st.running.interactive + st.running.batch) as f64;
+        family(
+            "vllm:num_requests_waiting",
+            "gauge",
+            "Requests waiting (vLLM name, for inference gateways).",
+            one(waiting),
+        );
+        family(
+            "vllm:num_requests_running",
+            "gauge",
+            "Requests running (vLLM name, for inference gateways).",
+            one(running),
+        );
+        family(
+            "vllm:kv_cache_usage_perc",
+            "gauge",
+            "KV cache usage, 0-1 (vLLM name, for inference gateways).",
+            one(st.kv_usage),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sloserve_engine::RequestTimings;
+    use std::time::Instant;
+
+    #[test]
+    fn exposition_has_buckets_and_gauges() {
+        let m = Metrics::new("smol");
+        let t0 = Instant::now();
+        let mut t = RequestTimings::new(t0);
+        t.first_scheduled = Some(t0 + Duration::from_millis(2));
+        t.first_token = Some(t0 + Duration::from_millis(80));
+        t.last_token = Some(t0 + Duration::from_millis(180));
+        t.finish = t.last_token;
+        m.observe_finished(
+            SloClass::Interactive,
+            &FinishInfo {
+                reason: FinishReason::Length,
+                prompt_tokens: 5,
+                completion_tokens: 11,
+                cached_prompt_tokens: 0,
+                timings: t,
+            },
+        );
+        m.observe_itl(SloClass::Batch, Duration::from_millis(7));
+        let st = EngineStats {
+            kv_usage: 0.25,
+            ..Default::default()
+        };
+        let s = m.render(&st);
+        let ttft = "sloserve:time_to_first_token_seconds_bucket{model_name=\"smol\",slo_class=\"interactive\"";
+        assert!(s.contains(&format!("{ttft},le=\"0.075\"}} 0")), "{s}");
+        assert!(s.contains(&format!("{ttft},le=\"0.1\"}} 1")), "{s}");
+        assert!(s.contains(&format!("{ttft},le=\"+Inf\"}} 1")), "{s}");
+        assert!(s.contains(
+            "sloserve:inter_token_latency_seconds_count{model_name=\"smol\",slo_class=\"batch\"} 1"
+        ));
+        assert!(
+            s.contains("vllm:kv_cache_usage_perc{model_name=\"smol\"} 0.25"),
+            "{s}"
+        );
+        assert!(s.contains("# TYPE sloserve:requests_rejected_total counter"));
+        assert!(s.contains("finished_reason=\"length\"} 1"));
+    }
+}

@@ -1,0 +1,167 @@
+//! The small endpoints: `/v1/models`, vLLM's `/tokenize` and `/detokenize`,
+//! `/health`, `/ready`, `/metrics`, and the OpenAI-shaped 404 / 405 fallbacks.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+use sloserve_api::{
+    parse_json, ApiError, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
+    TokenizeRequest, TokenizeResponse,
+};
+
+use crate::chat::render;
+use crate::error::{api_response, ServerError};
+use crate::state::AppState;
+
+fn card(state: &AppState) -> ModelCard {
+    ModelCard {
+        id: state.model_name.clone(),
+        object: "model".into(),
+        created: state.created,
+        owned_by: "sloserve".into(),
+        root: state.model_aliases.get(1).cloned().unwrap_or_default(),
+        max_model_len: state.max_model_len,
+    }
+}
+
+pub async fn models(State(state): State<Arc<AppState>>) -> Response {
+    Json(ModelList {
+        object: "list".into(),
+        data: vec![card(&state)],
+    })
+    .into_response()
+}
+
+pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
+    match state.check_model(Some(&id)) {
+        Ok(()) => Json(card(&state)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+fn or_error(r: Result<Response, ServerError>) -> Response {
+    r.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn tokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    or_error((|| {
+        let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
+        let req: TokenizeRequest = parse_json(&body)?;
+        state.check_model(req.model.as_deref())?;
+        req.validate()?;
+        let (text, add_special, param) = match (&req.prompt, &req.messages) {
+            (Some(p), _) => (p.clone(), req.add_special_tokens.unwrap_or(true), "prompt"),
+            (None, Some(m)) => (
+                render(&state, m, req.add_generation_prompt.unwrap_or(true))?,
+                req.add_special_tokens.unwrap_or(false),
+                "messages",
+            ),
+            (None, None) => unreachable!("validated"),
+        };
+        let tokens = if add_special {
+            state.encode(&text, param)?
+        } else {
+            state
+                .tokenizer
+                .encode(&text, true)
+                .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")))?
+        };
+        let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
+            tokens
+                .iter()
+                .map(|&t| state.tokenizer.token_str(t).unwrap_or_default().to_string())
+                .collect()
+        });
+        Ok(Json(TokenizeResponse {
+            count: tokens.len(),
+            max_model_len: state.max_model_len,
+            tokens,
+            token_strs,
+        })
+        .into_response())
+    })())
+}
+
+pub async fn detokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    or_error((|| {
+        let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
+        let req: DetokenizeRequest = parse_json(&body)?;
+        state.check_model(req.model.as_deref())?;
+        state.check_ids(&req.tokens, "tokens")?;
+        let prompt = state
+            .tokenizer
+            .decode(&req.tokens, false)
+            .map_err(|e| ApiError::invalid("tokens", format!("tokens: {e}")))?;
+        Ok(Json(DetokenizeResponse { prompt }).into_response())
+    })())
+}
+
+/// Alive: 200 unless the engine died on its own.
+pub async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if state.engine.is_accepting() || state.is_draining() {
+        (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "engine stopped"})),
+        )
+            .into_response()
+    }
+}
+
+/// Ready: the model is loaded and the server is not draining.
+pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    if state.is_draining() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "draining"})),
+        )
+            .into_response()
+    } else if !state.engine.is_accepting() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "engine stopped"})),
+        )
+            .into_response()
+    } else {
+        (StatusCode::OK, Json(json!({"status": "ready"}))).into_response()
+    }
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let text = state.metrics.render(&state.engine.stats());
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+pub async fn not_found(method: Method, uri: Uri) -> Response {
+    api_response(
+        &ApiError::route_not_found(method.as_str(), uri.path()),
+        None,
+    )
+}
+
+pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    api_response(
+        &ApiError::method_not_allowed(method.as_str(), uri.path()),
+        None,
+    )
+}

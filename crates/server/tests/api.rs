@@ -1,0 +1,586 @@
+//! The HTTP API against the real server and default model: completions and chat,
+//! JSON and SSE, usage numbers, stop strings, seeds, logprobs, tokenize, models,
+//! metrics, UTF-8 streaming, SLO classes and every 4xx error with its OpenAI shape.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// One fast-precision server shared by the tests of this file.
+fn server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| TestServer::start(test_args()))
+}
+
+/// An exact-precision server for the tests that compare outputs across requests:
+/// exact mode is batch-invariant, so concurrent tests cannot change a result.
+fn exact_server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| {
+        let mut a = test_args();
+        a.precision = "exact".parse().unwrap();
+        TestServer::start(a)
+    })
+}
+
+/// Every SSE event of a streamed request, as JSON (the `[DONE]` checked and dropped).
+fn stream_all(s: &TestServer, path: &str, body: &Value) -> (Vec<Value>, String) {
+    let mut st = send(s.addr, "POST", path, &[], body.to_string().as_bytes());
+    assert_eq!(st.status, 200);
+    assert_eq!(st.header("content-type"), Some("text/event-stream"));
+    let raw = String::from_utf8(st.read_all()).expect("UTF-8 stream");
+    assert!(raw.ends_with("data: [DONE]\n\n"), "{raw}");
+    let events: Vec<&str> = raw.strip_suffix("\n\n").unwrap().split("\n\n").collect();
+    let mut out = Vec::new();
+    for (i, ev) in events.iter().enumerate() {
+        assert!(!ev.contains('\n'), "one line per event: {ev:?}");
+        let data = ev.strip_prefix("data: ").expect("data: prefix");
+        if i + 1 == events.len() {
+            assert_eq!(data, "[DONE]");
+        } else {
+            out.push(serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {data}")));
+        }
+    }
+    (out, raw)
+}
+
+fn text_of(chunks: &[Value]) -> String {
+    chunks
+        .iter()
+        .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+        .filter_map(|ch| {
+            ch["text"]
+                .as_str()
+                .or(ch["delta"]["content"].as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+fn tokenize_count(s: &TestServer, prompt: &str) -> u64 {
+    let r = post(s.addr, "/tokenize", &json!({"prompt": prompt}));
+    assert_eq!(r.status, 200);
+    r.json()["count"].as_u64().unwrap()
+}
+
+#[test]
+fn completion_json_with_usage_and_timings() {
+    let s = server();
+    let prompt = "The capital of France is";
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"model": "smol", "prompt": prompt, "max_tokens": 8, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    assert_eq!(v["model"], "smol");
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"));
+    let ch = &v["choices"][0];
+    assert!(ch["text"].is_string());
+    assert!(ch["finish_reason"] == "length" || ch["finish_reason"] == "stop");
+    let u = &v["usage"];
+    assert_eq!(
+        u["prompt_tokens"].as_u64().unwrap(),
+        tokenize_count(s, prompt)
+    );
+    let c = u["completion_tokens"].as_u64().unwrap();
+    assert!((1..=8).contains(&c));
+    assert_eq!(
+        u["total_tokens"].as_u64().unwrap(),
+        u["prompt_tokens"].as_u64().unwrap() + c
+    );
+    assert!(u["prompt_tokens_details"]["cached_tokens"].is_u64());
+    let t = &u["sloserve"];
+    assert_eq!(t["slo_class"], "interactive");
+    for k in ["queue_ms", "ttft_ms", "prefill_ms", "e2e_ms"] {
+        assert!(t[k].as_f64().unwrap() >= 0.0, "{k}: {t}");
+    }
+    assert!(t["ttft_ms"].as_f64().unwrap() <= t["e2e_ms"].as_f64().unwrap());
+    assert!(t["preemptions"].is_u64() && t["cached_prompt_tokens"].is_u64());
+}
+
+#[test]
+fn completion_stream_framing_usage_and_logprobs() {
+    let s = server();
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0,
+        "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}, "logprobs": 1});
+    let (chunks, _) = stream_all(s, "/v1/completions", &body);
+    let (usage_chunk, rest) = chunks.split_last().unwrap();
+    assert_eq!(usage_chunk["choices"], json!([]));
+    let u = &usage_chunk["usage"];
+    assert_eq!(u["completion_tokens"], 12);
+    assert_eq!(
+        u["prompt_tokens"].as_u64().unwrap(),
+        tokenize_count(s, "Once upon a time")
+    );
+    assert!(u["sloserve"]["ttft_ms"].as_f64().unwrap() > 0.0);
+    let finishes: Vec<&Value> = rest
+        .iter()
+        .map(|c| &c["choices"][0]["finish_reason"])
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finishes, vec![&json!("length")]);
+    assert!(rest.last().unwrap()["choices"][0]["finish_reason"] == "length");
+    let streamed_tokens: usize = rest
+        .iter()
+        .filter_map(|c| {
+            c["choices"][0]["logprobs"]["tokens"]
+                .as_array()
+                .map(Vec::len)
+        })
+        .sum();
+    assert_eq!(streamed_tokens, 12, "one logprobs entry per streamed token");
+    for c in rest {
+        assert_eq!(c["object"], "text_completion");
+        assert!(c.get("usage").is_none());
+    }
+    assert!(!text_of(rest).is_empty());
+    // Without include_usage: no usage chunk.
+    let body = json!({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true, "stream": true});
+    let (chunks, _) = stream_all(s, "/v1/completions", &body);
+    assert!(chunks
+        .iter()
+        .all(|c| c.get("usage").is_none() && c["choices"].as_array().unwrap().len() == 1));
+}
+
+#[test]
+fn chat_json_and_stream() {
+    let s = server();
+    let msgs = json!([{"role": "system", "content": "You are brief."},
+                      {"role": "user", "content": [{"type": "text", "text": "Say hello."}]}]);
+    let r = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": msgs, "max_tokens": 10, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(v["choices"][0]["message"]["role"], "assistant");
+    assert!(v["choices"][0]["message"]["content"].is_string());
+    let rendered = post(s.addr, "/tokenize", &json!({"messages": msgs}));
+    assert_eq!(v["usage"]["prompt_tokens"], rendered.json()["count"]);
+
+    let body = json!({"messages": msgs, "max_completion_tokens": 10, "temperature": 0, "ignore_eos": true,
+        "stream": true, "stream_options": {"include_usage": true}});
+    let (chunks, _) = stream_all(s, "/v1/chat/completions", &body);
+    assert_eq!(
+        chunks[0]["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
+    let n = chunks.len();
+    assert_eq!(chunks[n - 2]["choices"][0]["delta"], json!({}));
+    assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chunks[n - 1]["usage"]["completion_tokens"], 10);
+    for c in &chunks {
+        assert_eq!(c["object"], "chat.completion.chunk");
+    }
+    assert!(!text_of(&chunks).is_empty());
+}
+
+#[test]
+fn stop_string_across_tokens_is_never_emitted() {
+    let s = exact_server();
+    let prompt = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,";
+    let base = json!({"prompt": prompt, "max_tokens": 16, "temperature": 0, "ignore_eos": true});
+    let full = post(s.addr, "/v1/completions", &base).json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let stop = " 14,";
+    let at = full
+        .find(stop)
+        .unwrap_or_else(|| panic!("continuation {full:?} lacks {stop:?}"));
+    // The stop string spans several tokens.
+    assert!(tokenize_count(s, stop) > 1);
+    let mut body = base.clone();
+    body["stop"] = json!(["never-here", stop]);
+    let v = post(s.addr, "/v1/completions", &body).json();
+    assert_eq!(v["choices"][0]["text"], full[..at]);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert!(v["usage"]["completion_tokens"].as_u64().unwrap() < 16);
+    body["stream"] = json!(true);
+    let (chunks, raw) = stream_all(s, "/v1/completions", &body);
+    assert!(!raw.contains("14,"), "{raw}");
+    assert_eq!(text_of(&chunks), full[..at]);
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+    // Chat with a single stop string.
+    let chat = json!({"messages": [{"role": "user", "content": "Count from 1 to 20 with commas."}],
+        "max_tokens": 40, "temperature": 0, "stop": ","});
+    let v = post(s.addr, "/v1/chat/completions", &chat).json();
+    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!text.contains(','), "{text}");
+}
+
+#[test]
+fn seed_reproduces_sampling_at_temperature_1() {
+    let s = exact_server();
+    let body = json!({"prompt": "My favourite animal is", "max_tokens": 16, "temperature": 1.0,
+        "seed": 1234, "ignore_eos": true});
+    let a = post(s.addr, "/v1/completions", &body).json();
+    let b = post(s.addr, "/v1/completions", &body).json();
+    assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+    let mut stream = body.clone();
+    stream["stream"] = json!(true);
+    let (chunks, _) = stream_all(s, "/v1/completions", &stream);
+    assert_eq!(text_of(&chunks), a["choices"][0]["text"].as_str().unwrap());
+}
+
+#[test]
+fn logprobs_shapes() {
+    let s = server();
+    let v = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "Hello", "max_tokens": 4, "logprobs": 2, "ignore_eos": true}),
+    )
+    .json();
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(lp["tokens"].as_array().unwrap().len(), 4);
+    assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), 4);
+    assert_eq!(lp["text_offset"].as_array().unwrap().len(), 4);
+    let top = lp["top_logprobs"][0].as_object().unwrap();
+    assert!((1..=2).contains(&top.len()));
+    assert!(lp["token_logprobs"][0].as_f64().unwrap() <= 0.0);
+    let v = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}],
+        "max_tokens": 3, "logprobs": true, "top_logprobs": 2, "ignore_eos": true}),
+    )
+    .json();
+    let c = &v["choices"][0]["logprobs"]["content"];
+    assert_eq!(c.as_array().unwrap().len(), 3);
+    assert!(c[0]["token"].is_string() && c[0]["bytes"].is_array());
+    assert_eq!(c[0]["top_logprobs"].as_array().unwrap().len(), 2);
+    let v = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "Hello", "max_tokens": 2}),
+    )
+    .json();
+    assert!(v["choices"][0]["logprobs"].is_null());
+}
+
+#[test]
+fn token_id_prompts_tokenize_detokenize_and_models() {
+    let s = server();
+    let t = post(
+        s.addr,
+        "/tokenize",
+        &json!({"prompt": "Hello world", "return_token_strs": true}),
+    )
+    .json();
+    assert_eq!(t["max_model_len"], 1024);
+    let ids = t["tokens"].clone();
+    assert_eq!(
+        t["count"].as_u64().unwrap() as usize,
+        ids.as_array().unwrap().len()
+    );
+    assert_eq!(
+        t["token_strs"].as_array().unwrap().len(),
+        ids.as_array().unwrap().len()
+    );
+    let d = post(s.addr, "/detokenize", &json!({"tokens": ids})).json();
+    assert_eq!(d["prompt"], "Hello world");
+    let v = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": ids, "max_tokens": 2}),
+    )
+    .json();
+    assert_eq!(v["usage"]["prompt_tokens"], t["count"]);
+    let e = post(s.addr, "/detokenize", &json!({"tokens": [999999]})).openai_error(400);
+    assert_eq!(e["param"], "tokens");
+    let m = get(s.addr, "/v1/models").json();
+    assert_eq!(m["object"], "list");
+    assert_eq!(m["data"][0]["id"], "smol");
+    assert_eq!(m["data"][0]["object"], "model");
+    assert_eq!(get(s.addr, "/v1/models/smol").status, 200);
+    assert_eq!(
+        get(s.addr, "/v1/models/nope").openai_error(404)["code"],
+        "model_not_found"
+    );
+    // The file stem is accepted as a model name too.
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"model": "SmolLM2-135M-Instruct.Q4_1", "prompt": "Hi", "max_tokens": 1}),
+    );
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn health_ready_and_metrics() {
+    let s = server();
+    assert_eq!(get(s.addr, "/health").status, 200);
+    let r = get(s.addr, "/ready");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["status"], "ready");
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true}),
+    );
+    assert_eq!(r.status, 200);
+    let m = get(s.addr, "/metrics");
+    assert!(m.header("content-type").unwrap().starts_with("text/plain"));
+    let text = m.text();
+    for name in [
+        "sloserve:time_to_first_token_seconds_bucket",
+        "sloserve:inter_token_latency_seconds_bucket",
+        "sloserve:time_per_output_token_seconds_bucket",
+        "sloserve:e2e_request_latency_seconds_bucket",
+        "sloserve:request_queue_time_seconds_bucket",
+        "sloserve:request_prefill_time_seconds_bucket",
+        "sloserve:num_requests_running{",
+        "sloserve:num_requests_waiting{",
+        "sloserve:kv_cache_usage_perc{",
+        "sloserve:prefix_cache_queries_total{",
+        "sloserve:prefix_cache_hits_total{",
+        "sloserve:prompt_tokens_total{",
+        "sloserve:generation_tokens_total{",
+        "sloserve:num_preemptions_total{",
+        "sloserve:requests_rejected_total{",
+        "vllm:num_requests_waiting{",
+        "vllm:num_requests_running{",
+        "vllm:kv_cache_usage_perc{",
+    ] {
+        assert!(text.contains(name), "missing {name}");
+    }
+    let ttft =
+        "sloserve:time_to_first_token_seconds_bucket{model_name=\"smol\",slo_class=\"interactive\"";
+    for le in ["0.005", "0.1", "60", "+Inf"] {
+        assert!(
+            text.contains(&format!("{ttft},le=\"{le}\"}}")),
+            "bucket {le}"
+        );
+    }
+    assert!(metric(&text, "sloserve:time_to_first_token_seconds_count{model_name=\"smol\",slo_class=\"interactive\"}").unwrap() >= 1.0);
+    assert!(metric(&text, "sloserve:generation_tokens_total{").unwrap() >= 3.0);
+    let kv = metric(&text, "vllm:kv_cache_usage_perc{").unwrap();
+    assert!((0.0..=1.0).contains(&kv));
+}
+
+#[test]
+fn slo_class_from_body_or_header() {
+    let s = server();
+    let body = json!({"prompt": "Hi", "max_tokens": 1});
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("X-SLO-Class", "batch")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["usage"]["sloserve"]["slo_class"], "batch");
+    let mut b = body.clone();
+    b["slo_class"] = json!("interactive");
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("X-SLO-Class", "batch")],
+        b.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["usage"]["sloserve"]["slo_class"], "interactive");
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("X-SLO-Class", "bulk")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.openai_error(400)["param"], "X-SLO-Class");
+    b["ttft_slo_ms"] = json!(60000);
+    assert_eq!(post(s.addr, "/v1/completions", &b).status, 200);
+}
+
+#[test]
+fn utf8_emoji_and_cjk_stream_whole_characters() {
+    let s = server();
+    let prompts = [
+        "😀😃😄😁😆😅🤣😂🙂🙃😉😊😇🥰😍🤩😘😗😚😙😋😛😜🤪😝🤑🤗🤭",
+        "日本語の文章です。東京、大阪、京都、名古屋、札幌、福岡、神戸、横浜、",
+        "🍎🍊🍋🍌🍉🍇🍓 苹果 橘子 柠檬 香蕉 西瓜 葡萄 草莓 🍎🍊🍋🍌",
+    ];
+    let mut non_ascii = false;
+    for p in prompts {
+        let body = json!({"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": true, "stream": true});
+        let mut st = send(
+            s.addr,
+            "POST",
+            "/v1/completions",
+            &[],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(st.status, 200);
+        let mut pieces = Vec::new();
+        // next_event asserts each event is valid UTF-8 on its own.
+        while let Some(v) = st.next_json() {
+            pieces.push(v["choices"][0]["text"].as_str().unwrap_or("").to_string());
+        }
+        let full: String = pieces.concat();
+        non_ascii |= !full.is_ascii();
+        if !full.contains('\u{FFFD}') {
+            assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
+        }
+        let whole = post(
+            s.addr,
+            "/v1/completions",
+            &json!({"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": true}),
+        )
+        .json();
+        assert!(whole["choices"][0]["text"].is_string());
+    }
+    assert!(non_ascii, "the continuations should contain emoji or CJK");
+}
+
+#[test]
+fn malformed_and_mistyped_bodies_are_400_naming_the_field() {
+    let s = server();
+    let raw = |path: &str, body: &str| request(s.addr, "POST", path, &[], body.as_bytes());
+    let e = raw("/v1/completions", "{\"prompt\": \"hi\"").openai_error(400);
+    assert!(e["param"].is_null());
+    assert!(e["message"].as_str().unwrap().contains("malformed JSON"));
+    assert_eq!(e["type"], "invalid_request_error");
+    let e = raw("/v1/chat/completions", "[1, 2]").openai_error(400);
+    assert!(e["message"].as_str().unwrap().contains("JSON object"));
+    for (path, body, param) in [
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "max_tokens": "ten"}),
+            "max_tokens",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "temperature": "hot"}),
+            "temperature",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "hi", "stream": "yes"}),
+            "stream",
+        ),
+        ("/v1/completions", json!({"prompt": 42}), "prompt"),
+        ("/v1/completions", json!({"max_tokens": 3}), "prompt"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": "hi"}),
+            "messages",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": 5}]}),
+            "messages[0].content",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            "messages[0].content[0].type",
+        ),
+        ("/v1/chat/completions", json!({"messages": []}), "messages"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "x"}], "stop": 3}),
+            "stop",
+        ),
+    ] {
+        let e = post(s.addr, path, &body).openai_error(400);
+        assert_eq!(e["param"], param, "{body}: {e}");
+        assert!(e["message"].as_str().unwrap().contains(param), "{e}");
+    }
+}
+
+#[test]
+fn out_of_range_values_are_400() {
+    let s = server();
+    for (extra, param) in [
+        (json!({"temperature": 2.5}), "temperature"),
+        (json!({"temperature": -0.1}), "temperature"),
+        (json!({"top_p": 0}), "top_p"),
+        (json!({"top_p": 1.01}), "top_p"),
+        (json!({"max_tokens": 0}), "max_tokens"),
+        (json!({"max_tokens": -5}), "max_tokens"),
+        (json!({"top_k": -7}), "top_k"),
+        (json!({"min_p": 1.5}), "min_p"),
+        (json!({"presence_penalty": 2.5}), "presence_penalty"),
+        (json!({"frequency_penalty": -9}), "frequency_penalty"),
+        (json!({"logprobs": 50}), "logprobs"),
+        (json!({"n": 2}), "n"),
+        (json!({"slo_class": "gold"}), "slo_class"),
+        (json!({"max_tokens": 5000}), "max_tokens"),
+    ] {
+        let mut body = json!({"prompt": "Hello"});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let e = post(s.addr, "/v1/completions", &body).openai_error(400);
+        assert_eq!(e["param"], param, "{body}: {e}");
+    }
+    let e = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}),
+    )
+    .openai_error(400);
+    assert_eq!(e["param"], "top_logprobs");
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_400() {
+    let s = server();
+    let long = "hello ".repeat(1500);
+    let e = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": long, "max_tokens": 1}),
+    )
+    .openai_error(400);
+    assert_eq!(e["param"], "prompt");
+    assert_eq!(e["code"], "context_length_exceeded");
+    let e = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": long}]}),
+    )
+    .openai_error(400);
+    assert_eq!(e["param"], "messages");
+    assert_eq!(e["code"], "context_length_exceeded");
+}
+
+#[test]
+fn unknown_model_route_method_and_oversized_body() {
+    let s = server();
+    let e = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"model": "gpt-4o", "prompt": "x"}),
+    )
+    .openai_error(404);
+    assert_eq!(e["code"], "model_not_found");
+    assert_eq!(e["param"], "model");
+    assert!(e["message"].as_str().unwrap().contains("gpt-4o"));
+    let e = post(
+        s.addr,
+        "/v1/chat/completions",
+        &json!({"model": "llama", "messages": [{"role": "user", "content": "x"}]}),
+    )
+    .openai_error(404);
+    assert_eq!(e["code"], "model_not_found");
+    get(s.addr, "/v1/nothing").openai_error(404);
+    get(s.addr, "/v1/completions").openai_error(405);
+    let big = format!("{{\"prompt\": \"{}\"}}", "a".repeat(5 << 20));
+    let e = request(s.addr, "POST", "/v1/completions", &[], big.as_bytes()).openai_error(413);
+    assert!(e["message"].as_str().unwrap().contains("too large"));
+}
