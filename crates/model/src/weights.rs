@@ -2,8 +2,7 @@
 //! quantized dot products for the fast path, f32 for the exact path.
 
 use candle_core::quantized::k_quants::{
-    self, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
-    GgmlType,
+    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, GgmlType,
 };
 use candle_core::quantized::GgmlDType;
 use half::{bf16, f16};
@@ -105,7 +104,8 @@ impl WeightData {
     /// the activations to their dot-product type (8-bit), as llama.cpp does.
     pub fn matmul(&self, x: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
         fn mm<T: GgmlType>(v: &[T], x: &[f32], mkn: (usize, usize, usize), out: &mut [f32]) {
-            k_quants::matmul::<T>(mkn, x, v, out).expect("matmul shapes are checked at load");
+            let (m, k, n) = mkn;
+            crate::qmatmul::qmatmul::<T>(v, x, m, k, n, out);
         }
         with_blocks!(self, v => mm(v, x, (m, k, n), &mut out[..m * n]))
     }
