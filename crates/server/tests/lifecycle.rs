@@ -117,6 +117,41 @@ fn disconnect_mid_stream_frees_kv_blocks() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(s.state.inflight(), 0);
+
+    // A non-streaming request whose client goes away is cancelled too.
+    let before = metric(&metrics(&s), "sloserve:generation_tokens_total{").unwrap();
+    let mut body = body.clone();
+    body["stream"] = json!(false);
+    let mut c = std::net::TcpStream::connect(s.addr).unwrap();
+    let b = body.to_string();
+    let head = format!(
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}",
+        b.len()
+    );
+    std::io::Write::write_all(&mut c, head.as_bytes()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while metric_sum(&metrics(&s), "sloserve:num_requests_running{") == 0.0 {
+        assert!(Instant::now() < deadline, "request never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(c);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let m = metrics(&s);
+        if metric_sum(&m, "sloserve:num_requests_running{") == 0.0 && s.state.inflight() == 0 {
+            let generated = metric(&m, "sloserve:generation_tokens_total{").unwrap() - before;
+            assert!(
+                generated < 500.0,
+                "cancelled, not run to the end ({generated})"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "non-streaming request not cancelled"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[test]
