@@ -65,6 +65,6 @@ async fn inner(
         &req.messages,
         req.add_generation_prompt.unwrap_or(true),
     )?;
-    let prompt = state.encode(&text, "messages")?;
+    let prompt = state.encode_async(text, "messages").await?;
     generate(state, &headers, prompt, params, Kind::Chat).await
 }

@@ -35,7 +35,7 @@ async fn inner(
     state.check_model(req.model.as_deref())?;
     let params = req.params()?;
     let prompt = match req.prompt {
-        Prompt::Text(text) => state.encode(&text, "prompt")?,
+        Prompt::Text(text) => state.encode_async(text, "prompt").await?,
         Prompt::Tokens(ids) => {
             state.check_ids(&ids, "prompt")?;
             ids

@@ -27,6 +27,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -61,6 +62,12 @@ pub async fn serve_on(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // No Nagle delay: SSE chunks are small and must leave at once.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
         let _ = stop_rx.await;
     });

@@ -39,6 +39,9 @@ pub struct AppState {
     next_id: AtomicU64,
 }
 
+/// Prompts longer than this (bytes) are tokenized on a blocking thread.
+const LARGE_TEXT: usize = 16 << 10;
+
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -169,6 +172,21 @@ impl AppState {
             .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")))?;
         ids.extend(enc);
         Ok(ids)
+    }
+
+    /// `encode` off the async workers when the text is large.
+    pub async fn encode_async(
+        self: &Arc<Self>,
+        text: String,
+        param: &'static str,
+    ) -> Result<Vec<u32>, ServerError> {
+        if text.len() < LARGE_TEXT {
+            return self.encode(&text, param);
+        }
+        let st = self.clone();
+        tokio::task::spawn_blocking(move || st.encode(&text, param))
+            .await
+            .map_err(|e| ServerError::Internal(format!("tokenizer task failed: {e}")))?
     }
 
     /// Checks token ids given directly.
