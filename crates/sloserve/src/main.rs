@@ -30,6 +30,8 @@ enum Command {
     /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer.
     /// Drive an OpenAI-compatible server with streaming load; report TTFT/TPOT/ITL and goodput.
     Bench(sloserve_bench::BenchArgs),
+    /// Measure the engine at a sequence of batch sizes under a bench workload; recommend interactive and batch configs.
+    Tune(sloserve_tune::TuneArgs),
     Inspect {
         /// GGUF model file.
         #[arg(long, default_value = DEFAULT_MODEL)]
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => sloserve_server::run(args),
         Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
+        Command::Tune(args) => sloserve_tune::run_tune_blocking(args).map(|_| ()),
         Command::Inspect { model } => sloserve_model::GgufFile::open(&model)
             .and_then(|f| sloserve_model::inspect::inspect(&f))
             .map(|s| print!("{s}"))

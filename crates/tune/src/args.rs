@@ -1,0 +1,423 @@
+//! `TuneArgs`: every `sloserve tune` flag, and how one measured point's
+//! `sloserve bench` configuration ([`BenchArgs`]) is made from them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser};
+use serde::{Deserialize, Serialize};
+use sloserve_bench::dataset::{DatasetSpec, LenDist};
+use sloserve_bench::slo::{SloMetric, SloTarget};
+use sloserve_bench::workload::ClassMix;
+use sloserve_bench::{BenchArgs, Endpoint, SloSpec};
+
+/// The default model file (fetched by `make model`).
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Fewest measured requests per point when `--num-requests` is not given.
+pub const MIN_REQUESTS_PER_POINT: usize = 48;
+/// Measured requests per request in flight when `--num-requests` is not given:
+/// every slot of the batch turns over this many times.
+pub const REQUESTS_PER_SLOT: usize = 4;
+
+/// Run the engine at a sequence of configurations under a bench workload and
+/// recommend an interactive configuration (the largest batch meeting the SLO,
+/// backed off one step) and a batch one (the most output tokens per second).
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
+pub struct TuneArgs {
+    /// GGUF model file.
+    #[arg(long, default_value = DEFAULT_MODEL)]
+    pub model: PathBuf,
+    /// fast (quantized dot products) or exact (f32 on dequantized weights).
+    #[arg(long, default_value = "fast", value_parser = ["fast", "exact"])]
+    pub precision: String,
+    /// Engine profile every measured configuration starts from (interactive, batch, mixed).
+    #[arg(long, default_value = "interactive")]
+    pub profile: String,
+    /// TOML of engine settings laid over the profile before the tuned knobs
+    /// (same keys as `sloserve serve --config`), e.g. to size the KV cache.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Batch sizes to measure, ascending (`max_num_seqs`).
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32,64")]
+    pub max_num_seqs: Vec<usize>,
+    /// Token budgets per step to measure (`max_num_batched_tokens`); default: the profile's.
+    #[arg(long, value_delimiter = ',')]
+    pub max_num_batched_tokens: Vec<usize>,
+    /// Prefill chunk sizes to measure (`max_prefill_chunk`); default: the profile's.
+    #[arg(long, value_delimiter = ',')]
+    pub max_prefill_chunk: Vec<usize>,
+    /// Pair `--max-num-batched-tokens` and `--max-prefill-chunk` element-wise
+    /// instead of measuring every combination (a list of one value pairs with all).
+    #[arg(long)]
+    pub paired: bool,
+
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+
+    /// TTFT P95 target (`1s`, `800ms`; a bare number is milliseconds).
+    #[arg(long, default_value = "1s", value_parser = parse_threshold_ms)]
+    #[serde(rename = "slo_ttft_p95_ms")]
+    pub slo_ttft_p95: f64,
+    /// Optional TPOT P50 target (`50ms`), checked together with the TTFT target.
+    #[arg(long, value_parser = parse_threshold_ms)]
+    #[serde(rename = "slo_tpot_p50_ms")]
+    pub slo_tpot_p50: Option<f64>,
+    /// Machine cost per hour (any currency): reports cost per million output tokens.
+    #[arg(long)]
+    pub machine_cost_per_hour: Option<f64>,
+    /// Time bound of the whole tune, in minutes: no point starts that the
+    /// remaining time cannot hold, and a running point stops sending at the bound.
+    #[arg(long, default_value_t = 30.0)]
+    pub max_minutes: f64,
+    /// Measure every batch size, instead of stopping a series after two
+    /// consecutive SLO violations.
+    #[arg(long)]
+    pub no_early_stop: bool,
+    /// Write interactive.toml, batch.toml, tune.json, report.md, plots and
+    /// each point's bench report (points/) here.
+    #[arg(long, default_value = "out/tune")]
+    pub out: PathBuf,
+    /// No progress bar or progress lines (the final table is still printed).
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// The load and workload of every point: the `sloserve bench` flags of the same names.
+#[derive(Args, Clone, Debug, Serialize, Deserialize)]
+pub struct WorkloadArgs {
+    /// Endpoint: completions or chat.
+    #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
+    pub endpoint: Endpoint,
+    /// Closed loop with this many requests in flight at every point. Default
+    /// (neither this nor `--request-rate`): as many as the point's
+    /// `max_num_seqs`, i.e. each batch size is measured full.
+    #[arg(long, conflicts_with = "request_rate")]
+    pub concurrency: Option<usize>,
+    /// Open loop at this many requests/s at every point (Poisson unless `--burstiness`).
+    #[arg(long)]
+    pub request_rate: Option<f64>,
+    /// Gamma shape of open-loop inter-arrival times (1 = Poisson).
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    /// Cap on in-flight requests in open-loop mode.
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+    /// Measured requests per point (default: the larger of 48 and 4 per request in flight).
+    #[arg(long)]
+    pub num_requests: Option<usize>,
+    /// Requests sent and discarded before each point's measured run
+    /// (default: one per request in flight, which also fills the prefix cache).
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Dataset: `synthetic`, `sharegpt:FILE`, `prefix` or `jsonl:FILE` (as `sloserve bench`).
+    #[arg(long, default_value = "synthetic")]
+    pub dataset: DatasetSpec,
+    /// Prompt length in tokens (the unique question's length for `prefix`).
+    #[arg(long, default_value_t = 128)]
+    pub input_len: usize,
+    /// Draw prompt lengths instead: `uniform:LO-HI` or `normal:MEAN,STD`.
+    #[arg(long)]
+    pub input_len_dist: Option<LenDist>,
+    /// Output tokens (`max_tokens`); default 128, or the dataset's own lengths.
+    #[arg(long)]
+    pub output_len: Option<usize>,
+    /// Draw output lengths instead: `uniform:LO-HI` or `normal:MEAN,STD`.
+    #[arg(long)]
+    pub output_len_dist: Option<LenDist>,
+    /// `prefix` dataset: tokens in the shared system prompt.
+    #[arg(long, default_value_t = 256)]
+    pub prefix_len: usize,
+    /// `prefix` dataset: number of distinct shared prefixes.
+    #[arg(long, default_value_t = 1)]
+    pub num_prefixes: usize,
+    /// Send `ignore_eos` (default: true for synthetic and prefix).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub ignore_eos: Option<bool>,
+    /// SLO-class mix sent with the requests, e.g. `interactive=0.7,batch=0.3`.
+    #[arg(long)]
+    pub slo_class: Option<ClassMix>,
+    /// Seed for prompts, lengths, classes and arrival times.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Per-request timeout (seconds).
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout: f64,
+}
+
+/// `1s`, `800ms`, `250` (ms) → milliseconds, as the thresholds of `sloserve bench --slo`.
+pub fn parse_threshold_ms(s: &str) -> Result<f64, String> {
+    format!("ttft={s}")
+        .parse::<SloTarget>()
+        .map(|t| t.threshold_ms)
+}
+
+/// `sloserve bench` with every default (as if run with no flags).
+pub fn bench_defaults() -> BenchArgs {
+    #[derive(Parser)]
+    struct P {
+        #[command(flatten)]
+        a: BenchArgs,
+    }
+    P::try_parse_from(["bench"])
+        .expect("bench's defaults parse")
+        .a
+}
+
+/// How many requests are in flight at a point, and how they arrive.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum PointLoad {
+    Closed(usize),
+    Open {
+        rate: f64,
+        max_concurrency: Option<usize>,
+    },
+}
+
+impl WorkloadArgs {
+    /// The load of the point with this batch size.
+    pub fn load_for(&self, max_num_seqs: usize) -> PointLoad {
+        match (self.concurrency, self.request_rate) {
+            (Some(c), _) => PointLoad::Closed(c),
+            (None, Some(rate)) => PointLoad::Open {
+                rate,
+                max_concurrency: self.max_concurrency,
+            },
+            (None, None) => PointLoad::Closed(max_num_seqs),
+        }
+    }
+
+    /// Requests in flight at a point (an open loop's cap, or the batch size when uncapped).
+    fn in_flight(&self, load: PointLoad, max_num_seqs: usize) -> usize {
+        match load {
+            PointLoad::Closed(c) => c,
+            PointLoad::Open {
+                max_concurrency, ..
+            } => max_concurrency.unwrap_or(max_num_seqs),
+        }
+    }
+
+    /// Measured requests at a point.
+    pub fn requests_for(&self, load: PointLoad, max_num_seqs: usize) -> usize {
+        self.num_requests.unwrap_or_else(|| {
+            (REQUESTS_PER_SLOT * self.in_flight(load, max_num_seqs)).max(MIN_REQUESTS_PER_POINT)
+        })
+    }
+
+    /// Warmup requests at a point.
+    pub fn warmup_for(&self, load: PointLoad, max_num_seqs: usize) -> usize {
+        self.warmup
+            .unwrap_or_else(|| self.in_flight(load, max_num_seqs))
+    }
+
+    /// One sentence on how load is applied, for the report.
+    pub fn load_description(&self) -> String {
+        match (self.concurrency, self.request_rate) {
+            (Some(c), _) => format!("closed loop, {c} requests in flight at every point"),
+            (None, Some(r)) => format!(
+                "open loop, {} requests/s (burstiness {}){}",
+                sloserve_bench::sweep::fmt_rate(r),
+                self.burstiness,
+                self.max_concurrency
+                    .map(|m| format!(", at most {m} in flight"))
+                    .unwrap_or_default()
+            ),
+            (None, None) => {
+                "closed loop, as many requests in flight as the point's max_num_seqs (each batch size measured full)".into()
+            }
+        }
+    }
+
+    /// The workload flags as `sloserve bench` takes them (load flags excluded).
+    pub fn workload_flags(&self) -> Vec<String> {
+        let mut f = vec![
+            "--dataset".to_string(),
+            self.dataset.to_string(),
+            "--input-len".into(),
+            self.input_len.to_string(),
+        ];
+        let mut push = |k: &str, v: String| {
+            f.push(k.to_string());
+            f.push(v);
+        };
+        if self.endpoint != Endpoint::Completions {
+            push("--endpoint", "chat".into());
+        }
+        if let Some(d) = &self.input_len_dist {
+            push("--input-len-dist", d.to_string());
+        }
+        if let Some(n) = self.output_len {
+            push("--output-len", n.to_string());
+        }
+        if let Some(d) = &self.output_len_dist {
+            push("--output-len-dist", d.to_string());
+        }
+        if self.dataset == DatasetSpec::Prefix {
+            push("--prefix-len", self.prefix_len.to_string());
+            if self.num_prefixes != 1 {
+                push("--num-prefixes", self.num_prefixes.to_string());
+            }
+        }
+        if let Some(b) = self.ignore_eos {
+            push("--ignore-eos", b.to_string());
+        }
+        if let Some(m) = &self.slo_class {
+            push("--slo-class", m.to_string());
+        }
+        if self.seed != 0 {
+            push("--seed", self.seed.to_string());
+        }
+        f
+    }
+
+    /// The load flags of `sloserve bench` for the point with this batch size.
+    pub fn load_flags(&self, max_num_seqs: usize) -> Vec<String> {
+        let load = self.load_for(max_num_seqs);
+        let mut f = match load {
+            PointLoad::Closed(c) => vec!["--concurrency".to_string(), c.to_string()],
+            PointLoad::Open {
+                rate,
+                max_concurrency,
+            } => {
+                let mut f = vec![
+                    "--request-rate".to_string(),
+                    sloserve_bench::sweep::fmt_rate(rate),
+                ];
+                if self.burstiness != 1.0 {
+                    f.extend(["--burstiness".into(), self.burstiness.to_string()]);
+                }
+                if let Some(m) = max_concurrency {
+                    f.extend(["--max-concurrency".into(), m.to_string()]);
+                }
+                f
+            }
+        };
+        f.extend([
+            "--num-requests".into(),
+            self.requests_for(load, max_num_seqs).to_string(),
+            "--warmup".into(),
+            self.warmup_for(load, max_num_seqs).to_string(),
+        ]);
+        f
+    }
+
+    /// The `sloserve bench` run of one point: this workload, the point's load,
+    /// `slo` checked, against `url`.
+    pub fn bench_args(
+        &self,
+        url: &str,
+        model: &str,
+        max_num_seqs: usize,
+        slo: &SloSpec,
+    ) -> BenchArgs {
+        let load = self.load_for(max_num_seqs);
+        let mut b = bench_defaults();
+        b.url = url.to_string();
+        b.endpoint = self.endpoint;
+        b.model = Some(model.to_string());
+        b.api_key = None;
+        match load {
+            PointLoad::Closed(c) => {
+                b.concurrency = Some(c);
+                b.request_rate = None;
+            }
+            PointLoad::Open {
+                rate,
+                max_concurrency,
+            } => {
+                b.concurrency = None;
+                b.request_rate = Some(rate);
+                b.max_concurrency = max_concurrency;
+            }
+        }
+        b.burstiness = self.burstiness;
+        b.num_requests = Some(self.requests_for(load, max_num_seqs));
+        b.duration = None;
+        b.warmup = self.warmup_for(load, max_num_seqs);
+        b.sweep = None;
+        b.dataset = self.dataset.clone();
+        b.input_len = self.input_len;
+        b.input_len_dist = self.input_len_dist;
+        b.output_len = self.output_len;
+        b.output_len_dist = self.output_len_dist;
+        b.prefix_len = self.prefix_len;
+        b.num_prefixes = self.num_prefixes;
+        b.ignore_eos = self.ignore_eos;
+        b.slo_class = self.slo_class.clone();
+        b.slo = Some(slo.clone());
+        b.seed = self.seed;
+        b.timeout = self.timeout;
+        b.out = None;
+        b.quiet = true;
+        b
+    }
+}
+
+impl TuneArgs {
+    /// The TTFT (and TPOT) targets as `sloserve bench --slo` takes them.
+    pub fn slo_spec(&self) -> SloSpec {
+        let mut targets = vec![SloTarget {
+            metric: SloMetric::Ttft,
+            percentile: Some(95.0),
+            threshold_ms: self.slo_ttft_p95,
+        }];
+        if let Some(t) = self.slo_tpot_p50 {
+            targets.push(SloTarget {
+                metric: SloMetric::Tpot,
+                percentile: Some(50.0),
+                threshold_ms: t,
+            });
+        }
+        SloSpec { targets }
+    }
+
+    /// Check flag values that clap cannot.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.max_num_seqs.is_empty() && self.max_num_seqs.iter().all(|&n| n > 0),
+            "--max-num-seqs needs one or more values, each at least 1"
+        );
+        anyhow::ensure!(
+            self.max_num_batched_tokens.iter().all(|&n| n > 0),
+            "--max-num-batched-tokens values must be at least 1"
+        );
+        anyhow::ensure!(
+            self.max_prefill_chunk.iter().all(|&n| n > 0),
+            "--max-prefill-chunk values must be at least 1"
+        );
+        if self.paired {
+            let (a, b) = (
+                self.max_num_batched_tokens.len(),
+                self.max_prefill_chunk.len(),
+            );
+            anyhow::ensure!(
+                a <= 1 || b <= 1 || a == b,
+                "--paired needs --max-num-batched-tokens and --max-prefill-chunk lists of the same length (or one value)"
+            );
+        }
+        anyhow::ensure!(
+            self.max_minutes.is_finite() && self.max_minutes > 0.0,
+            "--max-minutes must be positive"
+        );
+        if let Some(c) = self.machine_cost_per_hour {
+            anyhow::ensure!(
+                c.is_finite() && c >= 0.0,
+                "--machine-cost-per-hour must be a non-negative number"
+            );
+        }
+        let w = &self.workload;
+        anyhow::ensure!(w.concurrency != Some(0), "--concurrency must be at least 1");
+        anyhow::ensure!(
+            w.num_requests != Some(0),
+            "--num-requests must be at least 1"
+        );
+        if let Some(r) = w.request_rate {
+            anyhow::ensure!(r > 0.0, "--request-rate must be positive (or inf)");
+        }
+        anyhow::ensure!(
+            w.burstiness > 0.0 && w.burstiness.is_finite(),
+            "--burstiness must be positive"
+        );
+        anyhow::ensure!(w.timeout > 0.0, "--timeout must be positive");
+        Ok(())
+    }
+}
