@@ -18,6 +18,9 @@ pub const MIN_REQUESTS_PER_POINT: usize = 48;
 /// Measured requests per request in flight when `--num-requests` is not given:
 /// every slot of the batch turns over this many times.
 pub const REQUESTS_PER_SLOT: usize = 4;
+/// Most warmup requests per point when `--warmup` is not given: they run at
+/// once, before the prefix cache holds anything, so more only costs time.
+pub const MAX_DEFAULT_WARMUP: usize = 8;
 
 /// Run the engine at a sequence of configurations under a bench workload and
 /// recommend an interactive configuration (the largest batch meeting the SLO,
@@ -106,7 +109,7 @@ pub struct WorkloadArgs {
     #[arg(long)]
     pub num_requests: Option<usize>,
     /// Requests sent and discarded before each point's measured run
-    /// (default: one per request in flight, which also fills the prefix cache).
+    /// (default: one per request in flight, at most 8; they also fill the prefix cache).
     #[arg(long)]
     pub warmup: Option<usize>,
     /// Dataset: `synthetic`, `sharegpt:FILE`, `prefix` or `jsonl:FILE` (as `sloserve bench`).
@@ -206,7 +209,7 @@ impl WorkloadArgs {
     /// Warmup requests at a point.
     pub fn warmup_for(&self, load: PointLoad, max_num_seqs: usize) -> usize {
         self.warmup
-            .unwrap_or_else(|| self.in_flight(load, max_num_seqs))
+            .unwrap_or_else(|| self.in_flight(load, max_num_seqs).min(MAX_DEFAULT_WARMUP))
     }
 
     /// One sentence on how load is applied, for the report.

@@ -342,7 +342,7 @@ fn flags_parse_and_plan_the_grid() {
         .bench_args("http://127.0.0.1:1", "m", 16, &d.slo_spec());
     assert_eq!(b.concurrency, Some(16));
     assert_eq!(b.num_requests, Some(64));
-    assert_eq!(b.warmup, 16);
+    assert_eq!(b.warmup, 8, "one per request in flight, at most 8");
     assert_eq!(b.prefix_len, 400);
     assert!(b.quiet && b.slo.is_some());
     b.validate().unwrap();
@@ -350,6 +350,7 @@ fn flags_parse_and_plan_the_grid() {
         .workload
         .bench_args("http://127.0.0.1:1", "m", 4, &d.slo_spec());
     assert_eq!(small.num_requests, Some(48));
+    assert_eq!(small.warmup, 4);
     assert!(tune_args(&["--max-num-seqs", "0"]).validate().is_err());
     assert!(tune_args(&["--max-minutes", "0"]).validate().is_err());
 }
