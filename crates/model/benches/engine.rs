@@ -1,0 +1,737 @@
+//! Engine benchmark, in process (`cargo bench -p sloserve-model --bench engine
+//! [-- --quick]`): the default model in fast precision behind `Engine`, no HTTP.
+//!
+//! (a) throughput: N requests x 512 prompt tokens x 128 output tokens submitted at
+//!     once (`batch` profile): total and output tok/s.
+//! (b) prefix cache: one warm request, then 32 requests sharing a 400-token prefix
+//!     plus 40 unique tokens (16 output tokens) submitted at once (`interactive`
+//!     profile): TTFT p50/p95 with `enable_prefix_cache` on and off.
+//! (c) SLO classes: (a)'s workload as class `batch`, plus an interactive stream
+//!     (100-token prompts, 16 output tokens, one every `interval`, at most 32)
+//!     arriving while it runs (`mixed` profile): interactive TTFT p50/p95 with SLO
+//!     classes on and with plain FCFS (`slo_classes = false`). `interval` is 1 s, or
+//!     longer where the interactive stream would otherwise take more than a quarter
+//!     of (a)'s measured token rate (on a slow shared CPU an unbounded interactive
+//!     queue would measure nothing but its own growth).
+//!
+//! Full: (a) 64 requests, (b) 32. `--quick`: (a) and (c) 8 requests x 512 x 32,
+//! (b) 8 requests x 8 output tokens, at most 4 interactive arrivals.
+//!
+//! Prompts are real-ish English (words drawn by a seeded generator) tokenized with
+//! the model's tokenizer; every prompt starts with its own header so that only the
+//! prefixes meant to be shared are. EOS is ignored so output lengths are fixed.
+//! Prints a table and writes `target/bench/engine.json`.
+//!
+//! Flags: `--quick` (smaller counts, for a sanity check), `--only a|b|c`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sloserve_engine::{
+    Completion, Engine, EngineConfig, EngineHandle, FinishReason, Profile, Request, RequestStream,
+    SloClass,
+};
+use sloserve_model::gguf::GgufFile;
+use sloserve_model::tokenizer::Tokenizer;
+use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn model_path() -> PathBuf {
+    repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
+fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+// ---------------------------------------------------------------------------------
+// Prompts
+
+const WORDS: &[&str] = &[
+    "the",
+    "a",
+    "river",
+    "city",
+    "morning",
+    "engineer",
+    "report",
+    "quietly",
+    "under",
+    "bridge",
+    "before",
+    "after",
+    "winter",
+    "garden",
+    "market",
+    "old",
+    "new",
+    "small",
+    "large",
+    "music",
+    "teacher",
+    "station",
+    "train",
+    "letter",
+    "window",
+    "opened",
+    "closed",
+    "walked",
+    "found",
+    "carried",
+    "history",
+    "village",
+    "mountain",
+    "storm",
+    "harbour",
+    "library",
+    "evening",
+    "children",
+    "council",
+    "decided",
+    "because",
+    "although",
+    "while",
+    "during",
+    "through",
+    "people",
+    "water",
+    "light",
+    "road",
+    "house",
+    "friend",
+    "question",
+    "answer",
+    "plan",
+    "machine",
+    "kitchen",
+    "bread",
+    "coffee",
+    "paper",
+    "story",
+    "season",
+    "field",
+    "forest",
+    "and",
+    "but",
+    "with",
+    "without",
+    "over",
+    "near",
+    "slowly",
+    "suddenly",
+    "often",
+    "never",
+    "remembered",
+    "explained",
+    "built",
+    "painted",
+    "measured",
+    "counted",
+    "travelled",
+    "wrote",
+    "careful",
+    "bright",
+    "grey",
+    "warm",
+    "cold",
+    "early",
+    "late",
+    "every",
+    "some",
+    "many",
+];
+
+/// A deterministic generator of English-looking sentences.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) as usize
+    }
+}
+
+fn text(seed: u64, words: usize) -> String {
+    let mut rng = Lcg(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut s = String::new();
+    let mut sentence = 0;
+    for i in 0..words {
+        let w = WORDS[rng.next() % WORDS.len()];
+        if sentence == 0 {
+            let mut c = w.chars();
+            let first = c.next().unwrap().to_ascii_uppercase();
+            s.push(first);
+            s.push_str(c.as_str());
+        } else {
+            s.push_str(w);
+        }
+        sentence += 1;
+        if sentence > 6 && rng.next() % 5 == 0 || i + 1 == words {
+            s.push_str(". ");
+            sentence = 0;
+        } else {
+            s.push(' ');
+        }
+    }
+    s
+}
+
+struct Prompts {
+    tok: Tokenizer,
+}
+
+impl Prompts {
+    fn encode(&self, s: &str) -> Vec<u32> {
+        self.tok.encode(s, false).expect("tokenize")
+    }
+
+    /// Exactly `len` tokens: a header naming `tag`, then generated text.
+    fn unique(&self, tag: &str, seed: u64, len: usize) -> Vec<u32> {
+        let mut t = self.encode(&format!("{tag}: "));
+        let mut words = len;
+        loop {
+            let body = self.encode(&text(seed, words));
+            if t.len() + body.len() >= len {
+                t.extend_from_slice(&body);
+                t.truncate(len);
+                return t;
+            }
+            words *= 2;
+        }
+    }
+
+    /// Exactly `len` tokens of generated text (no header).
+    fn body(&self, seed: u64, len: usize) -> Vec<u32> {
+        let mut words = len;
+        loop {
+            let mut t = self.encode(&text(seed, words));
+            if t.len() >= len {
+                t.truncate(len);
+                return t;
+            }
+            words *= 2;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Engine helpers
+
+const KV_BYTES: usize = 2 << 30;
+
+fn start(cfg: EngineConfig) -> EngineHandle {
+    let opts = RunnerOptions {
+        precision: Precision::Fast,
+        block_size: 16,
+        kv_cache_memory: KV_BYTES,
+        max_model_len: None,
+    };
+    let runner = CandleRunner::load(model_path(), &opts).expect("load the default model");
+    Engine::start(Box::new(runner), cfg).expect("start the engine")
+}
+
+fn stop(engine: EngineHandle) {
+    engine.shutdown();
+    engine.wait_stopped(Some(Duration::from_secs(60)));
+}
+
+fn request(prompt: Vec<u32>, max_tokens: usize, class: SloClass) -> Request {
+    let mut r = Request::greedy(prompt, max_tokens).with_class(class);
+    r.stop.ignore_eos = true;
+    r
+}
+
+fn check(c: &Completion, max_tokens: usize) {
+    assert_eq!(
+        c.finish.reason,
+        FinishReason::Length,
+        "request failed: {:?}",
+        c.finish.reason
+    );
+    assert_eq!(c.tokens.len(), max_tokens);
+}
+
+/// Nearest-rank percentile of `v` (seconds) in milliseconds.
+fn pct_ms(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1] * 1e3
+}
+
+fn ttfts(cs: &[Completion]) -> Vec<f64> {
+    cs.iter()
+        .map(|c| c.finish.timings.ttft().unwrap_or_default().as_secs_f64())
+        .collect()
+}
+
+/// Collects streams in order while a thread prints the engine's progress every 15 s.
+fn collect_all(
+    label: &'static str,
+    engine: &EngineHandle,
+    streams: Vec<RequestStream>,
+    t0: Instant,
+) -> Vec<Completion> {
+    let done = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (engine, done) = (engine.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut next = Instant::now() + Duration::from_secs(15);
+            while !done.load(Ordering::Acquire) {
+                if Instant::now() >= next {
+                    let st = engine.stats();
+                    let c = st.counters;
+                    eprintln!(
+                        "  [{label}] {:>4.0} s: {} finished, {} running, {} waiting, {} prefilled, {} generated (load {})",
+                        t0.elapsed().as_secs_f64(),
+                        c.requests_finished_length + c.requests_finished_stop,
+                        st.running.interactive + st.running.batch,
+                        st.waiting.interactive + st.waiting.batch,
+                        c.prefill_tokens,
+                        c.generation_tokens,
+                        load_avg()
+                    );
+                    next += Duration::from_secs(15);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let out = streams
+        .into_iter()
+        .map(RequestStream::collect_blocking)
+        .collect();
+    done.store(true, Ordering::Release);
+    monitor.join().unwrap();
+    out
+}
+
+// ---------------------------------------------------------------------------------
+// Phases
+
+struct Sizes {
+    a_requests: usize,
+    a_prompt: usize,
+    a_output: usize,
+    b_requests: usize,
+    b_prefix: usize,
+    b_unique: usize,
+    b_output: usize,
+    c_prompt: usize,
+    c_output: usize,
+    /// Shortest gap between interactive arrivals; stretched so that the interactive
+    /// stream stays a modest share of what the engine can serve (see `main`).
+    c_interval: Duration,
+    c_max_interactive: usize,
+}
+
+/// (a) everything at once on the `batch` profile.
+fn phase_a(p: &Prompts, z: &Sizes) -> serde_json::Value {
+    let cfg = Profile::load("batch").unwrap();
+    eprintln!(
+        "[a] throughput: {} requests x {} prompt x {} output tokens, profile batch (load {})",
+        z.a_requests,
+        z.a_prompt,
+        z.a_output,
+        load_avg()
+    );
+    let prompts: Vec<Vec<u32>> = (0..z.a_requests)
+        .map(|i| p.unique(&format!("Batch job {i}"), 1000 + i as u64, z.a_prompt))
+        .collect();
+    let engine = start(cfg.clone());
+    let t0 = Instant::now();
+    let streams: Vec<_> = prompts
+        .into_iter()
+        .map(|pr| {
+            engine
+                .submit(request(pr, z.a_output, SloClass::Batch))
+                .unwrap()
+        })
+        .collect();
+    let done = collect_all("a", &engine, streams, t0);
+    let wall = t0.elapsed().as_secs_f64();
+    done.iter().for_each(|c| check(c, z.a_output));
+    let st = engine.stats();
+    stop(engine);
+    let prompt_tokens = z.a_requests * z.a_prompt;
+    let output_tokens = z.a_requests * z.a_output;
+    let t = ttfts(&done);
+    let r = json!({
+        "profile": "batch",
+        "requests": z.a_requests,
+        "prompt_tokens_each": z.a_prompt,
+        "output_tokens_each": z.a_output,
+        "wall_s": wall,
+        "total_tok_s": (prompt_tokens + output_tokens) as f64 / wall,
+        "output_tok_s": output_tokens as f64 / wall,
+        "ttft_p50_ms": pct_ms(&t, 50.0),
+        "ttft_p95_ms": pct_ms(&t, 95.0),
+        "steps": st.counters.steps,
+        "preemptions": st.counters.preemptions,
+        "load_avg_after": load_avg(),
+    });
+    eprintln!(
+        "[a] done in {wall:.1} s: {:.0} total tok/s, {:.1} output tok/s",
+        r["total_tok_s"].as_f64().unwrap(),
+        r["output_tok_s"].as_f64().unwrap()
+    );
+    r
+}
+
+/// (b) shared prefix with the cache on or off, `interactive` profile.
+fn phase_b(p: &Prompts, z: &Sizes, cache: bool) -> serde_json::Value {
+    let cfg = EngineConfig {
+        enable_prefix_cache: cache,
+        ..Profile::load("interactive").unwrap()
+    };
+    let on = if cache { "on" } else { "off" };
+    eprintln!(
+        "[b] prefix cache {on}: 1 warm + {} requests x ({} shared + {} unique) prompt, {} output (load {})",
+        z.b_requests,
+        z.b_prefix,
+        z.b_unique,
+        z.b_output,
+        load_avg()
+    );
+    let prefix = p.unique("System", 7, z.b_prefix);
+    let prompt = |i: usize| {
+        let mut t = prefix.clone();
+        t.extend(p.body(5000 + i as u64, z.b_unique));
+        t
+    };
+    let engine = start(cfg);
+    let warm = engine
+        .submit(request(
+            prompt(usize::MAX / 2),
+            z.b_output,
+            SloClass::Interactive,
+        ))
+        .unwrap()
+        .collect_blocking();
+    check(&warm, z.b_output);
+    let t0 = Instant::now();
+    let streams: Vec<_> = (0..z.b_requests)
+        .map(|i| {
+            engine
+                .submit(request(prompt(i), z.b_output, SloClass::Interactive))
+                .unwrap()
+        })
+        .collect();
+    let done = collect_all("b", &engine, streams, t0);
+    let wall = t0.elapsed().as_secs_f64();
+    done.iter().for_each(|c| check(c, z.b_output));
+    let st = engine.stats();
+    stop(engine);
+    let t = ttfts(&done);
+    let cached: usize = done.iter().map(|c| c.finish.cached_prompt_tokens).sum();
+    let r = json!({
+        "profile": "interactive",
+        "prefix_cache": cache,
+        "requests": z.b_requests,
+        "shared_prefix_tokens": z.b_prefix,
+        "unique_tokens": z.b_unique,
+        "output_tokens_each": z.b_output,
+        "wall_s": wall,
+        "ttft_p50_ms": pct_ms(&t, 50.0),
+        "ttft_p95_ms": pct_ms(&t, 95.0),
+        "cached_prompt_tokens": cached,
+        "prompt_tokens_computed": st.counters.prompt_tokens_computed,
+        "load_avg_after": load_avg(),
+    });
+    eprintln!(
+        "[b] cache {on} done in {wall:.1} s: TTFT p50 {:.0} ms, p95 {:.0} ms, {cached} prompt tokens from the cache",
+        r["ttft_p50_ms"].as_f64().unwrap(),
+        r["ttft_p95_ms"].as_f64().unwrap()
+    );
+    r
+}
+
+/// (c) interactive arrivals over (a)'s batch workload, `mixed` profile, SLO classes
+/// on or off (FCFS).
+fn phase_c(p: &Prompts, z: &Sizes, interval: Duration, slo: bool) -> serde_json::Value {
+    let cfg = EngineConfig {
+        slo_classes: slo,
+        ..Profile::load("mixed").unwrap()
+    };
+    let mode = if slo { "SLO classes" } else { "FCFS" };
+    eprintln!(
+        "[c] {mode}: {} batch requests x {} x {} + up to {} interactive {} x {} every {:.2?} (load {})",
+        z.a_requests,
+        z.a_prompt,
+        z.a_output,
+        z.c_max_interactive,
+        z.c_prompt,
+        z.c_output,
+        interval,
+        load_avg()
+    );
+    let batch_prompts: Vec<Vec<u32>> = (0..z.a_requests)
+        .map(|i| p.unique(&format!("Batch job {i}"), 1000 + i as u64, z.a_prompt))
+        .collect();
+    let inter_prompts: Vec<Vec<u32>> = (0..z.c_max_interactive)
+        .map(|i| p.unique(&format!("Chat {i}"), 9000 + i as u64, z.c_prompt))
+        .collect();
+    let engine = start(cfg);
+    let t0 = Instant::now();
+    let streams: Vec<_> = batch_prompts
+        .into_iter()
+        .map(|pr| {
+            engine
+                .submit(request(pr, z.a_output, SloClass::Batch))
+                .unwrap()
+        })
+        .collect();
+    // Interactive arrivals until the batch work is done.
+    let batch_done = Arc::new(AtomicBool::new(false));
+    let arrivals = {
+        let engine = engine.clone();
+        let batch_done = batch_done.clone();
+        let out = z.c_output;
+        std::thread::spawn(move || {
+            let mut streams = Vec::new();
+            let mut next = Instant::now() + interval / 2;
+            for pr in inter_prompts {
+                while Instant::now() < next {
+                    if batch_done.load(Ordering::Acquire) {
+                        return streams;
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                next += interval;
+                streams.push(
+                    engine
+                        .submit(request(pr, out, SloClass::Interactive))
+                        .unwrap(),
+                );
+            }
+            streams
+        })
+    };
+    let done = collect_all("c", &engine, streams, t0);
+    let batch_wall = t0.elapsed().as_secs_f64();
+    batch_done.store(true, Ordering::Release);
+    let inter: Vec<Completion> = arrivals
+        .join()
+        .unwrap()
+        .into_iter()
+        .map(RequestStream::collect_blocking)
+        .collect();
+    done.iter().for_each(|c| check(c, z.a_output));
+    inter.iter().for_each(|c| check(c, z.c_output));
+    let st = engine.stats();
+    stop(engine);
+    let ti = ttfts(&inter);
+    let tb = ttfts(&done);
+    let r = json!({
+        "profile": "mixed",
+        "slo_classes": slo,
+        "batch_requests": z.a_requests,
+        "interactive_requests": inter.len(),
+        "interactive_prompt_tokens": z.c_prompt,
+        "interactive_output_tokens": z.c_output,
+        "interval_s": interval.as_secs_f64(),
+        "interactive_ttft_p50_ms": pct_ms(&ti, 50.0),
+        "interactive_ttft_p95_ms": pct_ms(&ti, 95.0),
+        "batch_ttft_p50_ms": pct_ms(&tb, 50.0),
+        "batch_wall_s": batch_wall,
+        "batch_output_tok_s": (z.a_requests * z.a_output) as f64 / batch_wall,
+        "preemptions": st.counters.preemptions,
+        "load_avg_after": load_avg(),
+    });
+    eprintln!(
+        "[c] {mode} done in {batch_wall:.1} s: {} interactive, TTFT p50 {:.0} ms, p95 {:.0} ms, {} preemptions",
+        inter.len(),
+        r["interactive_ttft_p50_ms"].as_f64().unwrap(),
+        r["interactive_ttft_p95_ms"].as_f64().unwrap(),
+        st.counters.preemptions
+    );
+    r
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| "abc".into());
+    let z = if quick {
+        Sizes {
+            a_requests: 8,
+            a_prompt: 512,
+            a_output: 32,
+            b_requests: 8,
+            b_prefix: 400,
+            b_unique: 40,
+            b_output: 8,
+            c_prompt: 100,
+            c_output: 16,
+            c_interval: Duration::from_millis(500),
+            c_max_interactive: 4,
+        }
+    } else {
+        Sizes {
+            a_requests: 64,
+            a_prompt: 512,
+            a_output: 128,
+            b_requests: 32,
+            b_prefix: 400,
+            b_unique: 40,
+            b_output: 16,
+            c_prompt: 100,
+            c_output: 16,
+            c_interval: Duration::from_millis(1000),
+            c_max_interactive: 32,
+        }
+    };
+    let threads = rayon::current_num_threads();
+    let load_before = load_avg();
+    eprintln!(
+        "engine bench: fast precision, {threads} rayon threads, load {load_before}{}",
+        if quick { ", --quick" } else { "" }
+    );
+    let file = GgufFile::open(model_path()).expect("open the default model");
+    let p = Prompts {
+        tok: Tokenizer::from_gguf(&file.content).expect("tokenizer"),
+    };
+    drop(file);
+    let t_all = Instant::now();
+
+    let a = only.contains('a').then(|| phase_a(&p, &z));
+    let (b_on, b_off) = if only.contains('b') {
+        (Some(phase_b(&p, &z, true)), Some(phase_b(&p, &z, false)))
+    } else {
+        (None, None)
+    };
+    // The interactive stream should be a modest share of the engine's capacity (on a
+    // slow, shared machine one 100-token request per second can exceed all of it, and
+    // then its queue only grows): at most a quarter of (a)'s measured token rate.
+    let capacity = a
+        .as_ref()
+        .and_then(|a| a["total_tok_s"].as_f64())
+        .unwrap_or(200.0);
+    let interval = z.c_interval.max(Duration::from_secs_f64(
+        (z.c_prompt + z.c_output) as f64 / (0.25 * capacity),
+    ));
+    let (c_slo, c_fcfs) = if only.contains('c') {
+        (
+            Some(phase_c(&p, &z, interval, true)),
+            Some(phase_c(&p, &z, interval, false)),
+        )
+    } else {
+        (None, None)
+    };
+    let load_after = load_avg();
+
+    let f = |v: &Option<serde_json::Value>, k: &str| {
+        v.as_ref()
+            .and_then(|v| v[k].as_f64())
+            .map_or("-".to_string(), |x| format!("{x:.1}"))
+    };
+    println!();
+    println!(
+        "engine: SmolLM2-135M-Instruct Q4_1, fast, {threads} threads, {:.0} s; load {load_before} -> {load_after}{}",
+        t_all.elapsed().as_secs_f64(),
+        if quick { " (--quick)" } else { "" }
+    );
+    if a.is_some() {
+        println!(
+            "(a) {} x {} prompt x {} output, batch profile: total {} tok/s, output {} tok/s, wall {} s (load after {})",
+            z.a_requests,
+            z.a_prompt,
+            z.a_output,
+            f(&a, "total_tok_s"),
+            f(&a, "output_tok_s"),
+            f(&a, "wall_s"),
+            a.as_ref().unwrap()["load_avg_after"].as_str().unwrap_or("?")
+        );
+    }
+    if b_on.is_some() {
+        println!(
+            "(b) {} x ({} shared + {} unique), interactive profile:",
+            z.b_requests, z.b_prefix, z.b_unique
+        );
+        println!(
+            "    {:<14} {:>12} {:>12} {:>10}",
+            "prefix cache", "TTFT p50 ms", "TTFT p95 ms", "wall s"
+        );
+        for (name, v) in [("on", &b_on), ("off", &b_off)] {
+            println!(
+                "    {:<14} {:>12} {:>12} {:>10}",
+                name,
+                f(v, "ttft_p50_ms"),
+                f(v, "ttft_p95_ms"),
+                f(v, "wall_s")
+            );
+        }
+    }
+    if c_slo.is_some() {
+        println!(
+            "(c) interactive {} prompt x {} output every {:.2?} over (a)'s batch load, mixed profile:",
+            z.c_prompt, z.c_output, interval
+        );
+        println!(
+            "    {:<14} {:>6} {:>12} {:>12} {:>14} {:>12}",
+            "scheduling", "n", "TTFT p50 ms", "TTFT p95 ms", "batch out tok/s", "preemptions"
+        );
+        for (name, v) in [("SLO classes", &c_slo), ("FCFS", &c_fcfs)] {
+            let n = v.as_ref().unwrap()["interactive_requests"].clone();
+            let pre = v.as_ref().unwrap()["preemptions"].clone();
+            println!(
+                "    {:<14} {:>6} {:>12} {:>12} {:>14} {:>12}",
+                name,
+                n,
+                f(v, "interactive_ttft_p50_ms"),
+                f(v, "interactive_ttft_p95_ms"),
+                f(v, "batch_output_tok_s"),
+                pre
+            );
+        }
+    }
+    let json = json!({
+        "bench": "engine",
+        "model": "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "precision": "fast",
+        "threads": threads,
+        "quick": quick,
+        "kv_cache_bytes": KV_BYTES,
+        "load_avg_before": load_before,
+        "load_avg_after": load_after,
+        "a_throughput": a,
+        "b_prefix_cache_on": b_on,
+        "b_prefix_cache_off": b_off,
+        "c_slo_classes": c_slo,
+        "c_fcfs": c_fcfs,
+    });
+    let dir = target_dir().join("bench");
+    std::fs::create_dir_all(&dir).expect("create target/bench");
+    let path = dir.join(if quick {
+        "engine-quick.json"
+    } else {
+        "engine.json"
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).expect("write json");
+    println!("wrote {}", path.display());
+}

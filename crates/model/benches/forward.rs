@@ -1,0 +1,267 @@
+//! Model-core benchmark (`cargo bench -p sloserve-model --bench forward [-- --quick]`):
+//! prefill tok/s of a 512-token prompt and decode tok/s at batch 1, 8 and 32 for the
+//! default model, driving `CandleRunner` directly with `Batch`es (no engine).
+//!
+//! Decode at batch B: B sequences, each prefilled once with 64 tokens over its own
+//! block table (untimed), then runs of 32 timed steps in which every sequence decodes
+//! one token (context 64 -> 96; each run rewrites the same positions). Each case reports the median of several timed runs after one
+//! untimed warm-up run. Fast precision is the main subject; exact precision is
+//! measured for reference with fewer runs. Prints a table and writes
+//! `target/bench/forward.json`.
+//!
+//! Flags: `--quick` (fewer runs), `--fast-only`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use sloserve_engine::{Batch, Logits, ModelRunner};
+use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+
+const PREFILL_LEN: usize = 512;
+const DECODE_CONTEXT: usize = 64;
+const DECODE_STEPS: usize = 32;
+const DECODE_BATCHES: [usize; 3] = [1, 8, 32];
+const BLOCK: usize = 16;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"))
+}
+
+fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Deterministic token ids spread over the vocabulary (speed does not depend on them).
+fn tokens(seed: usize, len: usize) -> Vec<u32> {
+    (0..len)
+        .map(|i| 100 + ((i * 7919 + seed * 104_729) % 20_000) as u32)
+        .collect()
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+struct Case {
+    precision: &'static str,
+    name: String,
+    batch: usize,
+    tokens_per_run: usize,
+    tok_s: Vec<f64>,
+}
+
+impl Case {
+    fn json(&self) -> serde_json::Value {
+        let min = self.tok_s.iter().cloned().fold(f64::INFINITY, f64::min);
+        let max = self.tok_s.iter().cloned().fold(0.0, f64::max);
+        serde_json::json!({
+            "precision": self.precision,
+            "case": self.name,
+            "batch": self.batch,
+            "tokens_per_run": self.tokens_per_run,
+            "runs": self.tok_s.len(),
+            "median_tok_s": median(&self.tok_s),
+            "min_tok_s": min,
+            "max_tok_s": max,
+            "tok_s": self.tok_s,
+        })
+    }
+}
+
+/// One prefill of `PREFILL_LEN` tokens in one piece; returns tok/s.
+fn prefill_once(r: &mut CandleRunner, batch: &mut Batch, out: &mut Logits) -> f64 {
+    let p = tokens(1, PREFILL_LEN);
+    let table: Vec<u32> = (0..PREFILL_LEN.div_ceil(BLOCK) as u32).collect();
+    batch.clear();
+    batch.push(&p, 0, &table, true);
+    let t0 = Instant::now();
+    r.execute(batch, out).expect("prefill");
+    PREFILL_LEN as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// Block tables of B sequences, each long enough for the prefill and the decode steps.
+fn decode_tables(b: usize) -> Vec<Vec<u32>> {
+    let per_seq = (DECODE_CONTEXT + DECODE_STEPS).div_ceil(BLOCK);
+    (0..b)
+        .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
+        .collect()
+}
+
+/// Prefills B sequences with `DECODE_CONTEXT` tokens each (untimed setup).
+fn decode_setup(r: &mut CandleRunner, tables: &[Vec<u32>], batch: &mut Batch, out: &mut Logits) {
+    // In groups, so that no single batch is huge.
+    for (g, group) in tables.chunks(8).enumerate() {
+        batch.clear();
+        for (k, t) in group.iter().enumerate() {
+            let p = tokens(g * 8 + k + 2, DECODE_CONTEXT);
+            batch.push(&p, 0, &t[..DECODE_CONTEXT.div_ceil(BLOCK)], true);
+        }
+        r.execute(batch, out).expect("decode prefill");
+    }
+}
+
+/// `DECODE_STEPS` timed decode steps of B rows (positions `DECODE_CONTEXT..`, so
+/// every run overwrites the same KV slots over the same prefilled context); returns
+/// tok/s.
+fn decode_once(
+    r: &mut CandleRunner,
+    tables: &[Vec<u32>],
+    batch: &mut Batch,
+    out: &mut Logits,
+) -> f64 {
+    let b = tables.len();
+    let mut next: Vec<u32> = (0..b).map(|s| 200 + s as u32).collect();
+    let t0 = Instant::now();
+    for step in 0..DECODE_STEPS {
+        let pos = DECODE_CONTEXT + step;
+        batch.clear();
+        for (s, table) in tables.iter().enumerate() {
+            batch.push(&[next[s]], pos, &table[..(pos + 1).div_ceil(BLOCK)], true);
+        }
+        r.execute(batch, out).expect("decode step");
+        // Feed back the argmax, like greedy decoding (cheap next to the forward).
+        for (s, n) in next.iter_mut().enumerate() {
+            let row = out.row(s);
+            let mut best = 0;
+            for (i, &x) in row.iter().enumerate() {
+                if x > row[best] {
+                    best = i;
+                }
+            }
+            *n = best as u32;
+        }
+    }
+    (b * DECODE_STEPS) as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn run_precision(precision: Precision, label: &'static str, runs: usize) -> Vec<Case> {
+    let opts = RunnerOptions {
+        precision,
+        block_size: BLOCK,
+        kv_cache_memory: 256 << 20,
+        max_model_len: None,
+    };
+    let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let t0 = Instant::now();
+    let mut r = CandleRunner::load(&path, &opts).expect("load the default model");
+    eprintln!(
+        "[{label}] loaded {} in {:.1?}",
+        path.display(),
+        t0.elapsed()
+    );
+    let (mut batch, mut out) = (Batch::default(), Logits::default());
+    let mut cases = Vec::new();
+
+    eprintln!("[{label}] prefill {PREFILL_LEN}: 1 warm-up + {runs} runs");
+    prefill_once(&mut r, &mut batch, &mut out);
+    let tok_s = (0..runs)
+        .map(|_| prefill_once(&mut r, &mut batch, &mut out))
+        .collect();
+    cases.push(Case {
+        precision: label,
+        name: format!("prefill_{PREFILL_LEN}"),
+        batch: 1,
+        tokens_per_run: PREFILL_LEN,
+        tok_s,
+    });
+    for b in DECODE_BATCHES {
+        eprintln!("[{label}] decode batch {b}: 1 warm-up + {runs} runs of {DECODE_STEPS} steps");
+        let tables = decode_tables(b);
+        decode_setup(&mut r, &tables, &mut batch, &mut out);
+        decode_once(&mut r, &tables, &mut batch, &mut out);
+        let tok_s = (0..runs)
+            .map(|_| decode_once(&mut r, &tables, &mut batch, &mut out))
+            .collect();
+        cases.push(Case {
+            precision: label,
+            name: format!("decode_b{b}"),
+            batch: b,
+            tokens_per_run: b * DECODE_STEPS,
+            tok_s,
+        });
+    }
+    cases
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let fast_only = args.iter().any(|a| a == "--fast-only");
+    let (fast_runs, exact_runs) = if quick { (2, 1) } else { (7, 3) };
+    let threads = rayon::current_num_threads();
+    let load_before = load_avg();
+    eprintln!(
+        "forward bench: {threads} rayon threads, {} CPUs, load {load_before}{}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        if quick { ", --quick" } else { "" }
+    );
+    let mut cases = run_precision(Precision::Fast, "fast", fast_runs);
+    if !fast_only {
+        cases.extend(run_precision(Precision::Exact, "exact", exact_runs));
+    }
+    let load_after = load_avg();
+
+    println!();
+    println!(
+        "forward: SmolLM2-135M-Instruct Q4_1, {threads} threads, block {BLOCK}; load {load_before} -> {load_after}"
+    );
+    println!(
+        "decode = {DECODE_STEPS} steps after a {DECODE_CONTEXT}-token prefill per sequence; median of N timed runs"
+    );
+    println!(
+        "{:<6} {:<12} {:>5} {:>12} {:>12} {:>12} {:>4}",
+        "prec", "case", "batch", "median tok/s", "min", "max", "N"
+    );
+    for c in &cases {
+        let min = c.tok_s.iter().cloned().fold(f64::INFINITY, f64::min);
+        let max = c.tok_s.iter().cloned().fold(0.0, f64::max);
+        println!(
+            "{:<6} {:<12} {:>5} {:>12.1} {:>12.1} {:>12.1} {:>4}",
+            c.precision,
+            c.name,
+            c.batch,
+            median(&c.tok_s),
+            min,
+            max,
+            c.tok_s.len()
+        );
+    }
+
+    let json = serde_json::json!({
+        "bench": "forward",
+        "model": "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "threads": threads,
+        "quick": quick,
+        "block_size": BLOCK,
+        "prefill_len": PREFILL_LEN,
+        "decode_context": DECODE_CONTEXT,
+        "decode_steps": DECODE_STEPS,
+        "load_avg_before": load_before,
+        "load_avg_after": load_after,
+        "results": cases.iter().map(Case::json).collect::<Vec<_>>(),
+    });
+    let dir = target_dir().join("bench");
+    std::fs::create_dir_all(&dir).expect("create target/bench");
+    let path = dir.join(if quick {
+        "forward-quick.json"
+    } else {
+        "forward.json"
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).expect("write json");
+    println!("wrote {}", path.display());
+}
