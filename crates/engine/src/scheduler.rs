@@ -111,24 +111,16 @@ impl Scheduler {
                 self.plan_running(i, 1, &mut budget);
             }
         }
-        // 2. Prefill chunks of running sequences.
-        for rank in [1u8, 0] {
-            for i in 0..self.running.len() {
-                let s = &self.running[i];
-                if s.preempted || s.finish.is_some() || s.rank() != rank || s.scheduled > 0 {
-                    continue;
-                }
-                let n = s
-                    .num_uncomputed()
-                    .min(self.cfg.max_prefill_chunk)
-                    .min(budget.remaining());
-                if n > 0 {
-                    self.plan_running(i, n, &mut budget);
-                }
-            }
+        // 2. Prefill chunks, interactive work first: with SLO classes on, a waiting
+        //    interactive request is admitted before running batch sequences get
+        //    their next prefill chunk, so a long batch prompt never delays its TTFT.
+        self.plan_prefills(1, &mut budget);
+        if self.cfg.slo_classes {
+            self.admit(now, &mut budget, true);
         }
+        self.plan_prefills(0, &mut budget);
         // 3. Admission.
-        self.admit(now, &mut budget);
+        self.admit(now, &mut budget, false);
         // 4. Preempted sequences back to waiting; build the batch.
         self.requeue_preempted();
         for (i, s) in self.running.iter_mut().enumerate() {
@@ -150,6 +142,24 @@ impl Scheduler {
         debug_assert_eq!(batch.num_tokens(), budget.used());
         debug_assert!(batch.num_tokens() <= self.cfg.max_num_batched_tokens);
         debug_assert!(self.running.len() <= self.cfg.max_num_seqs);
+    }
+
+    /// Plans the next prefill chunk of every running sequence of `rank` not yet in
+    /// this step, oldest first, within the budget.
+    fn plan_prefills(&mut self, rank: u8, budget: &mut StepBudget) {
+        for i in 0..self.running.len() {
+            let s = &self.running[i];
+            if s.preempted || s.finish.is_some() || s.rank() != rank || s.scheduled > 0 {
+                continue;
+            }
+            let n = s
+                .num_uncomputed()
+                .min(self.cfg.max_prefill_chunk)
+                .min(budget.remaining());
+            if n > 0 {
+                self.plan_running(i, n, budget);
+            }
+        }
     }
 
     /// Blocks `s` lacks to run `n` more tokens.
@@ -259,13 +269,19 @@ impl Scheduler {
         }
     }
 
-    fn admit(&mut self, now: Instant, budget: &mut StepBudget) {
+    /// Admits waiting requests (interactive first, aged batch ones by arrival) while
+    /// budget, sequence slots and KV blocks allow; with `interactive_only`, stops at
+    /// the first request that does not rank as interactive.
+    fn admit(&mut self, now: Instant, budget: &mut StepBudget, interactive_only: bool) {
         while budget.remaining() > 0 {
             let Some((q, aged)) = self.pick_waiting(now) else {
                 return;
             };
             let head = self.waiting[q].front().expect("picked a non-empty queue");
             let rank = if aged { 1 } else { head.rank() };
+            if interactive_only && rank != 1 {
+                return;
+            }
             while self.num_active() >= self.cfg.max_num_seqs {
                 match self.newest_batch_victim(rank) {
                     Some(v) => self.preempt(v, budget),

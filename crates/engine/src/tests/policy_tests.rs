@@ -139,7 +139,11 @@ fn short_prompt_is_not_stuck_behind_a_long_one() {
         .iter()
         .map(|s| s.num_tokens)
         .collect();
-    assert_eq!(chunks, vec![32, 8], "the long prompt's chunk is capped at max_prefill_chunk");
+    assert_eq!(
+        chunks,
+        vec![32, 8],
+        "the long prompt's chunk is capped at max_prefill_chunk"
+    );
     short.poll();
     long.poll();
     assert_eq!(
@@ -410,4 +414,36 @@ fn timings_are_ordered_and_counted() {
     assert!(t.last_token.unwrap() <= t.finish.unwrap());
     assert!(t.ttft().is_some() && t.e2e().unwrap() >= t.ttft().unwrap());
     assert_eq!((t.preemptions, f.completion_tokens), (0, 6));
+}
+
+/// An interactive request arriving while a long batch prompt is being prefilled in
+/// chunks is admitted and prefilled at the next step, ahead of the batch prompt's
+/// remaining chunks; without SLO classes it waits for the budget the batch prompt
+/// leaves.
+#[test]
+fn interactive_arrival_overtakes_running_batch_prefill() {
+    for slo_classes in [true, false] {
+        let mut c = cfg(200);
+        c.slo_classes = slo_classes;
+        c.max_num_batched_tokens = 64;
+        c.max_prefill_chunk = 64;
+        let (mut core, _) = new_core(c);
+        let _batch = submit(&mut core, 0, greedy(prompt(0, 640), 2, SloClass::Batch));
+        core.step();
+        core.step();
+        let mut inter = submit(
+            &mut core,
+            1,
+            greedy(prompt(1, 48), 1, SloClass::Interactive),
+        );
+        core.step();
+        inter.poll();
+        let done = inter.finish.is_some();
+        assert_eq!(
+            done, slo_classes,
+            "slo_classes {slo_classes}: interactive finished at once: {done}"
+        );
+        run_to_idle(&mut core, 200);
+        assert_all_blocks_return(&mut core);
+    }
 }
