@@ -68,7 +68,13 @@ impl Batch {
     }
 
     /// Appends one sequence's new tokens and its block table.
-    pub fn push(&mut self, tokens: &[u32], num_cached: usize, block_table: &[u32], want_logits: bool) {
+    pub fn push(
+        &mut self,
+        tokens: &[u32],
+        num_cached: usize,
+        block_table: &[u32],
+        want_logits: bool,
+    ) {
         self.seqs.push(BatchSeq {
             token_start: self.tokens.len(),
             num_tokens: tokens.len(),

@@ -111,7 +111,10 @@ fn chunked_prefill_equals_one_piece() {
             println!("{precision:?} chunk {chunk}: max abs logit difference {d:e}");
             if precision == Precision::Exact {
                 assert_eq!(out, whole, "{precision:?} chunk {chunk}");
-                assert!(d < 1e-3, "{precision:?} chunk {chunk}: max abs difference {d}");
+                assert!(
+                    d < 1e-3,
+                    "{precision:?} chunk {chunk}: max abs difference {d}"
+                );
             } else {
                 assert_eq!(out[0], whole[0], "{precision:?} chunk {chunk}");
             }
