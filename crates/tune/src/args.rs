@@ -83,6 +83,12 @@ pub struct TuneArgs {
     /// No progress bar or progress lines (the final table is still printed).
     #[arg(long)]
     pub quiet: bool,
+    /// Measure nothing: re-apply the procedure with this run's SLO and cost
+    /// flags to the points of an earlier `tune.json`, writing to `--out`
+    /// (the workload and configurations are the file's).
+    #[arg(long, value_name = "TUNE_JSON")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reanalyze: Option<PathBuf>,
 }
 
 /// The load and workload of every point: the `sloserve bench` flags of the same names.

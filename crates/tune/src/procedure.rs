@@ -250,7 +250,7 @@ fn series_candidate(
     let mut reason = if run >= 2 {
         let chosen = idx[run - 2];
         format!(
-            "max_num_seqs={} is the largest batch meeting the SLO ({} TTFT P95 {}); backed off one step to max_num_seqs={} (TTFT P95 {}) for headroom.",
+            "max_num_seqs={} is the largest batch meeting the SLO ({}: TTFT P95 {}); backed off one step to max_num_seqs={} (TTFT P95 {}) for headroom.",
             seqs(largest),
             slo,
             fmt_ms(points[largest].ttft_p95_ms),

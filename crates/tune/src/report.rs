@@ -270,11 +270,6 @@ pub fn charts(report: &TuneReport) -> Vec<(String, Chart)> {
         tput_series.push(line(format!("output tok/s{tag}"), idx, &|s: &Summary| {
             Some(s.output_throughput)
         }));
-        if !many {
-            tput_series.push(line("total tok/s".into(), idx, &|s: &Summary| {
-                Some(s.total_token_throughput)
-            }));
-        }
     }
     let x_desc = "max_num_seqs (batch size)".to_string();
     let mut out = vec![(
@@ -313,9 +308,9 @@ pub fn charts(report: &TuneReport) -> Vec<(String, Chart)> {
     out.push((
         "throughput_vs_max_num_seqs".to_string(),
         Chart::Lines {
-            title: "Throughput vs max_num_seqs".into(),
+            title: "Output throughput vs max_num_seqs".into(),
             x_desc,
-            y_desc: "tokens/s".into(),
+            y_desc: "output tokens/s".into(),
             x_labels,
             series: tput_series,
             refs: vec![],

@@ -297,6 +297,9 @@ fn point_line(p: &TunePoint) -> String {
 /// Needs a Tokio runtime (or use [`run_tune_blocking`]).
 pub async fn run_tune(args: TuneArgs) -> anyhow::Result<TuneReport> {
     args.validate()?;
+    if let Some(path) = &args.reanalyze {
+        return reanalyze(&args, path);
+    }
     anyhow::ensure!(
         args.model.exists(),
         "model file {} not found (run `make model` for the default one)",
@@ -418,10 +421,7 @@ pub async fn run_tune(args: TuneArgs) -> anyhow::Result<TuneReport> {
             ));
         }
     }
-    let metrics: Vec<PointMetrics> = points.iter().map(|p| p.metrics.clone()).collect();
-    let interactive = recommend_interactive(&metrics, &slo, args.machine_cost_per_hour);
-    let batch = recommend_batch(&metrics, &slo, args.machine_cost_per_hour);
-    let report = TuneReport {
+    let mut report = TuneReport {
         schema: SCHEMA.into(),
         started_unix_s,
         wall_s: started.elapsed().as_secs_f64(),
@@ -435,16 +435,86 @@ pub async fn run_tune(args: TuneArgs) -> anyhow::Result<TuneReport> {
         points,
         not_measured,
         notes,
-        interactive,
-        batch,
+        interactive: None,
+        batch: None,
         args,
     };
-    let files = report::write_outputs(&report, &out)?;
-    println!("{}", report::console_text(&report));
+    recommend(&mut report);
+    write_and_print(&report, &out)?;
+    Ok(report)
+}
+
+/// Apply the procedure to the report's points under its SLO and cost: each
+/// point's verdict, the interactive and batch recommendations.
+pub fn recommend(report: &mut TuneReport) {
+    let slo = report.slo;
+    for p in &mut report.points {
+        p.verdict = verdict(&p.metrics, &slo);
+    }
+    let metrics: Vec<PointMetrics> = report.points.iter().map(|p| p.metrics.clone()).collect();
+    let cost = report.args.machine_cost_per_hour;
+    report.interactive = recommend_interactive(&metrics, &slo, cost);
+    report.batch = recommend_batch(&metrics, &slo, cost);
+    if let Some(b) = &mut report.batch {
+        let series = b.knobs.series();
+        let largest_measured = metrics
+            .iter()
+            .filter(|p| p.knobs.series() == series)
+            .map(|p| p.knobs.max_num_seqs)
+            .max();
+        let larger_unmeasured = report
+            .not_measured
+            .iter()
+            .any(|n| n.knobs.series() == series && n.knobs.max_num_seqs > b.knobs.max_num_seqs);
+        if largest_measured == Some(b.knobs.max_num_seqs) && larger_unmeasured {
+            b.reason.push_str(" Throughput was still rising at the largest batch measured, and larger ones were not measured: rerun with `--no-early-stop` (or a longer `--max-minutes`) to find the peak.");
+        }
+    }
+}
+
+fn write_and_print(report: &TuneReport, out: &Path) -> anyhow::Result<()> {
+    let files = report::write_outputs(report, out)?;
+    println!("{}", report::console_text(report));
     if !report.args.quiet {
         eprintln!("wrote {} files to {}", files.len(), out.display());
     }
-    Ok(report)
+    Ok(())
+}
+
+/// `--reanalyze FILE`: the points of an earlier tune.json under this run's
+/// SLO and cost flags, written to `--out`. Nothing is measured.
+pub fn reanalyze(args: &TuneArgs, path: &Path) -> anyhow::Result<TuneReport> {
+    let mut r = TuneReport::load(path)?;
+    let src = path.parent().unwrap_or(Path::new("."));
+    let same_dir = match (src.canonicalize(), args.out.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same_dir {
+        // Keep the links to each point's bench report working from elsewhere.
+        let abs = src.canonicalize().unwrap_or_else(|_| src.to_path_buf());
+        for p in &mut r.points {
+            p.report_dir = abs.join(&p.report_dir).display().to_string();
+        }
+    }
+    let old_slo = r.slo;
+    r.slo = slo_targets(args);
+    r.args.slo_ttft_p95 = args.slo_ttft_p95;
+    r.args.slo_tpot_p50 = args.slo_tpot_p50;
+    r.args.machine_cost_per_hour = args.machine_cost_per_hour;
+    r.args.out = args.out.clone();
+    r.args.quiet = args.quiet;
+    r.notes.push(format!(
+        "re-analysed from {} (measured under SLO {old_slo}; its early stops and time bound were decided then): the points are those measured, with the command below",
+        path.display()
+    ));
+    r.notes.push(format!("measured with: `{}`", r.command));
+    r.command = std::env::args().collect::<Vec<_>>().join(" ");
+    recommend(&mut r);
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    write_and_print(&r, &args.out)?;
+    Ok(r)
 }
 
 /// The in-process server logs every request and its lifecycle at INFO, which

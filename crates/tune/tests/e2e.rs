@@ -205,6 +205,38 @@ fn tiny_tune_on_the_real_model() {
         check_png(&dir.join(format!("{stem}.png")));
         check_svg(&dir.join(format!("{stem}.svg")));
     }
+
+    // Re-analysed under an impossible SLO: same points, nothing measured, no pick meets it.
+    let again = out_dir("tiny-again");
+    let json = dir.join("tune.json");
+    let r2 = run(&[
+        "--reanalyze",
+        json.to_str().unwrap(),
+        "--slo-ttft-p95",
+        "0.001ms",
+        "--quiet",
+        "--out",
+        again.to_str().unwrap(),
+    ]);
+    assert_eq!(r2.points.len(), 2);
+    // (JSON keeps the numbers to within an ulp or so.)
+    assert_eq!(
+        r2.points[0].summary.completed,
+        report.points[0].summary.completed
+    );
+    assert!((r2.points[0].summary.ttft_ms.p95 - report.points[0].summary.ttft_ms.p95).abs() < 1e-6);
+    assert!(r2.points.iter().all(|p| !p.verdict.meets));
+    assert!(!r2.interactive.as_ref().unwrap().slo_met);
+    assert_eq!(r2.interactive.as_ref().unwrap().knobs.max_num_seqs, 2);
+    assert!(Path::new(&r2.points[0].report_dir)
+        .join("results.json")
+        .exists());
+    let md = std::fs::read_to_string(again.join("report.md")).unwrap();
+    assert!(
+        md.contains("re-analysed from") && md.contains("No measured configuration meets the SLO")
+    );
+    served_config(&again.join("interactive.toml"));
+    let _ = std::fs::remove_dir_all(&again);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&cfg);
 }
