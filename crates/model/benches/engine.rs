@@ -22,7 +22,12 @@
 //! prefixes meant to be shared are. EOS is ignored so output lengths are fixed.
 //! Prints a table and writes `target/bench/engine.json`.
 //!
-//! Flags: `--quick` (smaller counts, for a sanity check), `--only a|b|c`.
+//! Flags: `--quick` (smaller counts, for a sanity check), `--only a|b|c` (any
+//! subset, e.g. `--only ab`), `--batch-aging-ms N` (overrides the `mixed` profile's
+//! `batch_aging_ms` in (c); with the profile's 5 s a batch backlog that takes longer
+//! than that to start is promoted to interactive rank, where it is no longer
+//! preempted for interactive arrivals), `--interval-ms N` (fixes (c)'s interactive
+//! inter-arrival time).
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -343,6 +348,8 @@ struct Sizes {
     /// stream stays a modest share of what the engine can serve (see `main`).
     c_interval: Duration,
     c_max_interactive: usize,
+    /// `--batch-aging-ms N`: overrides the `mixed` profile's `batch_aging_ms` in (c).
+    c_batch_aging_ms: Option<u64>,
 }
 
 /// (a) everything at once on the `batch` profile.
@@ -469,10 +476,13 @@ fn phase_b(p: &Prompts, z: &Sizes, cache: bool) -> serde_json::Value {
 /// (c) interactive arrivals over (a)'s batch workload, `mixed` profile, SLO classes
 /// on or off (FCFS).
 fn phase_c(p: &Prompts, z: &Sizes, interval: Duration, slo: bool) -> serde_json::Value {
+    let mixed = Profile::load("mixed").unwrap();
     let cfg = EngineConfig {
         slo_classes: slo,
-        ..Profile::load("mixed").unwrap()
+        batch_aging_ms: z.c_batch_aging_ms.unwrap_or(mixed.batch_aging_ms),
+        ..mixed
     };
+    let aging_ms = cfg.batch_aging_ms;
     let mode = if slo { "SLO classes" } else { "FCFS" };
     eprintln!(
         "[c] {mode}: {} batch requests x {} x {} + up to {} interactive {} x {} every {:.2?} (load {})",
@@ -550,6 +560,7 @@ fn phase_c(p: &Prompts, z: &Sizes, interval: Duration, slo: bool) -> serde_json:
         "interactive_prompt_tokens": z.c_prompt,
         "interactive_output_tokens": z.c_output,
         "interval_s": interval.as_secs_f64(),
+        "batch_aging_ms": aging_ms,
         "interactive_ttft_p50_ms": pct_ms(&ti, 50.0),
         "interactive_ttft_p95_ms": pct_ms(&ti, 95.0),
         "batch_ttft_p50_ms": pct_ms(&tb, 50.0),
@@ -577,6 +588,14 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned()
         .unwrap_or_else(|| "abc".into());
+    let aging = args
+        .iter()
+        .position(|a| a == "--batch-aging-ms")
+        .and_then(|i| args.get(i + 1))
+        .map(|v| {
+            v.parse::<u64>()
+                .expect("--batch-aging-ms takes milliseconds")
+        });
     let z = if quick {
         Sizes {
             a_requests: 8,
@@ -590,6 +609,7 @@ fn main() {
             c_output: 16,
             c_interval: Duration::from_millis(500),
             c_max_interactive: 4,
+            c_batch_aging_ms: aging,
         }
     } else {
         Sizes {
@@ -604,6 +624,7 @@ fn main() {
             c_output: 16,
             c_interval: Duration::from_millis(1000),
             c_max_interactive: 32,
+            c_batch_aging_ms: aging,
         }
     };
     let threads = rayon::current_num_threads();
@@ -627,14 +648,22 @@ fn main() {
     };
     // The interactive stream should be a modest share of the engine's capacity (on a
     // slow, shared machine one 100-token request per second can exceed all of it, and
-    // then its queue only grows): at most a quarter of (a)'s measured token rate.
+    // then its queue only grows): at most a quarter of (a)'s measured token rate
+    // (200 tok/s assumed when (a) did not run).
     let capacity = a
         .as_ref()
         .and_then(|a| a["total_tok_s"].as_f64())
         .unwrap_or(200.0);
-    let interval = z.c_interval.max(Duration::from_secs_f64(
-        (z.c_prompt + z.c_output) as f64 / (0.25 * capacity),
-    ));
+    let interval = match args.iter().position(|a| a == "--interval-ms") {
+        Some(i) => Duration::from_millis(
+            args.get(i + 1)
+                .and_then(|v| v.parse().ok())
+                .expect("--interval-ms takes milliseconds"),
+        ),
+        None => z.c_interval.max(Duration::from_secs_f64(
+            (z.c_prompt + z.c_output) as f64 / (0.25 * capacity),
+        )),
+    };
     let (c_slo, c_fcfs) = if only.contains('c') {
         (
             Some(phase_c(&p, &z, interval, true)),
@@ -719,6 +748,7 @@ fn main() {
         "kv_cache_bytes": KV_BYTES,
         "load_avg_before": load_before,
         "load_avg_after": load_after,
+        "batch_aging_ms_override": aging,
         "a_throughput": a,
         "b_prefix_cache_on": b_on,
         "b_prefix_cache_off": b_off,
@@ -727,11 +757,18 @@ fn main() {
     });
     let dir = target_dir().join("bench");
     std::fs::create_dir_all(&dir).expect("create target/bench");
-    let path = dir.join(if quick {
-        "engine-quick.json"
-    } else {
-        "engine.json"
-    });
+    // Partial or modified runs never overwrite the full results.
+    let mut name = String::from("engine");
+    if quick {
+        name.push_str("-quick");
+    }
+    if only != "abc" {
+        name.push_str(&format!("-{only}"));
+    }
+    if let Some(ms) = aging {
+        name.push_str(&format!("-aging{ms}"));
+    }
+    let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).expect("write json");
     println!("wrote {}", path.display());
 }
