@@ -1,9 +1,9 @@
 //! End to end: `run_bench` against a streaming OpenAI-compatible server — a short
 //! synthetic run and a 2-point sweep — then results.json, report.md and the plots.
 //!
-//! The server is the fake one in `support/`. To bench a real `sloserve serve`
-//! instead, call [`bench_server`] with its base URL and `None` (the checks that
-//! need the fake server's request log are then skipped).
+//! The server is the fake one in `support/`, whose request log lets the checks see
+//! exactly what was sent; `crates/sloserve/tests/bench_serve.rs` benches a real
+//! `sloserve serve` with the default model.
 
 mod support;
 
@@ -14,6 +14,7 @@ use clap::Parser;
 use serde_json::Value;
 use sloserve_bench::{run_bench, BenchArgs, BenchReport};
 use support::fake_server::{FakeServer, MODEL};
+use support::plots::check_plot;
 
 #[derive(Parser)]
 struct Cli {
@@ -36,53 +37,6 @@ fn out_dir(name: &str) -> PathBuf {
 
 fn data(file: &str) -> String {
     format!("{}/data/{file}", env!("CARGO_MANIFEST_DIR"))
-}
-
-/// PNG magic, then a full decode with sane dimensions.
-fn check_png(path: &Path) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(
-        &bytes[..8],
-        b"\x89PNG\r\n\x1a\n",
-        "{} is not a PNG",
-        path.display()
-    );
-    let mut reader = png::Decoder::new(std::io::Cursor::new(&bytes))
-        .read_info()
-        .expect("PNG header");
-    let (w, h) = (reader.info().width, reader.info().height);
-    assert!(w >= 300 && h >= 200, "{}: {w}x{h}", path.display());
-    let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
-    reader.next_frame(&mut buf).expect("PNG decodes");
-    // Not blank: the plot has both white background and dark ink (axes, text).
-    assert!(
-        buf.contains(&255) && buf.iter().any(|&b| b < 64),
-        "{} looks blank",
-        path.display()
-    );
-}
-
-/// Parses as XML with an `<svg>` root that has text in it.
-fn check_svg(path: &Path) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let doc = roxmltree::Document::parse(&text)
-        .unwrap_or_else(|e| panic!("{} is not XML: {e}", path.display()));
-    assert_eq!(
-        doc.root_element().tag_name().name(),
-        "svg",
-        "{}",
-        path.display()
-    );
-    assert!(
-        doc.descendants().any(|n| n.has_tag_name("text")),
-        "{} has no text",
-        path.display()
-    );
-}
-
-fn check_plot(dir: &Path, stem: &str) {
-    check_png(&dir.join(format!("{stem}.png")));
-    check_svg(&dir.join(format!("{stem}.svg")));
 }
 
 fn results(dir: &Path) -> Value {

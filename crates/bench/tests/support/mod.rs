@@ -1,2 +1,3 @@
-//! Test support: a fake OpenAI-compatible streaming server.
+//! Test support: a fake OpenAI-compatible streaming server and plot checks.
 pub mod fake_server;
+pub mod plots;
