@@ -87,8 +87,9 @@ pub struct EngineConfig {
     /// engine is full. (Preemption for KV memory among running sequences always
     /// happens; without it the engine could deadlock.)
     pub enable_preemption: bool,
-    /// A batch request waiting longer than this is admitted as interactive (and is no
-    /// longer preempted for interactive requests), so batch work never starves.
+    /// When no batch sequence is running, a batch request that has waited longer
+    /// than this is admitted as interactive (and is not preempted for interactive
+    /// requests), so batch work never starves under a saturating interactive load.
     pub batch_aging_ms: u64,
     /// Class of requests that do not name one.
     pub default_slo_class: SloClass,

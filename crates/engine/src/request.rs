@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use crate::sampler::SamplingParams;
 
 /// Service class of a request. `Interactive` requests are admitted and prefilled
-/// before `Batch` ones and may preempt them; batch requests age into interactive
-/// priority after `batch_aging_ms` so they never starve.
+/// before `Batch` ones and may preempt them; when no batch work runs at all, a batch
+/// request that waited `batch_aging_ms` ages into interactive priority, so batch
+/// work never starves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SloClass {

@@ -6,9 +6,12 @@
 //!    never stall behind prefills;
 //! 2. **prefill chunks** (at most `max_prefill_chunk` tokens each) of running
 //!    sequences whose prompt is not done, interactive first;
-//! 3. **admission** of waiting sequences, interactive before batch (a batch request
-//!    waiting over `batch_aging_ms` competes as interactive, by arrival), reusing
-//!    the longest cached prefix; without SLO classes there is one FCFS queue.
+//! 3. **admission** of waiting sequences, interactive before batch, reusing the
+//!    longest cached prefix; without SLO classes there is one FCFS queue. Aging
+//!    against starvation: while no batch sequence runs at all, the head of the
+//!    batch queue, once it has waited `batch_aging_ms`, competes as interactive (by
+//!    arrival) and runs promoted (not preempted). A batch backlog that is being
+//!    served, however slowly, is not starving and never outranks interactive work.
 //!
 //! Preemption (recompute): a running sequence that cannot get a KV block preempts
 //! the newest sequence of the lowest rank not above its own (possibly itself); a
@@ -246,10 +249,16 @@ impl Scheduler {
         self.cfg.slo_classes && self.cfg.enable_preemption && rank == 1
     }
 
+    /// Whether waiting batch sequence `s` is starving: it has waited
+    /// `batch_aging_ms` and no batch sequence is running to make progress.
     fn is_aged(&self, s: &Sequence, now: Instant) -> bool {
         self.cfg.slo_classes
             && now.saturating_duration_since(s.timings.arrival)
                 >= Duration::from_millis(self.cfg.batch_aging_ms)
+            && !self
+                .running
+                .iter()
+                .any(|r| r.class == SloClass::Batch && !r.preempted && r.finish.is_none())
     }
 
     /// The queue to admit from next, and whether its head is an aged batch request.

@@ -15,7 +15,8 @@ pub(crate) struct Sequence {
     pub id: u64,
     /// Resolved class (the default when the request named none or classes are off).
     pub class: SloClass,
-    /// A batch request that aged past `batch_aging_ms`: scheduled as interactive.
+    /// A batch request admitted by aging (it waited `batch_aging_ms` while no batch
+    /// sequence ran): scheduled as interactive.
     pub promoted: bool,
     /// Prompt then generated tokens.
     pub tokens: Vec<u32>,

@@ -301,3 +301,42 @@ fn randomized_mixed_workload_keeps_invariants_and_outputs() {
         assert_all_blocks_return(&mut core);
     }
 }
+
+#[test]
+fn a_served_batch_backlog_does_not_age_past_interactive_arrivals() {
+    // A long batch backlog is being served (batch sequences run) while its queue
+    // waits far past `batch_aging_ms`: it is not starving, so an interactive arrival
+    // is still admitted and prefilled first, and the backlog's waiting head stays a
+    // preemptable batch request.
+    let mut c = cfg(400);
+    c.max_num_seqs = 8;
+    c.max_num_batched_tokens = 64;
+    c.max_prefill_chunk = 32;
+    c.batch_aging_ms = 100;
+    let (mut core, _) = new_core(c);
+    let _batch: Vec<_> = (0..12)
+        .map(|i| submit(&mut core, i, greedy(prompt(i, 200), 4, SloClass::Batch)))
+        .collect();
+    for _ in 0..4 {
+        core.step();
+        core.advance_clock(Duration::from_millis(500));
+    }
+    assert!(!core.sched.waiting[SloClass::Batch.index()].is_empty());
+    let mut inter = submit(
+        &mut core,
+        99,
+        greedy(prompt(99, 20), 1, SloClass::Interactive),
+    );
+    core.step();
+    inter.poll();
+    assert!(
+        inter.finish.is_some(),
+        "interactive served in its first step"
+    );
+    assert!(
+        core.sched.running.iter().all(|s| !s.promoted),
+        "nothing was promoted while batch work ran"
+    );
+    run_to_idle(&mut core, 2000);
+    assert_all_blocks_return(&mut core);
+}
