@@ -14,6 +14,11 @@
 //!     of (a)'s measured token rate (on a slow shared CPU an unbounded interactive
 //!     queue would measure nothing but its own growth).
 //!
+//! (d) decode as `llama-batched-bench -npp 128 -ntg 64 -npl 32` measures it: 32
+//!     requests x 128 prompt x 64 output submitted at once (`batch` profile: the
+//!     whole prefill fits one step); generated tok/s = tokens after the first /
+//!     time from the first token to the last (llama.cpp's S_TG).
+//!
 //! Full: (a) 64 requests, (b) 32. `--quick`: (a) and (c) 8 requests x 512 x 32,
 //! (b) 8 requests x 8 output tokens, at most 4 interactive arrivals.
 //!
@@ -22,7 +27,7 @@
 //! prefixes meant to be shared are. EOS is ignored so output lengths are fixed.
 //! Prints a table and writes `target/bench/engine.json`.
 //!
-//! Flags: `--quick` (smaller counts, for a sanity check), `--only a|b|c` (any
+//! Flags: `--quick` (smaller counts, for a sanity check), `--only a|b|c|d` (any
 //! subset, e.g. `--only ab`), `--batch-aging-ms N` (overrides the `mixed` profile's
 //! `batch_aging_ms` in (c); with the profile's 5 s a batch backlog that takes longer
 //! than that to start is promoted to interactive rank, where it is no longer
@@ -291,6 +296,55 @@ fn phase_c(p: &Prompts, z: &Sizes, interval: Duration, slo: bool) -> serde_json:
     r
 }
 
+/// (d) batched decode at 32 sequences, as llama-batched-bench reports it (S_TG).
+fn phase_d(p: &Prompts) -> serde_json::Value {
+    let (n, prompt, output) = (32, 128, 64);
+    let cfg = Profile::load("batch").unwrap();
+    eprintln!(
+        "[d] batched decode: {n} requests x {prompt} prompt x {output} output, profile batch (load {})",
+        load_avg()
+    );
+    let prompts: Vec<Vec<u32>> = (0..n)
+        .map(|i| p.unique(&format!("Decode job {i}"), 5000 + i as u64, prompt))
+        .collect();
+    let engine = start(cfg);
+    let t0 = Instant::now();
+    let streams: Vec<_> = prompts
+        .into_iter()
+        .map(|pr| engine.submit(request(pr, output, SloClass::Batch)).unwrap())
+        .collect();
+    let done = collect_all("d", &engine, streams, t0);
+    done.iter().for_each(|c| check(c, output));
+    stop(engine);
+    let first = done
+        .iter()
+        .filter_map(|c| c.finish.timings.first_token)
+        .max()
+        .unwrap();
+    let last = done
+        .iter()
+        .filter_map(|c| c.finish.timings.last_token)
+        .max()
+        .unwrap();
+    let decode_s = last.saturating_duration_since(first).as_secs_f64();
+    let generated = n * (output - 1);
+    let r = json!({
+        "profile": "batch",
+        "requests": n,
+        "prompt_tokens_each": prompt,
+        "output_tokens_each": output,
+        "prefill_s": first.saturating_duration_since(t0).as_secs_f64(),
+        "decode_s": decode_s,
+        "generated_tok_s": generated as f64 / decode_s,
+        "load_avg_after": load_avg(),
+    });
+    eprintln!(
+        "[d] done: {:.1} generated tok/s over {decode_s:.1} s of decode",
+        r["generated_tok_s"].as_f64().unwrap()
+    );
+    r
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -299,7 +353,7 @@ fn main() {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .cloned()
-        .unwrap_or_else(|| "abc".into());
+        .unwrap_or_else(|| "abcd".into());
     let aging = args
         .iter()
         .position(|a| a == "--batch-aging-ms")
@@ -384,6 +438,7 @@ fn main() {
     } else {
         (None, None)
     };
+    let d = only.contains('d').then(|| phase_d(&p));
     let load_after = load_avg();
 
     let f = |v: &Option<serde_json::Value>, k: &str| {
@@ -451,6 +506,12 @@ fn main() {
             );
         }
     }
+    if d.is_some() {
+        println!(
+            "(d) 32 x 128 prompt x 64 output, batch profile: {} generated tok/s during decode (llama-batched-bench's S_TG)",
+            f(&d, "generated_tok_s")
+        );
+    }
     let json = json!({
         "bench": "engine",
         "model": "models/SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -466,6 +527,7 @@ fn main() {
         "b_prefix_cache_off": b_off,
         "c_slo_classes": c_slo,
         "c_fcfs": c_fcfs,
+        "d_batched_decode": d,
     });
     let dir = target_dir().join("bench");
     std::fs::create_dir_all(&dir).expect("create target/bench");
@@ -474,7 +536,7 @@ fn main() {
     if quick {
         name.push_str("-quick");
     }
-    if only != "abc" {
+    if only != "abcd" {
         name.push_str(&format!("-{only}"));
     }
     if let Some(ms) = aging {
