@@ -28,6 +28,11 @@ impl StepBudget {
         assert!(n <= self.remaining(), "step budget overdrawn");
         self.used += n;
     }
+    /// Lowers the step's limit to `max` (never below what is already used).
+    #[inline]
+    pub fn cap(&mut self, max: usize) {
+        self.max = self.max.min(max.max(self.used));
+    }
     /// Returns `n` tokens (a planned sequence was preempted).
     #[inline]
     pub fn give_back(&mut self, n: usize) {
@@ -47,6 +52,18 @@ mod tests {
         assert_eq!(b.remaining(), 3);
         b.give_back(2);
         assert_eq!((b.used(), b.remaining()), (5, 5));
+    }
+
+    #[test]
+    fn cap_lowers_but_never_below_used() {
+        let mut b = StepBudget::new(100);
+        b.take(30);
+        b.cap(50);
+        assert_eq!(b.remaining(), 20);
+        b.cap(10);
+        assert_eq!(b.remaining(), 0);
+        b.cap(80);
+        assert_eq!(b.remaining(), 0, "a cap never raises the limit");
     }
 
     #[test]

@@ -78,6 +78,12 @@ pub struct EngineConfig {
     pub max_num_batched_tokens: usize,
     /// Most prompt tokens of one sequence in one step.
     pub max_prefill_chunk: usize,
+    /// With SLO classes, while interactive requests wait or run, batch prefill
+    /// fills each step only up to this many tokens (at least one block's worth,
+    /// so batch work keeps moving): a shorter step is a shorter wait for an
+    /// interactive arrival's first token and for every interactive token after.
+    /// `None`: batch prefill always fills `max_num_batched_tokens`.
+    pub interactive_max_batched_tokens: Option<usize>,
     /// Reuse cached KV of shared prompt prefixes.
     pub enable_prefix_cache: bool,
     /// Serve interactive before batch requests. Off: every request is
@@ -111,6 +117,7 @@ impl Default for EngineConfig {
             max_num_seqs: 64,
             max_num_batched_tokens: 1024,
             max_prefill_chunk: 256,
+            interactive_max_batched_tokens: None,
             enable_prefix_cache: true,
             slo_classes: true,
             enable_preemption: true,
@@ -192,6 +199,9 @@ impl EngineConfig {
             return Err(bad(
                 "max_num_batched_tokens must be >= max_num_seqs (every running sequence decodes each step)",
             ));
+        }
+        if self.interactive_max_batched_tokens == Some(0) {
+            return Err(bad("interactive_max_batched_tokens must be > 0"));
         }
         if self.max_prefill_chunk == 0 {
             return Err(bad("max_prefill_chunk must be > 0"));

@@ -5,7 +5,9 @@
 //! 1. running **decodes** first (interactive, then batch; oldest first), so streams
 //!    never stall behind prefills;
 //! 2. **prefill chunks** (at most `max_prefill_chunk` tokens each) of running
-//!    sequences whose prompt is not done, interactive first;
+//!    sequences whose prompt is not done, interactive first; while interactive
+//!    requests wait or run, batch prefill fills the step only up to
+//!    `interactive_max_batched_tokens` (when set), keeping steps short;
 //! 3. **admission** of waiting sequences, interactive before batch, reusing the
 //!    longest cached prefix; without SLO classes there is one FCFS queue. Aging
 //!    against starvation: while no batch sequence runs at all, the head of the
@@ -120,6 +122,12 @@ impl Scheduler {
         self.plan_prefills(1, &mut budget);
         if self.cfg.slo_classes {
             self.admit(now, &mut budget, true);
+            if let Some(cap) = self.cfg.interactive_max_batched_tokens {
+                if self.interactive_present() {
+                    // Batch prefill fills a shorter step, but always moves.
+                    budget.cap(cap.max(budget.used() + self.pool.block_size()));
+                }
+            }
         }
         self.plan_prefills(0, &mut budget);
         // 3. Admission.
@@ -145,6 +153,15 @@ impl Scheduler {
         debug_assert_eq!(batch.num_tokens(), budget.used());
         debug_assert!(batch.num_tokens() <= self.cfg.max_num_batched_tokens);
         debug_assert!(self.running.len() <= self.cfg.max_num_seqs);
+    }
+
+    /// Whether interactive requests wait or run (the step cap for batch prefill applies).
+    fn interactive_present(&self) -> bool {
+        !self.waiting[SloClass::Interactive.index()].is_empty()
+            || self
+                .running
+                .iter()
+                .any(|s| s.class == SloClass::Interactive && !s.preempted && s.finish.is_none())
     }
 
     /// Plans the next prefill chunk of every running sequence of `rank` not yet in

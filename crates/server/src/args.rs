@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Most prompt tokens of one sequence per step.
     #[arg(long)]
     pub max_prefill_chunk: Option<usize>,
+    /// While interactive requests wait or run, batch prefill fills a step only up
+    /// to this many tokens.
+    #[arg(long)]
+    pub interactive_max_batched_tokens: Option<usize>,
     /// Caps the model's context length.
     #[arg(long)]
     pub max_model_len: Option<usize>,
@@ -140,6 +144,9 @@ impl ServeArgs {
         set!(ttft_reject_factor => admission.ttft_reject_factor);
         if self.max_model_len.is_some() {
             cfg.max_model_len = self.max_model_len;
+        }
+        if self.interactive_max_batched_tokens.is_some() {
+            cfg.interactive_max_batched_tokens = self.interactive_max_batched_tokens;
         }
         if self.num_kv_blocks.is_some() {
             cfg.num_kv_blocks = self.num_kv_blocks;

@@ -447,3 +447,56 @@ fn interactive_arrival_overtakes_running_batch_prefill() {
         assert_all_blocks_return(&mut core);
     }
 }
+
+#[test]
+fn interactive_work_shortens_steps_while_batch_prefill_keeps_moving() {
+    let mut c = cfg(300);
+    c.max_num_batched_tokens = 512;
+    c.max_prefill_chunk = 256;
+    c.interactive_max_batched_tokens = Some(64);
+    let (mut core, log) = new_core(c);
+    let mut batch = submit(&mut core, 0, greedy(prompt(0, 1500), 4, SloClass::Batch));
+    core.step();
+    let tokens = |log: &crate::mock::BatchLog, i: usize| log.lock().unwrap()[i].num_tokens();
+    assert_eq!(tokens(&log, 0), 256, "alone, batch prefill fills its chunk");
+    let mut inter = submit(
+        &mut core,
+        1,
+        greedy(prompt(1, 20), 6, SloClass::Interactive),
+    );
+    let mut steps_with_interactive = 0;
+    while !inter.done() {
+        let before = log.lock().unwrap().len();
+        let computed_before = core.sched.running[0].num_computed;
+        core.step();
+        let n = tokens(&log, before);
+        assert!(n <= 64, "a step with interactive work has {n} tokens");
+        assert!(
+            core.sched.running[0].num_computed > computed_before,
+            "batch prefill still moves"
+        );
+        steps_with_interactive += 1;
+    }
+    assert_eq!(
+        steps_with_interactive, 6,
+        "one prefill step, then one decode per step"
+    );
+    assert_eq!(
+        inter.tokens,
+        MockRunner::reference(&prompt(1, 20), 6, VOCAB)
+    );
+    let before = log.lock().unwrap().len();
+    core.step();
+    assert_eq!(
+        tokens(&log, before),
+        256,
+        "full chunks again once interactive is gone"
+    );
+    run_to_idle(&mut core, 100);
+    batch.poll();
+    assert_eq!(
+        batch.tokens,
+        MockRunner::reference(&prompt(0, 1500), 4, VOCAB)
+    );
+    assert_all_blocks_return(&mut core);
+}

@@ -250,6 +250,7 @@ fn randomized_mixed_workload_keeps_invariants_and_outputs() {
         c.enable_prefix_cache = rng.chance(0.7);
         c.slo_classes = rng.chance(0.7);
         c.batch_aging_ms = 50 + rng.below(500) as u64;
+        c.interactive_max_batched_tokens = rng.chance(0.5).then(|| 1 + rng.below(128));
         let (mut core, _) = new_core(c);
         let systems: Vec<Vec<u32>> = (0..3)
             .map(|i| prompt(1000 + i, 16 + rng.below(60)))

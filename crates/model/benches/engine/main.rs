@@ -29,9 +29,7 @@
 //!
 //! Flags: `--quick` (smaller counts, for a sanity check), `--only a|b|c|d` (any
 //! subset, e.g. `--only ab`), `--batch-aging-ms N` (overrides the `mixed` profile's
-//! `batch_aging_ms` in (c); with the profile's 5 s a batch backlog that takes longer
-//! than that to start is promoted to interactive rank, where it is no longer
-//! preempted for interactive arrivals), `--interval-ms N` (fixes (c)'s interactive
+//! `batch_aging_ms` in (c)), `--interval-ms N` (fixes (c)'s interactive
 //! inter-arrival time).
 
 use std::sync::atomic::{AtomicBool, Ordering};
