@@ -2,7 +2,8 @@
 # Runs ../shared/tools/slo_probe.py against `sloserve serve` (release build) and, when
 # llama.cpp's llama-server is found, against llama-server with 16 slots on the same
 # model in the same sitting: for each run, each workload (plain and --chat), one probe
-# per server back to back, so machine drift hits both alike. Prints per workload the
+# per server back to back, so machine drift hits both alike; run r sends the probe's
+# prompts of seed r, new to both servers (their prompt caches only help within a run). Prints per workload the
 # median over RUNS of TTFT p50/p95, per-stream tok/s (1000 / TPOT p50) and total
 # output tok/s for each server, and the ratios sloserve : llama-server.
 #
@@ -59,7 +60,8 @@ for r in $(seq "$RUNS"); do
       for s in "${SERVERS[@]}"; do
         server=${s%%|*}; url=${s#*|}
         echo "run $r/$RUNS  $wl  $server  (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-        res=$(python3 "$PROBE" --url "$url" $flags $chat)
+        # A fresh seed per run: every run's prompts are new to both servers' caches.
+        res=$(python3 "$PROBE" --url "$url" $flags $chat --seed "$r")
         echo "{\"server\": \"$server\", \"workload\": \"$wl\", \"run\": $r, \"load\": \"$(cut -d' ' -f1-3 /proc/loadavg)\", \"result\": $res}" >> "$OUT/results.jsonl"
       done
     done

@@ -2,7 +2,7 @@
 # Cross-checks `sloserve bench` against the independent ../shared/tools/slo_probe.py on
 # the same workload and server (a release `sloserve serve`): RUNS alternations of one
 # probe run and one bench run, then the medians of TTFT p50 and output tok/s side by
-# side. Then, when llama.cpp's llama-server is found, `sloserve bench` drives it (16
+# side (each run's prompts are new to the server: seeds differ per run and client). Then, when llama.cpp's llama-server is found, `sloserve bench` drives it (16
 # slots, same model) with the same workload, showing bench works against a peer.
 #
 # usage: scripts/cross-check.sh [RUNS]
@@ -32,12 +32,12 @@ INPUT_LEN=""
 for r in $(seq "$RUNS"); do
   echo "run $r/$RUNS: slo_probe (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   python3 "$PROBE" --url "$URL" --concurrency "$CONC" --requests "$REQS" --prompt-words "$WORDS" \
-    --max-tokens "$MAXTOK" --ignore-eos >> "$OUT/probe.jsonl"
+    --max-tokens "$MAXTOK" --ignore-eos --seed "$r" >> "$OUT/probe.jsonl"
   # The same prompt length in tokens as the probe's prompts (the server's usage).
   [ -n "$INPUT_LEN" ] || INPUT_LEN=$(python3 -c "import json,sys; print(round(json.loads(open(sys.argv[1]).readline())['prompt_tokens_mean']))" "$OUT/probe.jsonl")
   echo "run $r/$RUNS: sloserve bench --input-len $INPUT_LEN (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
   "$BIN" bench --url "$URL" --concurrency "$CONC" --num-requests "$REQS" --input-len "$INPUT_LEN" \
-    --output-len "$MAXTOK" --quiet --out "$OUT/bench-$r" > /dev/null
+    --output-len "$MAXTOK" --seed "$((100 + r))" --quiet --out "$OUT/bench-$r" > /dev/null
 done
 python3 - "$OUT" "$RUNS" <<'PY' | tee "$OUT/table.md"
 import json, statistics, sys

@@ -30,7 +30,7 @@
 //! Flags: `--quick` (smaller counts, for a sanity check), `--only a|b|c|d` (any
 //! subset, e.g. `--only ab`), `--batch-aging-ms N` (overrides the `mixed` profile's
 //! `batch_aging_ms` in (c)), `--interval-ms N` (fixes (c)'s interactive
-//! inter-arrival time).
+//! inter-arrival time), `--skip-fcfs` (only (c)'s SLO-classes half).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -428,10 +428,11 @@ fn main() {
             (z.c_prompt + z.c_output) as f64 / (0.25 * capacity),
         )),
     };
+    let skip_fcfs = args.iter().any(|a| a == "--skip-fcfs");
     let (c_slo, c_fcfs) = if only.contains('c') {
         (
             Some(phase_c(&p, &z, interval, true)),
-            Some(phase_c(&p, &z, interval, false)),
+            (!skip_fcfs).then(|| phase_c(&p, &z, interval, false)),
         )
     } else {
         (None, None)
@@ -491,6 +492,9 @@ fn main() {
             "scheduling", "n", "TTFT p50 ms", "TTFT p95 ms", "batch out tok/s", "preemptions"
         );
         for (name, v) in [("SLO classes", &c_slo), ("FCFS", &c_fcfs)] {
+            if v.is_none() {
+                continue;
+            }
             let n = v.as_ref().unwrap()["interactive_requests"].clone();
             let pre = v.as_ref().unwrap()["preemptions"].clone();
             println!(
