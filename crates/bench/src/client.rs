@@ -49,8 +49,12 @@ impl Client {
         cfg.base_url = normalize_base_url(&cfg.base_url);
         let mut conn = HttpConnector::new();
         conn.set_nodelay(true);
+        // A fresh connection per request: servers that close idle keep-alive
+        // connections (llama-server does) would otherwise race a reused one and fail
+        // the request with "connection closed before message completed". A loopback
+        // connect costs microseconds against TTFTs of milliseconds.
         let http = HyperClient::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(usize::MAX)
+            .pool_max_idle_per_host(0)
             .build(conn);
         Client { cfg, http }
     }
