@@ -17,6 +17,7 @@
 //! [`run_tune_blocking`] builds its own Tokio runtime for a synchronous `main`).
 
 pub mod args;
+pub mod charts;
 pub mod procedure;
 pub mod progress;
 pub mod report;
