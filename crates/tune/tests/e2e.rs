@@ -3,6 +3,9 @@
 //! benched; then every output: tune.json, the TOML configs (parsed back the
 //! way `sloserve serve --config` reads them), report.md and the plots.
 
+#[path = "../../bench/tests/support/plots.rs"]
+mod plots;
+
 use std::path::{Path, PathBuf};
 
 use clap::Parser;
@@ -34,33 +37,6 @@ fn out_dir(name: &str) -> PathBuf {
         .join(format!("tune-e2e-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     d
-}
-
-/// PNG magic, then a full decode with sane dimensions and some ink.
-fn check_png(path: &Path) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
-    let mut reader = png::Decoder::new(std::io::Cursor::new(&bytes))
-        .read_info()
-        .expect("PNG header");
-    let (w, h) = (reader.info().width, reader.info().height);
-    assert!(w >= 300 && h >= 200, "{}: {w}x{h}", path.display());
-    let mut buf = vec![0; reader.output_buffer_size().expect("buffer size")];
-    reader.next_frame(&mut buf).expect("PNG decodes");
-    assert!(
-        buf.contains(&255) && buf.iter().any(|&b| b < 64),
-        "{} looks blank",
-        path.display()
-    );
-}
-
-/// XML with an `<svg>` root that has text in it.
-fn check_svg(path: &Path) {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let doc = roxmltree::Document::parse(&text)
-        .unwrap_or_else(|e| panic!("{} is not XML: {e}", path.display()));
-    assert_eq!(doc.root_element().tag_name().name(), "svg");
-    assert!(doc.descendants().any(|n| n.has_tag_name("text")));
 }
 
 /// The TOML file as `sloserve serve --profile interactive --config FILE` reads it.
@@ -202,8 +178,7 @@ fn tiny_tune_on_the_real_model() {
         "tpot_vs_max_num_seqs",
         "throughput_vs_max_num_seqs",
     ] {
-        check_png(&dir.join(format!("{stem}.png")));
-        check_svg(&dir.join(format!("{stem}.svg")));
+        plots::check_plot(&dir, stem);
     }
 
     // Re-analysed under an impossible SLO: same points, nothing measured, no pick meets it.

@@ -55,6 +55,19 @@ pub fn request(prompt: Vec<u32>, max_tokens: usize, class: SloClass) -> Request 
     r
 }
 
+/// Submits every prompt at once as a greedy request of `max_tokens` in `class`.
+pub fn submit_all(
+    engine: &EngineHandle,
+    prompts: Vec<Vec<u32>>,
+    max_tokens: usize,
+    class: SloClass,
+) -> Vec<RequestStream> {
+    prompts
+        .into_iter()
+        .map(|pr| engine.submit(request(pr, max_tokens, class)).unwrap())
+        .collect()
+}
+
 pub fn check(c: &Completion, max_tokens: usize) {
     assert_eq!(
         c.finish.reason,

@@ -82,14 +82,7 @@ fn phase_a(p: &Prompts, z: &Sizes) -> serde_json::Value {
         .collect();
     let engine = start(cfg.clone());
     let t0 = Instant::now();
-    let streams: Vec<_> = prompts
-        .into_iter()
-        .map(|pr| {
-            engine
-                .submit(request(pr, z.a_output, SloClass::Batch))
-                .unwrap()
-        })
-        .collect();
+    let streams = submit_all(&engine, prompts, z.a_output, SloClass::Batch);
     let done = collect_all("a", &engine, streams, t0);
     let wall = t0.elapsed().as_secs_f64();
     done.iter().for_each(|c| check(c, z.a_output));
@@ -218,14 +211,7 @@ fn phase_c(p: &Prompts, z: &Sizes, interval: Duration, slo: bool) -> serde_json:
         .collect();
     let engine = start(cfg);
     let t0 = Instant::now();
-    let streams: Vec<_> = batch_prompts
-        .into_iter()
-        .map(|pr| {
-            engine
-                .submit(request(pr, z.a_output, SloClass::Batch))
-                .unwrap()
-        })
-        .collect();
+    let streams = submit_all(&engine, batch_prompts, z.a_output, SloClass::Batch);
     // Interactive arrivals until the batch work is done.
     let batch_done = Arc::new(AtomicBool::new(false));
     let arrivals = {
@@ -307,10 +293,7 @@ fn phase_d(p: &Prompts) -> serde_json::Value {
         .collect();
     let engine = start(cfg);
     let t0 = Instant::now();
-    let streams: Vec<_> = prompts
-        .into_iter()
-        .map(|pr| engine.submit(request(pr, output, SloClass::Batch)).unwrap())
-        .collect();
+    let streams = submit_all(&engine, prompts, output, SloClass::Batch);
     let done = collect_all("d", &engine, streams, t0);
     done.iter().for_each(|c| check(c, output));
     stop(engine);
