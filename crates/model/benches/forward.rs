@@ -9,7 +9,8 @@
 //! measured for reference with fewer runs. Prints a table and writes
 //! `target/bench/forward.json`.
 //!
-//! Flags: `--quick` (fewer runs), `--fast-only`.
+//! Flags: `--quick` (fewer runs), `--fast-only`, `--only CASE` (e.g. `decode_b32`, for
+//! profiling one case).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -149,7 +150,13 @@ fn decode_once(
     (b * DECODE_STEPS) as f64 / t0.elapsed().as_secs_f64()
 }
 
-fn run_precision(precision: Precision, label: &'static str, runs: usize) -> Vec<Case> {
+fn run_precision(
+    precision: Precision,
+    label: &'static str,
+    runs: usize,
+    only: Option<&str>,
+) -> Vec<Case> {
+    let wanted = |name: &str| only.is_none_or(|o| o == name);
     let opts = RunnerOptions {
         precision,
         block_size: BLOCK,
@@ -167,19 +174,24 @@ fn run_precision(precision: Precision, label: &'static str, runs: usize) -> Vec<
     let (mut batch, mut out) = (Batch::default(), Logits::default());
     let mut cases = Vec::new();
 
-    eprintln!("[{label}] prefill {PREFILL_LEN}: 1 warm-up + {runs} runs");
-    prefill_once(&mut r, &mut batch, &mut out);
-    let tok_s = (0..runs)
-        .map(|_| prefill_once(&mut r, &mut batch, &mut out))
-        .collect();
-    cases.push(Case {
-        precision: label,
-        name: format!("prefill_{PREFILL_LEN}"),
-        batch: 1,
-        tokens_per_run: PREFILL_LEN,
-        tok_s,
-    });
+    if wanted(&format!("prefill_{PREFILL_LEN}")) {
+        eprintln!("[{label}] prefill {PREFILL_LEN}: 1 warm-up + {runs} runs");
+        prefill_once(&mut r, &mut batch, &mut out);
+        let tok_s = (0..runs)
+            .map(|_| prefill_once(&mut r, &mut batch, &mut out))
+            .collect();
+        cases.push(Case {
+            precision: label,
+            name: format!("prefill_{PREFILL_LEN}"),
+            batch: 1,
+            tokens_per_run: PREFILL_LEN,
+            tok_s,
+        });
+    }
     for b in DECODE_BATCHES {
+        if !wanted(&format!("decode_b{b}")) {
+            continue;
+        }
         eprintln!("[{label}] decode batch {b}: 1 warm-up + {runs} runs of {DECODE_STEPS} steps");
         let tables = decode_tables(b);
         decode_setup(&mut r, &tables, &mut batch, &mut out);
@@ -202,6 +214,11 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let fast_only = args.iter().any(|a| a == "--fast-only");
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str);
     let (fast_runs, exact_runs) = if quick { (2, 1) } else { (7, 3) };
     let threads = rayon::current_num_threads();
     let load_before = load_avg();
@@ -210,9 +227,9 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }
     );
-    let mut cases = run_precision(Precision::Fast, "fast", fast_runs);
+    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only);
     if !fast_only {
-        cases.extend(run_precision(Precision::Exact, "exact", exact_runs));
+        cases.extend(run_precision(Precision::Exact, "exact", exact_runs, only));
     }
     let load_after = load_avg();
 

@@ -12,6 +12,7 @@ pub mod inspect;
 pub mod kv_cache;
 pub mod llama;
 pub mod loaded;
+pub mod packed_gemm;
 pub mod qmatmul;
 pub mod rope;
 pub mod runner;

@@ -7,6 +7,8 @@ use candle_core::quantized::k_quants::{
 use candle_core::quantized::GgmlDType;
 use half::{bf16, f16};
 
+use crate::packed_gemm::PackedMatrix;
+
 /// One tensor's data, in the file's own block format.
 #[derive(Clone)]
 pub enum WeightData {
@@ -165,12 +167,20 @@ pub fn gemm_f32(x: &[f32], w: &[f32], m: usize, k: usize, n: usize, out: &mut [f
     }
 }
 
+/// The f32 copy of quantized weights that large batches multiply with.
+enum Dense {
+    /// Packed for our AVX2 kernel.
+    Packed(PackedMatrix),
+    /// Row-major, for the `gemm` crate (CPUs without AVX2).
+    RowMajor(Vec<f32>),
+}
+
 /// A linear layer `y = x·Wᵀ (+ b)` with W of shape `[n_out, k]`.
 pub struct Linear {
     /// Quantized (fast) or f32 (exact) weights.
     pub weight: WeightData,
     /// f32 copy of quantized weights for large batches (fast mode only).
-    dense: Option<Vec<f32>>,
+    dense: Option<Dense>,
     pub n_out: usize,
     pub k: usize,
     pub bias: Option<Vec<f32>>,
@@ -192,7 +202,12 @@ impl Linear {
                 (WeightData::F32(w.to_f32()), None)
             }
             (Precision::Fast, w) => {
-                let dense = w.to_f32();
+                let f = w.to_f32();
+                let dense = if PackedMatrix::supported() {
+                    Dense::Packed(PackedMatrix::pack(&f, n_out, k))
+                } else {
+                    Dense::RowMajor(f)
+                };
                 (w, Some(dense))
             }
         };
@@ -210,7 +225,8 @@ impl Linear {
         let (k, n) = (self.k, self.n_out);
         match (&self.weight, &self.dense) {
             (WeightData::F32(w), _) => gemm_f32(x, w, m, k, n, out),
-            (_, Some(w)) if m >= GEMM_MIN_ROWS => gemm_f32(x, w, m, k, n, out),
+            (_, Some(Dense::Packed(w))) if m >= GEMM_MIN_ROWS => w.matmul(x, m, out),
+            (_, Some(Dense::RowMajor(w))) if m >= GEMM_MIN_ROWS => gemm_f32(x, w, m, k, n, out),
             (q, _) => q.matmul(x, m, k, n, out),
         }
         if let Some(b) = &self.bias {
