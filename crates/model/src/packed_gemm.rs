@@ -89,7 +89,7 @@ impl PackedMatrix {
                     let b = &self.rows[p * k + k0..][..kc];
                     let mut r = r0;
                     while r < r1 {
-                        let mr = MR.min(r1 - r);
+                        let mr = tile_rows(r1 - r);
                         let a = &x[r * k + k0..];
                         // SAFETY: the tile (r..r+mr, p*16..p*16+cols) lies inside out
                         // and only this task writes it; a holds mr rows of stride k
@@ -103,6 +103,16 @@ impl PackedMatrix {
                 }
             }
         });
+    }
+}
+
+/// Rows of the next tile when `left` rows remain: six, except that 7-9 rows split
+/// into two tiles of 3-5 rather than leave a tile of 1-3 (too few accumulators to
+/// hide the FMA latency).
+fn tile_rows(left: usize) -> usize {
+    match left {
+        7..=9 => left.div_ceil(2),
+        _ => left.min(MR),
     }
 }
 

@@ -97,8 +97,8 @@ fn fast_mixed_batch_same_argmax_as_alone() {
 }
 
 /// Exact mode: chunked prefill gives the same logits (< 1e-3) and tokens as one
-/// piece. Fast mode is not batch-invariant (batches of 32+ rows take the f32 GEMM,
-/// smaller ones 8-bit activations), so there only the first token must agree.
+/// piece. Fast mode is not batch-invariant (batches of 3+ rows take the f32 GEMM,
+/// one or two rows 8-bit activations), so there only the first token must agree.
 #[test]
 fn chunked_prefill_equals_one_piece() {
     for precision in [Precision::Exact, Precision::Fast] {

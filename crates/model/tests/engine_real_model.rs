@@ -3,8 +3,8 @@
 //! decodes), from the prefix cache, under KV preemption and with SLO classes give
 //! exactly the tokens each request gets when it runs alone on an engine.
 //!
-//! Exact mode only. The fast kernels are not batch-invariant: batches of 32+ rows
-//! run as an f32 GEMM on dequantized weights, smaller ones as quantized dot products
+//! Exact mode only. The fast kernels are not batch-invariant: batches of 3+ rows
+//! run as an f32 GEMM on dequantized weights, one or two rows as quantized dot products
 //! with 8-bit activations, so a request's logits depend on how many rows share its
 //! step and its greedy continuation may legitimately change with the batch.
 //!
