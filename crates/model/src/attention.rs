@@ -3,10 +3,12 @@
 
 use std::cell::RefCell;
 
+use half::f16;
+
 use rayon::prelude::*;
 use sloserve_engine::Batch;
 
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvData};
 
 /// Shapes of one attention layer.
 #[derive(Clone, Copy)]
@@ -21,12 +23,29 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A cache element the attention reads (f32 or f16).
+pub trait KvElem: Copy + Send + Sync {
+    fn f32(self) -> f32;
+}
+impl KvElem for f32 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self
+    }
+}
+impl KvElem for f16 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self.to_f32()
+    }
+}
+
 /// One task's inputs: the query heads of one KV head at one token, and where that
 /// KV head's keys and values live.
-struct Task<'a> {
+struct Task<'a, T> {
     q: &'a [f32],
-    keys: &'a [f32],
-    values: &'a [f32],
+    keys: &'a [T],
+    values: &'a [T],
     table: &'a [u32],
     block_size: usize,
     kv_size: usize,
@@ -35,6 +54,15 @@ struct Task<'a> {
     /// Tokens attended to (position + 1).
     n: usize,
     scale: f32,
+}
+
+impl<T> Task<'_, T> {
+    /// Offset of token `j`'s row for this KV head.
+    #[inline(always)]
+    fn row(&self, j: usize) -> usize {
+        let bs = self.block_size;
+        (self.table[j / bs] as usize * bs + j % bs) * self.kv_size + self.kv_off
+    }
 }
 
 /// `q` is `[T, num_heads * head_dim]` (T = new tokens of the batch, RoPE applied);
@@ -49,13 +77,30 @@ pub fn paged_attention(
     shape: AttnShape,
     out: &mut [f32],
 ) {
+    match (&cache.keys[layer], &cache.values[layer]) {
+        (KvData::F32(k), KvData::F32(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
+        (KvData::F16(k), KvData::F16(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
+        _ => unreachable!("keys and values share one element type"),
+    }
+}
+
+fn run<T: KvElem>(
+    batch: &Batch,
+    token_seq: &[u32],
+    q: &[f32],
+    cache: &KvCache,
+    (keys, values): (&[T], &[T]),
+    shape: AttnShape,
+    out: &mut [f32],
+) where
+    for<'a> Task<'a, T>: Attend,
+{
     let AttnShape {
         num_heads,
         num_kv_heads,
         head_dim,
     } = shape;
     let group = num_heads / num_kv_heads;
-    let avx2 = has_avx2();
     // One task per (token, KV head): the query heads of its group are contiguous in
     // q and out, and share every key and value row read.
     out.par_chunks_mut(group * head_dim)
@@ -65,8 +110,8 @@ pub fn paged_attention(
             let s = &batch.seqs[token_seq[t] as usize];
             let task = Task {
                 q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
-                keys: &cache.keys[layer],
-                values: &cache.values[layer],
+                keys,
+                values,
                 table: batch.block_table(s),
                 block_size: cache.block_size,
                 kv_size: cache.kv_size,
@@ -75,53 +120,94 @@ pub fn paged_attention(
                 n: s.position(t - s.token_start) + 1,
                 scale: 1.0 / (head_dim as f32).sqrt(),
             };
-            SCORES.with(|cell| {
-                let scores = &mut cell.borrow_mut();
-                if avx2 {
-                    // SAFETY: the CPU has AVX2 and FMA (checked above).
-                    unsafe { attend_avx2(&task, scores, o) }
-                } else {
-                    attend(&task, scores, o)
-                }
-            });
+            SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
         });
+}
+
+/// Softmax(q·Kᵀ·scale)·V for each query head of a task into `out`; `scores` is
+/// scratch for `[group, n]`.
+pub trait Attend {
+    fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]);
+}
+
+impl Attend for Task<'_, f32> {
+    fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
+        if has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA.
+            unsafe { attend_avx2(self, scores, out) }
+        } else {
+            attend(self, scores, out)
+        }
+    }
+}
+
+impl Attend for Task<'_, f16> {
+    fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
+        let group = self.q.len() / self.head_dim;
+        if has_avx2() && self.head_dim % 8 == 0 && group <= MAX_GROUP {
+            // SAFETY: the CPU has AVX2, FMA and F16C; the shapes were just checked.
+            unsafe { attend_f16_avx2(self, scores, out) }
+        } else {
+            attend(self, scores, out)
+        }
+    }
 }
 
 fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+        use std::sync::OnceLock;
+        static AVX2: OnceLock<bool> = OnceLock::new();
+        *AVX2.get_or_init(|| {
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        })
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
 
-/// `attend`, compiled for AVX2 (the compiler vectorises its loops 8 wide).
+/// `attend` on f32 rows, compiled for AVX2 (the compiler vectorises its loops).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn attend_avx2(task: &Task, scores: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn attend_avx2(task: &Task<f32>, scores: &mut Vec<f32>, out: &mut [f32]) {
     attend(task, scores, out)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn attend_avx2(task: &Task, scores: &mut Vec<f32>, out: &mut [f32]) {
+unsafe fn attend_avx2(task: &Task<f32>, scores: &mut Vec<f32>, out: &mut [f32]) {
     attend(task, scores, out)
 }
 
-/// Softmax(q·Kᵀ·scale)·V for each query head of the task; `scores` is `[group, n]`.
+/// The portable attention of one task.
 #[inline(always)]
-fn attend(task: &Task, scores: &mut Vec<f32>, out: &mut [f32]) {
-    let (hd, n, bs) = (task.head_dim, task.n, task.block_size);
-    let group = task.q.len() / hd;
+fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
+    let (hd, n) = (task.head_dim, task.n);
     scores.clear();
-    scores.resize(group * n, 0.0);
-    let row = |j: usize| (task.table[j / bs] as usize * bs + j % bs) * task.kv_size + task.kv_off;
+    scores.resize(task.q.len() / hd * n, 0.0);
     for j in 0..n {
-        let kj = &task.keys[row(j)..][..hd];
+        let kj = &task.keys[task.row(j)..][..hd];
         for (g, qh) in task.q.chunks_exact(hd).enumerate() {
             scores[g * n + j] = dot(qh, kj) * task.scale;
         }
     }
+    softmax_rows(scores, n);
+    out.fill(0.0);
+    for j in 0..n {
+        let vj = &task.values[task.row(j)..][..hd];
+        for (g, o) in out.chunks_exact_mut(hd).enumerate() {
+            let w = scores[g * n + j];
+            for (oi, vi) in o.iter_mut().zip(vj) {
+                *oi += w * vi.f32();
+            }
+        }
+    }
+}
+
+/// Each row of `n` scores becomes its softmax.
+#[inline(always)]
+fn softmax_rows(scores: &mut [f32], n: usize) {
     for sg in scores.chunks_exact_mut(n) {
         let max = sg.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
         let mut sum = 0f32;
@@ -134,20 +220,10 @@ fn attend(task: &Task, scores: &mut Vec<f32>, out: &mut [f32]) {
             *x *= inv;
         }
     }
-    out.fill(0.0);
-    for j in 0..n {
-        let vj = &task.values[row(j)..][..hd];
-        for (g, o) in out.chunks_exact_mut(hd).enumerate() {
-            let w = scores[g * n + j];
-            for (oi, vi) in o.iter_mut().zip(vj) {
-                *oi += w * vi;
-            }
-        }
-    }
 }
 
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     // Eight independent accumulators let the compiler vectorise.
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -155,12 +231,63 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .map(|(x, y)| x * y)
+        .map(|(x, y)| x * y.f32())
         .sum();
     for (x, y) in ca.zip(cb) {
         for l in 0..8 {
-            acc[l] += x[l] * y[l];
+            acc[l] += x[l] * y[l].f32();
         }
     }
     acc.iter().sum::<f32>() + tail
+}
+
+/// Query heads per KV head that the f16 kernel keeps in registers.
+const MAX_GROUP: usize = 8;
+
+/// `attend` on f16 rows with F16C conversions: each key/value row is loaded and
+/// widened once, then used by every query head of the group.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (hd, n) = (task.head_dim, task.n);
+    let group = task.q.len() / hd;
+    scores.clear();
+    scores.resize(group * n, 0.0);
+    let (qp, kp, vp) = (task.q.as_ptr(), task.keys.as_ptr(), task.values.as_ptr());
+    for j in 0..n {
+        let k = kp.add(task.row(j)) as *const __m128i;
+        let mut acc = [_mm256_setzero_ps(); MAX_GROUP];
+        for c in 0..hd / 8 {
+            let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(c)));
+            for (g, a) in acc.iter_mut().enumerate().take(group) {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c * 8)), kv, *a);
+            }
+        }
+        for (g, a) in acc.iter().enumerate().take(group) {
+            let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps(*a, 1));
+            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+            let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+            scores[g * n + j] = _mm_cvtss_f32(s) * task.scale;
+        }
+    }
+    softmax_rows(scores, n);
+    out.fill(0.0);
+    let op = out.as_mut_ptr();
+    for j in 0..n {
+        let v = vp.add(task.row(j)) as *const __m128i;
+        for c in 0..hd / 8 {
+            let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.add(c)));
+            for g in 0..group {
+                let o = op.add(g * hd + c * 8);
+                let w = _mm256_set1_ps(*scores.get_unchecked(g * n + j));
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(w, vv, _mm256_loadu_ps(o)));
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn attend_f16_avx2(_: &Task<f16>, _: &mut Vec<f32>, _: &mut [f32]) {
+    unreachable!("guarded by has_avx2")
 }

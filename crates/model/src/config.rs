@@ -117,8 +117,8 @@ impl ModelConfig {
         self.num_kv_heads * self.head_dim
     }
 
-    /// Bytes of f32 KV cache per token, all layers, keys and values.
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.num_layers * self.kv_size() * std::mem::size_of::<f32>()
+    /// Bytes of KV cache per token, all layers, keys and values, at `elem` bytes per value.
+    pub fn kv_bytes_per_token(&self, elem: usize) -> usize {
+        2 * self.num_layers * self.kv_size() * elem
     }
 }

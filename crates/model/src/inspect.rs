@@ -35,7 +35,12 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
     let _ = writeln!(w, "rms norm eps:    {}", c.rms_norm_eps);
     let _ = writeln!(w, "qkv bias:        {}", c.qkv_bias);
     let _ = writeln!(w, "tied output:     {}", c.tied_embeddings);
-    let _ = writeln!(w, "KV per token:    {} bytes (f32)", c.kv_bytes_per_token());
+    let _ = writeln!(
+        w,
+        "KV per token:    {} bytes (f16, fast), {} bytes (f32, exact)",
+        c.kv_bytes_per_token(2),
+        c.kv_bytes_per_token(4)
+    );
     let mut mix: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut params = 0usize;
     for info in file.content.tensor_infos.values() {

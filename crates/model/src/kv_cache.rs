@@ -1,25 +1,83 @@
 //! `KvCache`: the paged key/value memory the runner owns: for each layer, keys and
-//! values of `num_blocks x block_size` token slots, addressed through block tables.
+//! values of `num_blocks x block_size` token slots, addressed through block tables,
+//! stored as f32 (exact precision) or f16 (fast: half the memory and bandwidth, the
+//! element type llama.cpp's cache uses by default).
+
+use half::f16;
+
+/// Element type of the cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    F16,
+}
+
+impl KvDtype {
+    pub fn size(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+}
+
+/// One layer's keys or values, `[num_slots, kv_size]`.
+pub enum KvData {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl KvData {
+    fn zeros(dtype: KvDtype, len: usize) -> Self {
+        match dtype {
+            KvDtype::F32 => KvData::F32(vec![0.0; len]),
+            KvDtype::F16 => KvData::F16(vec![f16::ZERO; len]),
+        }
+    }
+
+    fn write(&mut self, at: usize, src: &[f32]) {
+        match self {
+            KvData::F32(d) => d[at..at + src.len()].copy_from_slice(src),
+            KvData::F16(d) => {
+                for (o, &v) in d[at..at + src.len()].iter_mut().zip(src) {
+                    *o = f16::from_f32(v);
+                }
+            }
+        }
+    }
+}
 
 pub struct KvCache {
     pub block_size: usize,
     pub num_blocks: usize,
     /// Values per token slot per layer (`num_kv_heads * head_dim`).
     pub kv_size: usize,
+    pub dtype: KvDtype,
     /// Per layer, `[num_slots, kv_size]`.
-    pub keys: Vec<Vec<f32>>,
-    pub values: Vec<Vec<f32>>,
+    pub keys: Vec<KvData>,
+    pub values: Vec<KvData>,
 }
 
 impl KvCache {
-    pub fn new(num_layers: usize, kv_size: usize, block_size: usize, num_blocks: usize) -> Self {
+    pub fn new(
+        num_layers: usize,
+        kv_size: usize,
+        block_size: usize,
+        num_blocks: usize,
+        dtype: KvDtype,
+    ) -> Self {
         let slots = num_blocks * block_size * kv_size;
         KvCache {
             block_size,
             num_blocks,
             kv_size,
-            keys: (0..num_layers).map(|_| vec![0f32; slots]).collect(),
-            values: (0..num_layers).map(|_| vec![0f32; slots]).collect(),
+            dtype,
+            keys: (0..num_layers)
+                .map(|_| KvData::zeros(dtype, slots))
+                .collect(),
+            values: (0..num_layers)
+                .map(|_| KvData::zeros(dtype, slots))
+                .collect(),
         }
     }
 
@@ -41,7 +99,7 @@ impl KvCache {
     #[inline]
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let at = slot * self.kv_size;
-        self.keys[layer][at..at + self.kv_size].copy_from_slice(k);
-        self.values[layer][at..at + self.kv_size].copy_from_slice(v);
+        self.keys[layer].write(at, &k[..self.kv_size]);
+        self.values[layer].write(at, &v[..self.kv_size]);
     }
 }

@@ -7,7 +7,7 @@ use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
 
 use crate::error::Result;
 use crate::gguf::GgufFile;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvDtype};
 use crate::llama::{Llama, Scratch};
 use crate::weights::Precision;
 
@@ -51,10 +51,14 @@ impl CandleRunner {
         let model = Llama::load(file, opts.precision)?;
         let c = &model.config;
         let block_size = opts.block_size.max(1);
-        let kv_bytes_per_token = c.kv_bytes_per_token();
+        let dtype = match opts.precision {
+            Precision::Exact => KvDtype::F32,
+            Precision::Fast => KvDtype::F16,
+        };
+        let kv_bytes_per_token = c.kv_bytes_per_token(dtype.size());
         let num_blocks =
             KvCache::blocks_for_budget(opts.kv_cache_memory, kv_bytes_per_token, block_size).max(1);
-        let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks);
+        let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks, dtype);
         let max_model_len = opts
             .max_model_len
             .map_or(c.context_length, |m| m.min(c.context_length));
