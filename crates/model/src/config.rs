@@ -117,6 +117,18 @@ impl ModelConfig {
         self.num_kv_heads * self.head_dim
     }
 
+    /// Multiply-adds of the weight matrices per token (every layer and the output
+    /// projection; attention over the context comes on top).
+    pub fn matmul_macs_per_token(&self) -> usize {
+        let (h, q, kv, f) = (
+            self.hidden_size,
+            self.q_size(),
+            self.kv_size(),
+            self.intermediate_size,
+        );
+        self.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * f) + self.vocab_size * h
+    }
+
     /// Bytes of KV cache per token, all layers, keys and values, at `elem` bytes per value.
     pub fn kv_bytes_per_token(&self, elem: usize) -> usize {
         2 * self.num_layers * self.kv_size() * elem

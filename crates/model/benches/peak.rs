@@ -1,0 +1,144 @@
+//! Roofline of this CPU for the default model (`cargo bench -p sloserve-model --bench
+//! peak`): the f32 FMA rate of every core at once (the arithmetic of the packed GEMM
+//! that decodes batches), the rate of an 8-bit block dot product (maddubs, madd,
+//! convert, scale: the arithmetic of a Q4_1 x Q8_1 kernel) on data in L1, and the
+//! decode ceiling they imply: no kernel decodes faster than peak / FLOPs per token.
+//! Median of 5 runs; writes `target/bench/peak.json`.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use sloserve_model::{GgufFile, ModelConfig};
+
+const RUNS: usize = 5;
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Multiply-adds per second of `kernel` run on `threads` threads at once.
+fn rate(threads: usize, kernel: fn() -> f64) -> f64 {
+    let t0 = Instant::now();
+    let macs: f64 = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads).map(|_| s.spawn(kernel)).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    macs / t0.elapsed().as_secs_f64()
+}
+
+#[cfg(target_arch = "x86_64")]
+mod kernels {
+    use std::arch::x86_64::*;
+    use std::hint::black_box;
+
+    const ITERS: usize = 50_000_000;
+
+    /// 12 independent FMA chains of 8 lanes; returns the multiply-adds done.
+    pub fn fma_f32() -> f64 {
+        // SAFETY: callers check AVX2 and FMA.
+        unsafe { fma_inner() }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn fma_inner() -> f64 {
+        let mut a = [_mm256_set1_ps(0.5); 12];
+        let (b, c) = (_mm256_set1_ps(0.9999), _mm256_set1_ps(1e-4));
+        for _ in 0..ITERS {
+            for x in a.iter_mut() {
+                *x = _mm256_fmadd_ps(*x, b, c);
+            }
+            a = black_box(a);
+        }
+        black_box(a);
+        (ITERS * 12 * 8) as f64
+    }
+
+    /// One 4-bit weight block (unpacked once) against 8 rows of 8-bit activations,
+    /// 18 blocks per row (k = 576); returns the multiply-adds done.
+    pub fn q4_block_dot() -> f64 {
+        // SAFETY: callers check AVX2 and FMA.
+        unsafe { q4_inner() }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q4_inner() -> f64 {
+        let x: Vec<i8> = (0..8 * 18 * 32).map(|i| (i % 7) as i8).collect();
+        let w: Vec<u8> = (0..18 * 16).map(|i| (i * 13) as u8).collect();
+        let scale = vec![1e-6f32; 8 * 18];
+        let (ones, low) = (_mm256_set1_epi16(1), _mm_set1_epi8(15));
+        let mut acc = [_mm256_setzero_ps(); 8];
+        let iters = ITERS / 100;
+        for _ in 0..iters {
+            for b in 0..18 {
+                let p = _mm_loadu_si128(w.as_ptr().add(b * 16) as *const __m128i);
+                let q = _mm256_set_m128i(
+                    _mm_and_si128(_mm_srli_epi16(p, 4), low),
+                    _mm_and_si128(p, low),
+                );
+                for (r, a) in acc.iter_mut().enumerate() {
+                    let y = _mm256_loadu_si256(x.as_ptr().add((r * 18 + b) * 32) as *const __m256i);
+                    let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones);
+                    let s = _mm256_broadcast_ss(&scale[r * 18 + b]);
+                    *a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot), *a);
+                }
+            }
+            acc = black_box(acc);
+        }
+        black_box(acc);
+        (iters * 18 * 8 * 32) as f64
+    }
+}
+
+fn main() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            eprintln!("peak: needs AVX2 and FMA");
+            return;
+        }
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let file = GgufFile::open(&path).expect("open the default model (make model)");
+        let c = ModelConfig::from_gguf(&file).expect("read its config");
+        let macs = c.matmul_macs_per_token() as f64;
+        eprintln!("peak: {threads} threads, {RUNS} runs of each kernel");
+        let f32_1 = median((0..RUNS).map(|_| rate(1, kernels::fma_f32)).collect());
+        let f32_n = median((0..RUNS).map(|_| rate(threads, kernels::fma_f32)).collect());
+        let q4_1 = median((0..RUNS).map(|_| rate(1, kernels::q4_block_dot)).collect());
+        let q4_n = median((0..RUNS).map(|_| rate(threads, kernels::q4_block_dot)).collect());
+        println!("roofline: {threads} cores; model matmuls {:.1} M multiply-adds per token", macs / 1e6);
+        println!("{:<34} {:>12} {:>12} {:>20}", "kernel", "1 core", "all cores", "decode ceiling");
+        for (name, one, all) in [
+            ("f32 FMA (GFLOP/s)", f32_1, f32_n),
+            ("q4 x q8 block dot (GMAC/s x 2)", q4_1, q4_n),
+        ] {
+            println!(
+                "{name:<34} {:>12.1} {:>12.1} {:>14.0} tok/s",
+                2.0 * one / 1e9,
+                2.0 * all / 1e9,
+                all / macs
+            );
+        }
+        let json = serde_json::json!({
+            "bench": "peak",
+            "threads": threads,
+            "matmul_macs_per_token": macs,
+            "f32_fma_gflops": {"one": 2.0 * f32_1 / 1e9, "all": 2.0 * f32_n / 1e9},
+            "q4_block_dot_gflops": {"one": 2.0 * q4_1 / 1e9, "all": 2.0 * q4_n / 1e9},
+            "decode_ceiling_tok_s": {"f32": f32_n / macs, "q4": q4_n / macs},
+        });
+        let dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target"))
+            .join("bench");
+        std::fs::create_dir_all(&dir).expect("create target/bench");
+        let out = dir.join("peak.json");
+        std::fs::write(&out, serde_json::to_string_pretty(&json).unwrap()).expect("write json");
+        println!("wrote {}", out.display());
+    }
+}
