@@ -48,9 +48,11 @@ mod kernels {
     unsafe fn fma_inner() -> f64 {
         let mut a = [_mm256_set1_ps(0.5); 12];
         let (b, c) = (_mm256_set1_ps(0.9999), _mm256_set1_ps(1e-4));
-        for _ in 0..ITERS {
-            for x in a.iter_mut() {
-                *x = _mm256_fmadd_ps(*x, b, c);
+        for _ in 0..ITERS / 100 {
+            for _ in 0..100 {
+                for x in a.iter_mut() {
+                    *x = _mm256_fmadd_ps(*x, b, c);
+                }
             }
             a = black_box(a);
         }
@@ -74,14 +76,16 @@ mod kernels {
         let mut acc = [_mm256_setzero_ps(); 8];
         let iters = ITERS / 100;
         for _ in 0..iters {
+            // Opaque pointers: the loads cannot be hoisted out of the loop.
+            let (xp, wp) = (black_box(x.as_ptr()), black_box(w.as_ptr()));
             for b in 0..18 {
-                let p = _mm_loadu_si128(w.as_ptr().add(b * 16) as *const __m128i);
+                let p = _mm_loadu_si128(wp.add(b * 16) as *const __m128i);
                 let q = _mm256_set_m128i(
                     _mm_and_si128(_mm_srli_epi16(p, 4), low),
                     _mm_and_si128(p, low),
                 );
                 for (r, a) in acc.iter_mut().enumerate() {
-                    let y = _mm256_loadu_si256(x.as_ptr().add((r * 18 + b) * 32) as *const __m256i);
+                    let y = _mm256_loadu_si256(xp.add((r * 18 + b) * 32) as *const __m256i);
                     let dot = _mm256_madd_epi16(_mm256_maddubs_epi16(q, y), ones);
                     let s = _mm256_broadcast_ss(&scale[r * 18 + b]);
                     *a = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(dot), *a);
