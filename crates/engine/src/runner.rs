@@ -119,11 +119,7 @@ pub struct Logits {
 
 impl Logits {
     pub fn num_rows(&self) -> usize {
-        if self.vocab_size == 0 {
-            0
-        } else {
-            self.data.len() / self.vocab_size
-        }
+        self.data.len().checked_div(self.vocab_size).unwrap_or(0)
     }
     pub fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.vocab_size..(i + 1) * self.vocab_size]

@@ -114,9 +114,19 @@ fn main() {
         let f32_1 = median((0..RUNS).map(|_| rate(1, kernels::fma_f32)).collect());
         let f32_n = median((0..RUNS).map(|_| rate(threads, kernels::fma_f32)).collect());
         let q4_1 = median((0..RUNS).map(|_| rate(1, kernels::q4_block_dot)).collect());
-        let q4_n = median((0..RUNS).map(|_| rate(threads, kernels::q4_block_dot)).collect());
-        println!("roofline: {threads} cores; model matmuls {:.1} M multiply-adds per token", macs / 1e6);
-        println!("{:<34} {:>12} {:>12} {:>20}", "kernel", "1 core", "all cores", "decode ceiling");
+        let q4_n = median(
+            (0..RUNS)
+                .map(|_| rate(threads, kernels::q4_block_dot))
+                .collect(),
+        );
+        println!(
+            "roofline: {threads} cores; model matmuls {:.1} M multiply-adds per token",
+            macs / 1e6
+        );
+        println!(
+            "{:<34} {:>12} {:>12} {:>20}",
+            "kernel", "1 core", "all cores", "decode ceiling"
+        );
         for (name, one, all) in [
             ("f32 FMA (GFLOP/s)", f32_1, f32_n),
             ("q4 x q8 block dot (GMAC/s x 2)", q4_1, q4_n),

@@ -144,7 +144,7 @@ impl Attend for Task<'_, f32> {
 impl Attend for Task<'_, f16> {
     fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
         let group = self.q.len() / self.head_dim;
-        if has_avx2() && self.head_dim % 8 == 0 && group <= MAX_GROUP {
+        if has_avx2() && self.head_dim.is_multiple_of(8) && group <= MAX_GROUP {
             // SAFETY: the CPU has AVX2, FMA and F16C; the shapes were just checked.
             unsafe { attend_f16_avx2(self, scores, out) }
         } else {

@@ -36,6 +36,13 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 impl PackedMatrix {
     /// Packs a row-major `[n, k]` matrix.
     pub fn pack(w: &[f32], n: usize, k: usize) -> Self {
@@ -78,7 +85,6 @@ impl PackedMatrix {
         let groups = panels.div_ceil(per_task);
         let out_ptr = OutPtr(out.as_mut_ptr());
         (0..m_chunks * groups).into_par_iter().for_each(|t| {
-            let out_ptr = out_ptr;
             let (mc, g) = (t / groups, t % groups);
             let (r0, r1) = (mc * MC, ((mc + 1) * MC).min(m));
             let (p0, p1) = (g * per_task, ((g + 1) * per_task).min(panels));
@@ -95,7 +101,7 @@ impl PackedMatrix {
                         // and only this task writes it; a holds mr rows of stride k
                         // from k0 with kc values each; the CPU has AVX2 and FMA.
                         unsafe {
-                            let c = out_ptr.0.add(r * n + p * NR);
+                            let c = out_ptr.get().add(r * n + p * NR);
                             tile(mr, a, k, b, c, n, cols, k0 > 0);
                         }
                         r += mr;

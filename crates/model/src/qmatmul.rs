@@ -50,6 +50,13 @@ struct OutPtr(*mut f32);
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// `out[m, n] = x[m, k] · w[n, k]ᵀ` with `w` in blocks of type `T`.
 pub fn qmatmul<T: GgmlType>(w: &[T], x: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
     let kb = k / T::BLCK_SIZE;
@@ -75,7 +82,6 @@ pub fn qmatmul<T: GgmlType>(w: &[T], x: &[f32], m: usize, k: usize, n: usize, ou
         let tile = n.div_ceil(tasks).max(4);
         let ptr = OutPtr(out.as_mut_ptr());
         (0..n.div_ceil(tile)).into_par_iter().for_each(|t| {
-            let ptr = ptr;
             for c in t * tile..((t + 1) * tile).min(n) {
                 let wr = &w[c * kb..(c + 1) * kb];
                 for r in 0..m {
@@ -93,7 +99,7 @@ pub fn qmatmul<T: GgmlType>(w: &[T], x: &[f32], m: usize, k: usize, n: usize, ou
                         T::vec_dot(k, wr, xr)
                     };
                     // SAFETY: (r, c) is inside out, and only this task writes column c.
-                    unsafe { *ptr.0.add(r * n + c) = v };
+                    unsafe { *ptr.get().add(r * n + c) = v };
                 }
             }
         });

@@ -192,7 +192,8 @@ fn collect_after(
 /// request reuses another's KV), one request at a time. Memoised across tests.
 fn alone(prompts: &[Vec<u32>], max_tokens: usize) -> Vec<Out> {
     static ENGINE: OnceLock<Mutex<EngineHandle>> = OnceLock::new();
-    static MEMO: OnceLock<Mutex<HashMap<(Vec<u32>, usize), Out>>> = OnceLock::new();
+    type Memo = HashMap<(Vec<u32>, usize), Out>;
+    static MEMO: OnceLock<Mutex<Memo>> = OnceLock::new();
     let engine = ENGINE.get_or_init(|| {
         Mutex::new(start(EngineConfig {
             enable_prefix_cache: false,

@@ -434,7 +434,7 @@ fn main() {
         t_all.elapsed().as_secs_f64(),
         if quick { " (--quick)" } else { "" }
     );
-    if a.is_some() {
+    if let Some(av) = &a {
         println!(
             "(a) {} x {} prompt x {} output, batch profile: total {} tok/s, output {} tok/s, wall {} s (load after {})",
             z.a_requests,
@@ -443,7 +443,7 @@ fn main() {
             f(&a, "total_tok_s"),
             f(&a, "output_tok_s"),
             f(&a, "wall_s"),
-            a.as_ref().unwrap()["load_avg_after"].as_str().unwrap_or("?")
+            av["load_avg_after"].as_str().unwrap_or("?")
         );
     }
     if b_on.is_some() {

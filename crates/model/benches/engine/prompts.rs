@@ -44,7 +44,7 @@ fn text(seed: u64, words: usize) -> String {
             s.push_str(w);
         }
         sentence += 1;
-        if sentence > 6 && rng.next() % 5 == 0 || i + 1 == words {
+        if sentence > 6 && rng.next().is_multiple_of(5) || i + 1 == words {
             s.push_str(". ");
             sentence = 0;
         } else {

@@ -115,8 +115,7 @@ pub fn greedy(
         done = end;
     }
     let (mut out, mut rows) = (Vec::new(), Vec::new());
-    let mut ctx = prompt.len();
-    for step in 0..steps {
+    for (step, ctx) in (0..steps).zip(prompt.len()..) {
         let row = logits.row(0).to_vec();
         let tok = argmax(&row);
         out.push(tok);
@@ -127,7 +126,6 @@ pub fn greedy(
         batch.clear();
         batch.push(&[tok], ctx, &table[..(ctx + 1).div_ceil(bs)], true);
         runner.execute(&batch, &mut logits).unwrap();
-        ctx += 1;
     }
     (out, rows)
 }
