@@ -8,6 +8,9 @@ use half::f16;
 use rayon::prelude::*;
 use sloserve_engine::Batch;
 
+use crate::cpu::has_avx2;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::hsum256;
 use crate::kv_cache::{KvCache, KvData};
 
 /// Shapes of one attention layer.
@@ -153,21 +156,6 @@ impl Attend for Task<'_, f16> {
     }
 }
 
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static AVX2: OnceLock<bool> = OnceLock::new();
-        *AVX2.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
 /// `attend` on f32 rows, compiled for AVX2 (the compiler vectorises its loops).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -265,10 +253,7 @@ unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f3
             }
         }
         for (g, a) in acc.iter().enumerate().take(group) {
-            let s = _mm_add_ps(_mm256_castps256_ps128(*a), _mm256_extractf128_ps(*a, 1));
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-            scores[g * n + j] = _mm_cvtss_f32(s) * task.scale;
+            scores[g * n + j] = hsum256(*a) * task.scale;
         }
     }
     softmax_rows(scores, n);

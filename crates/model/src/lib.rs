@@ -4,6 +4,7 @@
 pub mod attention;
 pub mod chat_template;
 pub mod config;
+pub mod cpu;
 pub mod detokenizer;
 pub mod error;
 pub mod generate;

@@ -9,6 +9,8 @@
 
 use rayon::prelude::*;
 
+use crate::cpu::{has_avx2, OutPtr};
+
 /// Outputs per panel (two AVX registers).
 const NR: usize = 16;
 /// Rows per register tile.
@@ -30,19 +32,6 @@ pub struct PackedMatrix {
     rows: Vec<PanelRow>,
 }
 
-/// Raw output pointer shared by tasks that write disjoint tiles.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
-
 impl PackedMatrix {
     /// Packs a row-major `[n, k]` matrix.
     pub fn pack(w: &[f32], n: usize, k: usize) -> Self {
@@ -60,20 +49,10 @@ impl PackedMatrix {
         PackedMatrix { n, k, rows }
     }
 
-    /// Whether the CPU runs the packed kernel (AVX2 and FMA).
-    pub fn supported() -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        false
-    }
-
-    /// `out[m, n] = x[m, k] · Wᵀ`. Callers check `supported()` first.
+    /// `out[m, n] = x[m, k] · Wᵀ`. Callers check `cpu::has_avx2()` first.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
         let (n, k) = (self.n, self.k);
-        assert!(Self::supported() && x.len() >= m * k && out.len() >= m * n);
+        assert!(has_avx2() && x.len() >= m * k && out.len() >= m * n);
         if m == 0 || n == 0 {
             return;
         }
@@ -202,18 +181,13 @@ unsafe fn kernel<const R: usize>(
     _: usize,
     _: bool,
 ) {
-    unreachable!("guarded by PackedMatrix::supported")
+    unreachable!("guarded by has_avx2")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
-            .collect()
-    }
+    use crate::cpu::test_data as data;
 
     fn naive(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let mut out = vec![0f32; m * n];
@@ -229,7 +203,7 @@ mod tests {
 
     #[test]
     fn matches_naive_on_ragged_shapes() {
-        if !PackedMatrix::supported() {
+        if !has_avx2() {
             return;
         }
         // Rows past a tile, a chunk, columns past a panel, K past a block.
@@ -254,7 +228,7 @@ mod tests {
 
     #[test]
     fn rows_do_not_depend_on_the_batch() {
-        if !PackedMatrix::supported() {
+        if !has_avx2() {
             return;
         }
         let (k, n) = (600, 48);

@@ -9,6 +9,10 @@ use candle_core::quantized::GgmlDType;
 use half::f16;
 use rayon::prelude::*;
 
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::hsum256;
+use crate::cpu::{has_avx2, OutPtr};
+
 thread_local! {
     /// Quantized activations, reused across calls (u64 for alignment).
     static XQ: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
@@ -28,34 +32,6 @@ struct Q8_1 {
     qs: [i8; 32],
 }
 const _: () = assert!(std::mem::size_of::<Q4_1>() == 20 && std::mem::size_of::<Q8_1>() == 36);
-
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::sync::OnceLock;
-        static AVX2: OnceLock<bool> = OnceLock::new();
-        *AVX2.get_or_init(|| {
-            is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c")
-        })
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
-}
-
-/// Raw pointer that may cross threads: every task writes disjoint elements.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
-
-impl OutPtr {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
 
 /// `out[m, n] = x[m, k] · w[n, k]ᵀ` with `w` in blocks of type `T`.
 pub fn qmatmul<T: GgmlType>(w: &[T], x: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
@@ -129,10 +105,7 @@ unsafe fn dot_q4_1_q8_1_avx2(x: &[Q4_1], y: &[Q8_1]) -> f32 {
         let sums = _mm256_madd_epi16(_mm256_maddubs_epi16(qx, qy), ones);
         acc = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(sums), acc);
     }
-    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-    _mm_cvtss_f32(s) + _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1))
+    hsum256(acc) + _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1))
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -143,13 +116,8 @@ unsafe fn dot_q4_1_q8_1_avx2(_: &[Q4_1], _: &[Q8_1]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::test_data as data;
     use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ8_0};
-
-    fn data(n: usize, seed: u32) -> Vec<f32> {
-        (0..n)
-            .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
-            .collect()
-    }
 
     fn check<T: GgmlType>(m: usize, k: usize, n: usize) {
         let wf = data(n * k, 7);

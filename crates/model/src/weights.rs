@@ -205,7 +205,7 @@ impl Linear {
             }
             (Precision::Fast, w) => {
                 let f = w.to_f32();
-                let dense = if PackedMatrix::supported() {
+                let dense = if crate::cpu::has_avx2() {
                     Dense::Packed(PackedMatrix::pack(&f, n_out, k))
                 } else {
                     Dense::RowMajor(f)

@@ -1,0 +1,54 @@
+//! What the hand-written kernels share: the CPU feature check (done once), the raw
+//! output pointer that parallel tasks write disjoint parts through, the lane sum of
+//! an AVX register, and (in tests) deterministic test data.
+
+/// Whether the CPU has AVX2, FMA and F16C, which every hand-written kernel needs.
+pub fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static AVX2: OnceLock<bool> = OnceLock::new();
+        *AVX2.get_or_init(|| {
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Raw output pointer that may cross threads: every task writes disjoint elements.
+#[derive(Clone, Copy)]
+pub struct OutPtr(pub *mut f32);
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    pub fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Sum of the eight lanes of `v`.
+///
+/// # Safety
+/// The CPU must have AVX (implied by `has_avx2()`).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx")]
+pub unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
+}
+
+/// Deterministic values in [-1, 1) for kernel tests.
+#[cfg(test)]
+pub fn test_data(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
+        .collect()
+}
