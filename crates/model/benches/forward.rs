@@ -12,11 +12,14 @@
 //! Flags: `--quick` (fewer runs), `--fast-only`, `--only CASE` (e.g. `decode_b32`, for
 //! profiling one case).
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use sloserve_engine::{Batch, Logits, ModelRunner};
 use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+
+#[path = "common.rs"]
+mod common;
+use common::{load_avg, median, model_path, target_dir};
 
 const PREFILL_LEN: usize = 512;
 const DECODE_CONTEXT: usize = 64;
@@ -24,38 +27,11 @@ const DECODE_STEPS: usize = 32;
 const DECODE_BATCHES: [usize; 3] = [1, 8, 32];
 const BLOCK: usize = 16;
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
-}
-
-fn load_avg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
 /// Deterministic token ids spread over the vocabulary (speed does not depend on them).
 fn tokens(seed: usize, len: usize) -> Vec<u32> {
     (0..len)
         .map(|i| 100 + ((i * 7919 + seed * 104_729) % 20_000) as u32)
         .collect()
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(|a, b| a.total_cmp(b));
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 struct Case {
@@ -163,7 +139,7 @@ fn run_precision(
         kv_cache_memory: 256 << 20,
         max_model_len: None,
     };
-    let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = model_path();
     let t0 = Instant::now();
     let mut r = CandleRunner::load(&path, &opts).expect("load the default model");
     eprintln!(

@@ -5,21 +5,15 @@
 //! decode ceiling they imply: no kernel decodes faster than peak / FLOPs per token.
 //! Median of 5 runs; writes `target/bench/peak.json`.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use sloserve_model::{GgufFile, ModelConfig};
 
+#[path = "common.rs"]
+mod common;
+use common::{median, model_path, target_dir};
+
 const RUNS: usize = 5;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
 
 /// Multiply-adds per second of `kernel` run on `threads` threads at once.
 fn rate(threads: usize, kernel: fn() -> f64) -> f64 {
@@ -106,18 +100,16 @@ fn main() {
             return;
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-        let file = GgufFile::open(&path).expect("open the default model (make model)");
+        let file = GgufFile::open(model_path()).expect("open the default model (make model)");
         let c = ModelConfig::from_gguf(&file).expect("read its config");
         let macs = c.matmul_macs_per_token() as f64;
         eprintln!("peak: {threads} threads, {RUNS} runs of each kernel");
-        let f32_1 = median((0..RUNS).map(|_| rate(1, kernels::fma_f32)).collect());
-        let f32_n = median((0..RUNS).map(|_| rate(threads, kernels::fma_f32)).collect());
-        let q4_1 = median((0..RUNS).map(|_| rate(1, kernels::q4_block_dot)).collect());
-        let q4_n = median(
-            (0..RUNS)
-                .map(|_| rate(threads, kernels::q4_block_dot))
-                .collect(),
+        let runs =
+            |t: usize, k: fn() -> f64| median(&(0..RUNS).map(|_| rate(t, k)).collect::<Vec<_>>());
+        let (f32_1, f32_n) = (runs(1, kernels::fma_f32), runs(threads, kernels::fma_f32));
+        let (q4_1, q4_n) = (
+            runs(1, kernels::q4_block_dot),
+            runs(threads, kernels::q4_block_dot),
         );
         println!(
             "roofline: {threads} cores; model matmuls {:.1} M multiply-adds per token",
@@ -146,10 +138,7 @@ fn main() {
             "q4_block_dot_gflops": {"one": 2.0 * q4_1 / 1e9, "all": 2.0 * q4_n / 1e9},
             "decode_ceiling_tok_s": {"f32": f32_n / macs, "q4": q4_n / macs},
         });
-        let dir = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target"))
-            .join("bench");
+        let dir = target_dir().join("bench");
         std::fs::create_dir_all(&dir).expect("create target/bench");
         let out = dir.join("peak.json");
         std::fs::write(&out, serde_json::to_string_pretty(&json).unwrap()).expect("write json");

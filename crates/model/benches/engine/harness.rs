@@ -1,7 +1,6 @@
 //! Benchmark harness: paths, starting and stopping the engine on the default model,
 //! requests, percentiles, and collecting streams with a progress line.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,25 +10,9 @@ use sloserve_engine::{
 };
 use sloserve_model::{CandleRunner, Precision, RunnerOptions};
 
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-pub fn model_path() -> PathBuf {
-    repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-}
-
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target"))
-}
-
-pub fn load_avg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
+#[path = "../common.rs"]
+mod common;
+pub use common::{load_avg, model_path, target_dir};
 
 pub const KV_BYTES: usize = 2 << 30;
 
