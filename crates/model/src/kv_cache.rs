@@ -4,6 +4,7 @@
 //! element type llama.cpp's cache uses by default).
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// Element type of the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,11 +39,7 @@ impl KvData {
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             KvData::F32(d) => d[at..at + src.len()].copy_from_slice(src),
-            KvData::F16(d) => {
-                for (o, &v) in d[at..at + src.len()].iter_mut().zip(src) {
-                    *o = f16::from_f32(v);
-                }
-            }
+            KvData::F16(d) => d[at..at + src.len()].convert_from_f32_slice(src),
         }
     }
 }
