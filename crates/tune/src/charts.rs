@@ -9,6 +9,10 @@ use sloserve_bench::Summary;
 use crate::procedure::{series, PointMetrics};
 use crate::report::TuneReport;
 
+/// A percentile line: its name, how to read it, and whether it is drawn when
+/// several (budget, chunk) groups share the chart.
+type Percentile = (&'static str, fn(&Summary) -> f64, bool);
+
 /// The plots, by file stem.
 pub fn charts(report: &TuneReport) -> Vec<(String, Chart)> {
     let xs: Vec<usize> = report
@@ -48,36 +52,25 @@ pub fn charts(report: &TuneReport) -> Vec<(String, Chart)> {
         } else {
             String::new()
         };
-        if !many {
-            ttft_series.push(line(
-                format!("TTFT P50{tag}"),
-                idx,
-                &ttft(|s| s.ttft_ms.median),
-            ));
+        // With several (budget, chunk) groups only the SLO percentiles, to stay legible.
+        let ttft_lines: [Percentile; 3] = [
+            ("P50", |s| s.ttft_ms.median, false),
+            ("P95", |s| s.ttft_ms.p95, true),
+            ("P99", |s| s.ttft_ms.p99, false),
+        ];
+        for (name, f, always) in ttft_lines {
+            if always || !many {
+                ttft_series.push(line(format!("TTFT {name}{tag}"), idx, &ttft(f)));
+            }
         }
-        ttft_series.push(line(
-            format!("TTFT P95{tag}"),
-            idx,
-            &ttft(|s| s.ttft_ms.p95),
-        ));
-        if !many {
-            ttft_series.push(line(
-                format!("TTFT P99{tag}"),
-                idx,
-                &ttft(|s| s.ttft_ms.p99),
-            ));
-        }
-        tpot_series.push(line(
-            format!("TPOT P50{tag}"),
-            idx,
-            &tpot(|s| s.tpot_ms.median),
-        ));
-        if !many {
-            tpot_series.push(line(
-                format!("TPOT P95{tag}"),
-                idx,
-                &tpot(|s| s.tpot_ms.p95),
-            ));
+        let tpot_lines: [Percentile; 2] = [
+            ("P50", |s| s.tpot_ms.median, true),
+            ("P95", |s| s.tpot_ms.p95, false),
+        ];
+        for (name, f, always) in tpot_lines {
+            if always || !many {
+                tpot_series.push(line(format!("TPOT {name}{tag}"), idx, &tpot(f)));
+            }
         }
         tput_series.push(line(format!("output tok/s{tag}"), idx, &|s: &Summary| {
             Some(s.output_throughput)
