@@ -20,6 +20,9 @@ pub mod runner;
 pub mod tokenizer;
 pub mod weights;
 
+/// The default model file, relative to the repository root (`make model` fetches it).
+pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;

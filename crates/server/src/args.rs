@@ -10,7 +10,7 @@ use sloserve_engine::{EngineConfig, Profile, SloClass};
 use sloserve_model::{Precision, RunnerOptions};
 
 /// The default model file (fetched by `make model`).
-pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub use sloserve_model::DEFAULT_MODEL_PATH as DEFAULT_MODEL;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {

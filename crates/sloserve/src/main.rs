@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub use sloserve_model::DEFAULT_MODEL_PATH as DEFAULT_MODEL;
 
 #[derive(Parser)]
 #[command(

@@ -11,7 +11,7 @@ use sloserve_bench::workload::ClassMix;
 use sloserve_bench::{BenchArgs, Endpoint, SloSpec};
 
 /// The default model file (fetched by `make model`).
-pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+pub use sloserve_model::DEFAULT_MODEL_PATH as DEFAULT_MODEL;
 
 /// Fewest measured requests per point when `--num-requests` is not given.
 pub const MIN_REQUESTS_PER_POINT: usize = 48;
