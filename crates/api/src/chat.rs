@@ -104,6 +104,9 @@ pub struct ChatCompletionRequest {
     /// sloserve: this request's TTFT target.
     #[serde(default)]
     pub ttft_slo_ms: Option<f64>,
+    /// sloserve: this request's TPOT target (time per output token).
+    #[serde(default)]
+    pub tpot_slo_ms: Option<f64>,
 }
 
 impl ChatCompletionRequest {
@@ -138,6 +141,7 @@ impl ChatCompletionRequest {
             ignore_eos: self.ignore_eos,
             slo_class: self.slo_class.as_ref(),
             ttft_slo_ms: self.ttft_slo_ms,
+            tpot_slo_ms: self.tpot_slo_ms,
             stream: self.stream,
             stream_options: self.stream_options.as_ref(),
             user: self.user.as_ref(),

@@ -76,6 +76,17 @@ pub struct SloTimings {
     pub tpot_ms: Option<f64>,
     pub cached_prompt_tokens: u32,
     pub preemptions: u32,
+    /// The TTFT target the request ran under (given or the server's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_target_ms: Option<f64>,
+    /// The TPOT target the request ran under.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_target_ms: Option<f64>,
+    /// Whether it met them (`null` without a target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_met: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_met: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -109,6 +120,7 @@ pub struct GenParams {
     /// "interactive" or "batch" when given.
     pub slo_class: Option<String>,
     pub ttft_slo_ms: Option<f64>,
+    pub tpot_slo_ms: Option<f64>,
     pub stream: bool,
     pub include_usage: bool,
     pub user: Option<String>,
@@ -131,10 +143,23 @@ pub(crate) struct RawCommon<'a> {
     pub ignore_eos: Option<bool>,
     pub slo_class: Option<&'a String>,
     pub ttft_slo_ms: Option<f64>,
+    pub tpot_slo_ms: Option<f64>,
     pub stream: Option<bool>,
     pub stream_options: Option<&'a StreamOptions>,
     pub user: Option<&'a String>,
     pub logit_bias: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+/// A latency target must be a positive, finite number of milliseconds.
+pub fn check_target_ms(param: &str, t: f64) -> Result<(), ApiError> {
+    if t.is_finite() && t > 0.0 {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(
+            param,
+            format!("{param} must be a positive number of milliseconds, got {t}"),
+        ))
+    }
 }
 
 fn in_range(param: &str, v: Option<f64>, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
@@ -225,12 +250,12 @@ impl RawCommon<'_> {
                 Some(l)
             }
         };
-        if let Some(t) = self.ttft_slo_ms {
-            if !(t.is_finite() && t > 0.0) {
-                return Err(ApiError::invalid(
-                    "ttft_slo_ms",
-                    format!("ttft_slo_ms must be a positive number of milliseconds, got {t}"),
-                ));
+        for (param, v) in [
+            ("ttft_slo_ms", self.ttft_slo_ms),
+            ("tpot_slo_ms", self.tpot_slo_ms),
+        ] {
+            if let Some(t) = v {
+                check_target_ms(param, t)?;
             }
         }
         if self.logit_bias.is_some_and(|m| !m.is_empty()) {
@@ -254,6 +279,7 @@ impl RawCommon<'_> {
             ignore_eos: self.ignore_eos.unwrap_or(false),
             slo_class,
             ttft_slo_ms: self.ttft_slo_ms,
+            tpot_slo_ms: self.tpot_slo_ms,
             stream,
             include_usage: stream
                 && self

@@ -103,6 +103,9 @@ pub struct CompletionRequest {
     /// sloserve: this request's TTFT target.
     #[serde(default)]
     pub ttft_slo_ms: Option<f64>,
+    /// sloserve: this request's TPOT target (time per output token).
+    #[serde(default)]
+    pub tpot_slo_ms: Option<f64>,
 }
 
 /// OpenAI's default `max_tokens` for legacy completions.
@@ -149,6 +152,7 @@ impl CompletionRequest {
             ignore_eos: self.ignore_eos,
             slo_class: self.slo_class.as_ref(),
             ttft_slo_ms: self.ttft_slo_ms,
+            tpot_slo_ms: self.tpot_slo_ms,
             stream: self.stream,
             stream_options: self.stream_options.as_ref(),
             user: self.user.as_ref(),

@@ -17,8 +17,8 @@ pub use chat::{
     MessageContent, ResponseMessage, TopLogprob,
 };
 pub use common::{
-    GenParams, PromptTokensDetails, SloTimings, StopSpec, StreamOptions, Usage, MAX_LOGPROBS,
-    MAX_STOP_STRINGS,
+    check_target_ms, GenParams, PromptTokensDetails, SloTimings, StopSpec, StreamOptions, Usage,
+    MAX_LOGPROBS, MAX_STOP_STRINGS,
 };
 pub use completion::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,

@@ -1,11 +1,11 @@
 //! Admission control at `submit`: request validation against the model and KV pool,
 //! bounded waiting queues per SLO class, and refusal of interactive requests whose
-//! predicted TTFT would break their SLO. Refusals are immediate (`Overloaded`, a 429
+//! predicted TTFT would break their SLO. Refusals are immediate (`QueueFull` or `TtftUnreachable`, a 429
 //! with a retry hint), never a hang.
 
-use crate::config::AdmissionConfig;
+use crate::config::{AdmissionConfig, EngineConfig};
 use crate::error::EngineError;
-use crate::request::{Request, SloClass};
+use crate::request::{Admitted, Request, SloClass, SloTargets};
 use crate::stats::PerClass;
 
 /// What a request must fit in (fixed at engine start).
@@ -34,11 +34,12 @@ impl RequestLimits {
         }
     }
 
-    /// Checks a request's shape; the first violation is the error.
-    pub fn validate(&self, req: &Request) -> Result<(), EngineError> {
+    /// Checks a request's shape (the first violation is the error) and returns
+    /// the most tokens it may generate.
+    pub fn validate(&self, req: &Request) -> Result<usize, EngineError> {
         let len = req.prompt.len();
         if len == 0 {
-            return Err(EngineError::InvalidRequest("empty prompt".into()));
+            return Err(EngineError::EmptyPrompt);
         }
         if len > self.max_prompt_len {
             return Err(EngineError::PromptTooLong {
@@ -46,31 +47,57 @@ impl RequestLimits {
                 max: self.max_prompt_len,
             });
         }
-        if req.stop.max_tokens == 0 {
-            return Err(EngineError::InvalidRequest(
-                "max_tokens must be at least 1".into(),
-            ));
+        let room = self.max_model_len - len;
+        let max_tokens = match req.stop.max_tokens {
+            Some(0) => return Err(EngineError::ZeroMaxTokens),
+            Some(m) if m > room => {
+                return Err(EngineError::ContextLengthExceeded {
+                    prompt: len,
+                    max_tokens: m,
+                    max_model_len: self.max_model_len,
+                    room,
+                })
+            }
+            Some(m) => m,
+            None => room,
+        };
+        if let Some(&id) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
+            return Err(EngineError::TokenOutOfVocab {
+                id,
+                vocab_size: self.vocab_size,
+            });
         }
-        if len + req.stop.max_tokens > self.max_model_len {
-            return Err(EngineError::InvalidRequest(format!(
-                "prompt ({len} tokens) + max_tokens ({}) exceeds the context length ({})",
-                req.stop.max_tokens, self.max_model_len
-            )));
-        }
-        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
-            return Err(EngineError::InvalidRequest(format!(
-                "token id {t} out of vocabulary ({})",
-                self.vocab_size
-            )));
-        }
-        if let Some(ms) = req.ttft_slo_ms {
-            if ms.is_nan() || ms <= 0.0 {
-                return Err(EngineError::InvalidRequest(
-                    "ttft_slo_ms must be > 0".into(),
-                ));
+        for (field, v) in [
+            ("ttft_slo_ms", req.ttft_slo_ms),
+            ("tpot_slo_ms", req.tpot_slo_ms),
+        ] {
+            if v.is_some_and(|ms| !ms.is_finite() || ms <= 0.0) {
+                return Err(EngineError::InvalidTarget { field });
             }
         }
-        Ok(())
+        Ok(max_tokens)
+    }
+
+    /// Everything the engine decides about a request before queueing it: the
+    /// checks above, its class and its targets. The one place these are decided.
+    pub fn decide(&self, cfg: &EngineConfig, req: &Request) -> Result<Admitted, EngineError> {
+        let max_tokens = self.validate(req)?;
+        let class = match (cfg.slo_classes, req.slo_class) {
+            (true, Some(c)) => c,
+            _ => cfg.default_slo_class,
+        };
+        let targets = match class {
+            SloClass::Interactive => SloTargets {
+                ttft_ms: req.ttft_slo_ms.or(cfg.default_ttft_slo_ms),
+                tpot_ms: req.tpot_slo_ms.or(cfg.default_tpot_slo_ms),
+            },
+            SloClass::Batch => SloTargets::default(),
+        };
+        Ok(Admitted {
+            class,
+            targets,
+            max_tokens,
+        })
     }
 }
 
@@ -103,21 +130,28 @@ impl AdmissionState {
         let limits = cfg.limits(class);
         let n = *self.waiting_requests.get(class);
         let tokens = *self.waiting_tokens.get(class);
-        let mut refuse = n + 1 > limits.max_waiting_requests
-            || tokens + prompt_len > limits.max_waiting_prompt_tokens;
-        if let (SloClass::Interactive, Some(slo)) = (class, ttft_slo_ms) {
-            if cfg.ttft_reject_factor > 0.0 && self.prefill_rate > 0.0 {
-                let ahead = *self.waiting_tokens.get(SloClass::Interactive);
-                let predicted_ms = (ahead + prompt_len) as f64 / self.prefill_rate * 1e3;
-                refuse |= predicted_ms > slo * cfg.ttft_reject_factor;
-            }
-        }
-        if refuse {
-            *self.rejected.get_mut(class) += 1;
-            return Err(EngineError::Overloaded {
+        if n + 1 > limits.max_waiting_requests
+            || tokens + prompt_len > limits.max_waiting_prompt_tokens
+        {
+            self.rejected[class] += 1;
+            return Err(EngineError::QueueFull {
                 class,
                 retry_after_s: self.retry_after_s(class),
             });
+        }
+        if let (SloClass::Interactive, Some(slo)) = (class, ttft_slo_ms) {
+            if cfg.ttft_reject_factor > 0.0 && self.prefill_rate > 0.0 {
+                let ahead = self.waiting_tokens[SloClass::Interactive];
+                let predicted_ms = (ahead + prompt_len) as f64 / self.prefill_rate * 1e3;
+                if predicted_ms > slo * cfg.ttft_reject_factor {
+                    self.rejected[class] += 1;
+                    return Err(EngineError::TtftUnreachable {
+                        predicted_ms,
+                        target_ms: slo,
+                        retry_after_s: self.retry_after_s(class),
+                    });
+                }
+            }
         }
         *self.waiting_requests.get_mut(class) += 1;
         *self.waiting_tokens.get_mut(class) += prompt_len;
@@ -165,23 +199,74 @@ mod tests {
         let l = RequestLimits::new(100, 4, 16, 50);
         assert_eq!(l.max_prompt_len, 64);
         let ok = Request::greedy(vec![1; 10], 5);
-        assert!(l.validate(&ok).is_ok());
+        assert_eq!(l.validate(&ok), Ok(5));
+        let mut fill = ok.clone();
+        fill.stop.max_tokens = None;
+        assert_eq!(l.validate(&fill), Ok(90), "None: what the context leaves");
         assert_eq!(
             l.validate(&Request::greedy(vec![1; 65], 1)),
             Err(EngineError::PromptTooLong { len: 65, max: 64 })
         );
-        for bad in [
-            Request::greedy(vec![], 5),
-            Request::greedy(vec![1; 10], 0),
-            Request::greedy(vec![1; 60], 41),
-            Request::greedy(vec![50], 1),
-            Request::greedy(vec![1], 1).with_ttft_slo_ms(0.0),
+        for (bad, want) in [
+            (Request::greedy(vec![], 5), EngineError::EmptyPrompt),
+            (Request::greedy(vec![1; 10], 0), EngineError::ZeroMaxTokens),
+            (
+                Request::greedy(vec![1; 60], 41),
+                EngineError::ContextLengthExceeded {
+                    prompt: 60,
+                    max_tokens: 41,
+                    max_model_len: 100,
+                    room: 40,
+                },
+            ),
+            (
+                Request::greedy(vec![50], 1),
+                EngineError::TokenOutOfVocab {
+                    id: 50,
+                    vocab_size: 50,
+                },
+            ),
+            (
+                Request::greedy(vec![1], 1).with_ttft_slo_ms(0.0),
+                EngineError::InvalidTarget {
+                    field: "ttft_slo_ms",
+                },
+            ),
+            (
+                Request::greedy(vec![1], 1).with_tpot_slo_ms(f64::NAN),
+                EngineError::InvalidTarget {
+                    field: "tpot_slo_ms",
+                },
+            ),
         ] {
-            assert!(matches!(
-                l.validate(&bad),
-                Err(EngineError::InvalidRequest(_))
-            ));
+            assert_eq!(l.validate(&bad), Err(want));
         }
+    }
+
+    #[test]
+    fn decide_resolves_class_and_targets_once() {
+        let l = RequestLimits::new(100, 8, 16, 50);
+        let mut cfg = EngineConfig {
+            default_ttft_slo_ms: Some(500.0),
+            ..EngineConfig::default()
+        };
+        let r = Request::greedy(vec![1; 4], 3).with_tpot_slo_ms(40.0);
+        let a = l.decide(&cfg, &r).unwrap();
+        assert_eq!(a.class, SloClass::Interactive);
+        assert_eq!(a.targets.ttft_ms, Some(500.0));
+        assert_eq!(a.targets.tpot_ms, Some(40.0));
+        assert_eq!(a.max_tokens, 3);
+        let b = l
+            .decide(&cfg, &r.clone().with_class(SloClass::Batch))
+            .unwrap();
+        assert_eq!(b.class, SloClass::Batch);
+        assert_eq!(b.targets, SloTargets::default(), "batch has no targets");
+        cfg.slo_classes = false;
+        cfg.default_slo_class = SloClass::Batch;
+        let c = l
+            .decide(&cfg, &r.with_class(SloClass::Interactive))
+            .unwrap();
+        assert_eq!(c.class, SloClass::Batch, "classes off: the default class");
     }
 
     #[test]
@@ -196,7 +281,7 @@ mod tests {
         a.try_admit(&cfg, SloClass::Batch, 10, None).unwrap();
         assert!(matches!(
             a.try_admit(&cfg, SloClass::Batch, 10, None),
-            Err(EngineError::Overloaded {
+            Err(EngineError::QueueFull {
                 class: SloClass::Batch,
                 ..
             })
@@ -215,7 +300,7 @@ mod tests {
         a.try_admit(&cfg, SloClass::Interactive, 200, Some(600.0))
             .unwrap(); // 1100 <= 1200
         match a.try_admit(&cfg, SloClass::Interactive, 10, Some(1.0)) {
-            Err(EngineError::Overloaded { retry_after_s, .. }) => assert_eq!(retry_after_s, 2),
+            Err(EngineError::TtftUnreachable { retry_after_s, .. }) => assert_eq!(retry_after_s, 2),
             other => panic!("{other:?}"),
         }
     }

@@ -10,9 +10,9 @@ use crate::request::SloClass;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClassLimits {
-    /// Most requests waiting to start; beyond it `submit` returns `Overloaded`.
+    /// Most requests waiting to start; beyond it `submit` returns `QueueFull`.
     pub max_waiting_requests: usize,
-    /// Most prompt tokens waiting to start; beyond it `submit` returns `Overloaded`.
+    /// Most prompt tokens waiting to start; beyond it `submit` returns `QueueFull`.
     pub max_waiting_prompt_tokens: usize,
 }
 
@@ -58,6 +58,20 @@ impl AdmissionConfig {
     }
 }
 
+/// How the scheduler bounds a step that carries interactive work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepBudgetPolicy {
+    /// In time: batch work joins a step only as far as the predicted step time
+    /// stays within the tightest interactive target (absolute TPOT/TTFT, or the
+    /// relative `max_batch_interference` bound). The SLO-aware default.
+    #[default]
+    Time,
+    /// In tokens (the earlier policy): every running decode joins each step and
+    /// batch prefill fills it up to `interactive_max_batched_tokens`.
+    Tokens,
+}
+
 /// The engine's configuration. Missing TOML keys take the defaults below; unknown
 /// keys are errors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,7 +97,20 @@ pub struct EngineConfig {
     /// so batch work keeps moving): a shorter step is a shorter wait for an
     /// interactive arrival's first token and for every interactive token after.
     /// `None`: batch prefill always fills `max_num_batched_tokens`.
+    /// Used by `step_budget = "tokens"` only.
     pub interactive_max_batched_tokens: Option<usize>,
+    /// How steps that carry interactive work are bounded (`time` or `tokens`).
+    pub step_budget: StepBudgetPolicy,
+    /// With `step_budget = "time"`: how much longer than the same step without
+    /// batch work a step carrying interactive work may take (0.2 = 20%), for
+    /// interactive requests without an absolute target.
+    pub max_batch_interference: f64,
+    /// Safety margin on every time bound: batch work may use this fraction less of
+    /// the time a target leaves over the interactive work (prediction error).
+    pub slo_margin: f64,
+    /// A batch sequence left out of this many consecutive steps joins the next
+    /// one whatever it costs (no batch sequence starves).
+    pub batch_max_skip_steps: u64,
     /// Reuse cached KV of shared prompt prefixes.
     pub enable_prefix_cache: bool,
     /// Serve interactive before batch requests. Off: every request is
@@ -101,6 +128,9 @@ pub struct EngineConfig {
     pub default_slo_class: SloClass,
     /// TTFT target of interactive requests that do not give one.
     pub default_ttft_slo_ms: Option<f64>,
+    /// TPOT target of interactive requests that do not give one (`None`: the
+    /// relative bound `max_batch_interference`).
+    pub default_tpot_slo_ms: Option<f64>,
     /// Fraction of KV blocks kept free when admitting a new sequence, so running
     /// sequences can grow without immediate preemption.
     pub kv_watermark: f64,
@@ -118,12 +148,17 @@ impl Default for EngineConfig {
             max_num_batched_tokens: 1024,
             max_prefill_chunk: 256,
             interactive_max_batched_tokens: None,
+            step_budget: StepBudgetPolicy::Time,
+            max_batch_interference: 0.2,
+            slo_margin: 0.2,
+            batch_max_skip_steps: 32,
             enable_prefix_cache: true,
             slo_classes: true,
             enable_preemption: true,
             batch_aging_ms: 10_000,
             default_slo_class: SloClass::Interactive,
             default_ttft_slo_ms: None,
+            default_tpot_slo_ms: None,
             kv_watermark: 0.01,
             admission: AdmissionConfig::default(),
         }
@@ -208,6 +243,24 @@ impl EngineConfig {
         }
         if !(0.0..=0.5).contains(&self.kv_watermark) {
             return Err(bad("kv_watermark must be in [0, 0.5]"));
+        }
+        let f = self.max_batch_interference;
+        if !f.is_finite() || f < 0.0 {
+            return Err(bad("max_batch_interference must be >= 0"));
+        }
+        if !(0.0..1.0).contains(&self.slo_margin) {
+            return Err(bad("slo_margin must be in [0, 1)"));
+        }
+        if self.batch_max_skip_steps == 0 {
+            return Err(bad("batch_max_skip_steps must be > 0"));
+        }
+        for (name, v) in [
+            ("default_ttft_slo_ms", self.default_ttft_slo_ms),
+            ("default_tpot_slo_ms", self.default_tpot_slo_ms),
+        ] {
+            if v.is_some_and(|ms| !ms.is_finite() || ms <= 0.0) {
+                return Err(bad(format!("{name} must be > 0")));
+            }
         }
         let f = self.admission.ttft_reject_factor;
         if f.is_nan() || f < 0.0 {

@@ -1,7 +1,7 @@
 //! `EngineCore`: one engine step, synchronously: schedule -> `runner.execute` ->
-//! postprocess (sample each logits row with its sequence's sampler, append, cache
-//! the newly full blocks, check stop conditions, emit events, free finished
-//! sequences). The threaded [`crate::Engine`] drives it; tests drive it directly.
+//! postprocess (the scheduler samples, appends, caches, checks stops, emits events
+//! and frees finished sequences). The threaded [`crate::Engine`] drives it; tests
+//! drive it directly.
 
 use std::time::{Duration, Instant};
 
@@ -11,23 +11,25 @@ use crate::admission::RequestLimits;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::event::{Event, FinishReason};
-use crate::request::{Request, SloClass};
+use crate::request::{Admitted, Request};
 use crate::runner::{Batch, Logits, ModelRunner, RunnerInfo};
 use crate::sampler::Sampler;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Released, Scheduler};
 use crate::sequence::Sequence;
+use crate::stats::EngineStats;
 
-/// What one step did.
+pub(crate) use crate::scheduler::StepOutcome;
+
+/// What one call to [`EngineCore::step`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct StepOutcome {
-    pub prefill_tokens: usize,
-    pub decode_tokens: usize,
-    /// Time spent in `runner.execute`.
-    pub exec: Duration,
+pub(crate) struct StepReport {
+    pub outcome: StepOutcome,
+    /// Requests that left the waiting queue (for admission control).
+    pub released: Released,
 }
 
 pub(crate) struct EngineCore {
-    pub sched: Scheduler,
+    sched: Scheduler,
     runner: Box<dyn ModelRunner>,
     batch: Batch,
     logits: Logits,
@@ -35,6 +37,10 @@ pub(crate) struct EngineCore {
     pub info: RunnerInfo,
     pub limits: RequestLimits,
     clock_offset: Duration,
+    /// Tests: a synthetic step cost (seconds for a step's shape) that replaces the
+    /// measured time and moves the engine's clock.
+    #[cfg(test)]
+    synthetic_cost: Option<fn(&crate::step_cost::StepShape) -> f64>,
 }
 
 impl EngineCore {
@@ -85,11 +91,13 @@ impl EngineCore {
             info,
             limits,
             clock_offset: Duration::ZERO,
+            #[cfg(test)]
+            synthetic_cost: None,
         })
     }
 
     pub fn cfg(&self) -> &EngineConfig {
-        &self.sched.cfg
+        self.sched.cfg()
     }
 
     /// The engine's clock.
@@ -103,29 +111,58 @@ impl EngineCore {
         self.clock_offset += d;
     }
 
-    /// The class a request runs as.
-    pub fn resolve_class(cfg: &EngineConfig, req: &Request) -> SloClass {
-        match (cfg.slo_classes, req.slo_class) {
-            (true, Some(c)) => c,
-            _ => cfg.default_slo_class,
-        }
+    /// Makes every step cost `f(shape)` seconds on the engine's clock (tests of
+    /// time-based policy with a mock cost).
+    #[cfg(test)]
+    pub fn set_synthetic_cost(&mut self, f: fn(&crate::step_cost::StepShape) -> f64) {
+        self.synthetic_cost = Some(f);
     }
 
-    /// Builds the sequence of a validated request.
+    /// The step's seconds: measured, or the synthetic cost (advancing the clock).
+    fn step_secs(&mut self, t0: Instant) -> f64 {
+        #[cfg(test)]
+        if let Some(f) = self.synthetic_cost {
+            let secs = f(self.sched.planned_shape());
+            self.clock_offset += Duration::from_secs_f64(secs);
+            return secs;
+        }
+        t0.elapsed().as_secs_f64()
+    }
+
+    /// The scheduler, for the engine's scenario tests.
+    #[cfg(test)]
+    pub fn sched(&self) -> &Scheduler {
+        &self.sched
+    }
+    #[cfg(test)]
+    pub fn sched_mut(&mut self) -> &mut Scheduler {
+        &mut self.sched
+    }
+
+    /// Builds the sequence of a request as `submit` decided it.
     pub fn make_sequence(
         &self,
         id: u64,
         req: Request,
+        admitted: Admitted,
         tx: UnboundedSender<Event>,
         arrival: Instant,
     ) -> Sequence {
-        let cfg = self.cfg();
-        let class = Self::resolve_class(cfg, &req);
-        let max_len = (req.prompt.len() + req.stop.max_tokens).min(self.info.max_model_len);
+        let mut stop = req.stop;
+        stop.max_tokens = Some(admitted.max_tokens);
+        let max_len = (req.prompt.len() + admitted.max_tokens).min(self.info.max_model_len);
         let sampler = Sampler::new(req.sampling, self.info.vocab_size);
-        let blocks = self.sched.pool.new_table();
         Sequence::new(
-            id, class, req.prompt, sampler, req.stop, max_len, tx, arrival, blocks,
+            id,
+            admitted.class,
+            admitted.targets,
+            req.prompt,
+            sampler,
+            stop,
+            max_len,
+            tx,
+            arrival,
+            self.sched.new_block_table(),
         )
     }
 
@@ -138,104 +175,59 @@ impl EngineCore {
     }
 
     /// Runs one step (nothing if no sequence can run).
-    pub fn step(&mut self) -> StepOutcome {
+    pub fn step(&mut self) -> StepReport {
         let now = self.now();
         self.sched.schedule(now, &mut self.batch);
-        let mut out = StepOutcome::default();
-        if self.batch.is_empty() {
-            return out;
-        }
-        self.sched.counters.steps += 1;
-        let t0 = Instant::now();
-        let res = self.runner.execute(&self.batch, &mut self.logits);
-        out.exec = t0.elapsed();
-        let t = self.now();
-        let res = res.map_err(|e| e.0).and_then(|()| {
-            let want = self.batch.num_logit_rows();
-            if self.logits.vocab_size != self.info.vocab_size || self.logits.num_rows() != want {
-                Err(format!(
-                    "runner returned {} logits rows of {} (expected {want} of {})",
-                    self.logits.num_rows(),
-                    self.logits.vocab_size,
-                    self.info.vocab_size
-                ))
-            } else {
-                Ok(())
-            }
-        });
-        match res {
-            Ok(()) => self.postprocess(t, &mut out),
-            Err(msg) => {
-                tracing::error!(error = %msg, "model runner failed; failing the batch");
-                for &i in &self.sched.step_seqs {
-                    let s = &mut self.sched.running[i];
-                    s.reset_kv();
-                    s.finish = Some(FinishReason::Error(msg.clone()));
+        let mut report = StepReport::default();
+        if !self.batch.is_empty() {
+            let t0 = Instant::now();
+            let res = self.runner.execute(&self.batch, &mut self.logits);
+            let exec_secs = self.step_secs(t0);
+            let t = self.now();
+            let res = res.map_err(|e| e.0).and_then(|()| {
+                let want = self.batch.num_logit_rows();
+                if self.logits.vocab_size != self.info.vocab_size || self.logits.num_rows() != want
+                {
+                    Err(format!(
+                        "runner returned {} logits rows of {} (expected {want} of {})",
+                        self.logits.num_rows(),
+                        self.logits.vocab_size,
+                        self.info.vocab_size
+                    ))
+                } else {
+                    Ok(())
+                }
+            });
+            match res {
+                Ok(()) => {
+                    report.outcome = self.sched.postprocess(&self.batch, &self.logits, t);
+                    // Sampling is part of what a step costs a stream.
+                    report.outcome.secs = exec_secs.max(t0.elapsed().as_secs_f64());
+                    #[cfg(test)]
+                    if self.synthetic_cost.is_some() {
+                        report.outcome.secs = exec_secs;
+                    }
+                    self.sched.observe_step_time(report.outcome.secs);
+                }
+                Err(msg) => {
+                    tracing::error!(error = %msg, "model runner failed; failing the batch");
+                    self.sched.fail_step(&msg);
                 }
             }
+            self.sched.reap_finished(t);
         }
-        self.sched.reap_finished(t);
-        out
+        report.released = self.sched.take_released();
+        report
     }
 
-    fn postprocess(&mut self, t: Instant, out: &mut StepOutcome) {
-        let sched = &mut self.sched;
-        let block_size = sched.pool.block_size();
-        let mut row = 0;
-        for (k, &i) in sched.step_seqs.iter().enumerate() {
-            let entry = self.batch.seqs[k];
-            let s = &mut sched.running[i];
-            if s.is_decoding() {
-                out.decode_tokens += 1;
-            } else {
-                out.prefill_tokens += entry.num_tokens;
-            }
-            s.num_computed += entry.num_tokens;
-            s.scheduled = 0;
-            if let Some(cache) = &mut sched.cache {
-                let full = s.num_computed / block_size;
-                if full > s.num_cache_inserted {
-                    cache.insert(&s.tokens[..s.num_computed], &mut s.blocks);
-                    s.num_cache_inserted = full;
-                }
-            }
-            if !entry.want_logits {
-                continue;
-            }
-            let sampled = s.sampler.sample(self.logits.row(row));
-            row += 1;
-            let id = sampled.id;
-            s.tokens.push(id);
-            s.timings.on_token(t);
-            sched.counters.generation_tokens += 1;
-            let ev = Event::Token {
-                id,
-                logprob: s.want_logprobs.then_some(sampled.logprob),
-                top_logprobs: sampled.top_logprobs,
-                time: t,
-            };
-            if s.tx.send(ev).is_err() {
-                s.finish = Some(FinishReason::Cancelled);
-            } else if s.stop.is_stop_token(id) {
-                s.finish = Some(FinishReason::Stop);
-            } else if s.num_generated() >= s.stop.max_tokens || s.tokens.len() >= s.max_len {
-                s.finish = Some(FinishReason::Length);
-            }
-        }
-        sched.counters.prefill_tokens += out.prefill_tokens as u64;
+    /// The scheduler's view of the engine's gauges and counters.
+    pub fn snapshot(&self) -> EngineStats {
+        self.sched.snapshot()
     }
 
     /// Finishes every request with `reason` (engine failure or forced stop).
     pub fn fail_all(&mut self, reason: FinishReason) {
         let now = self.now();
-        for s in &mut self.sched.running {
-            s.finish = Some(reason.clone());
-        }
-        self.sched.reap_finished(now);
-        for q in &mut self.sched.waiting {
-            for mut s in q.drain(..) {
-                s.send_finished(reason.clone(), now);
-            }
-        }
+        self.sched.fail_all(reason, now);
     }
 }

@@ -13,10 +13,10 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use crate::admission::{AdmissionState, RequestLimits};
 use crate::config::EngineConfig;
-use crate::core::{EngineCore, StepOutcome};
+use crate::core::{EngineCore, StepReport};
 use crate::error::EngineError;
-use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTimings};
-use crate::request::{Request, SloClass};
+use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTimings, SloReport};
+use crate::request::{Admitted, Request};
 use crate::runner::{ModelRunner, RunnerInfo};
 use crate::stats::EngineStats;
 
@@ -31,6 +31,7 @@ enum Command {
 struct NewRequest {
     id: u64,
     req: Request,
+    admitted: Admitted,
     tx: UnboundedSender<Event>,
     arrival: Instant,
 }
@@ -91,9 +92,9 @@ impl Engine {
                     sh.alive.store(false, Ordering::Release);
                     let _ = init_tx.send(Err(e));
                 }
-                Ok(mut core) => {
+                Ok(core) => {
                     let init = (core.info.clone(), core.limits, core.cfg().clone());
-                    publish(&mut core, &sh, &StepOutcome::default());
+                    publish(&core, &sh, &StepReport::default());
                     let _ = init_tx.send(Ok(init));
                     run(core, rx, &sh);
                 }
@@ -120,27 +121,31 @@ impl Engine {
 }
 
 impl EngineHandle {
-    /// Queues a request. Refuses at once (never hangs) when the engine is stopping,
-    /// the request cannot fit the model or KV pool, or its class is overloaded.
+    /// Checks and queues a request: the one place its shape, class, targets and
+    /// `max_tokens` are decided (the returned stream says what was decided).
+    /// Refuses at once (never hangs) when the engine is stopping, the request
+    /// cannot fit the model or KV pool, or its class is overloaded.
     pub fn submit(&self, req: Request) -> Result<RequestStream, EngineError> {
         let inner = &*self.inner;
         let sh = &*inner.shared;
         if sh.stopping.load(Ordering::Acquire) || !sh.alive.load(Ordering::Acquire) {
             return Err(EngineError::EngineStopped);
         }
-        inner.limits.validate(&req)?;
-        let class = EngineCore::resolve_class(&inner.cfg, &req);
-        let ttft = match class {
-            SloClass::Interactive => req.ttft_slo_ms.or(inner.cfg.default_ttft_slo_ms),
-            SloClass::Batch => None,
-        };
+        let admitted = inner.limits.decide(&inner.cfg, &req)?;
+        let class = admitted.class;
         let prompt_len = req.prompt.len();
-        lock(&sh.admission).try_admit(&inner.cfg.admission, class, prompt_len, ttft)?;
+        lock(&sh.admission).try_admit(
+            &inner.cfg.admission,
+            class,
+            prompt_len,
+            admitted.targets.ttft_ms,
+        )?;
         let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = unbounded_channel();
         let cmd = Command::Submit(Box::new(NewRequest {
             id,
             req,
+            admitted,
             tx,
             arrival: Instant::now(),
         }));
@@ -148,7 +153,7 @@ impl EngineHandle {
             lock(&sh.admission).release(class, 1, prompt_len);
             return Err(EngineError::EngineStopped);
         }
-        Ok(RequestStream { id, rx })
+        Ok(RequestStream { id, admitted, rx })
     }
 
     /// The latest snapshot of the engine's gauges and counters.
@@ -237,10 +242,11 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
                     let NewRequest {
                         id,
                         req,
+                        admitted,
                         tx,
                         arrival,
                     } = *r;
-                    let seq = core.make_sequence(id, req, tx, arrival);
+                    let seq = core.make_sequence(id, req, admitted, tx, arrival);
                     core.add(seq);
                 }
                 Command::Abort => core.fail_all(FinishReason::Cancelled),
@@ -254,7 +260,7 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
             continue;
         }
         match catch_unwind(AssertUnwindSafe(|| core.step())) {
-            Ok(out) => publish(&mut core, sh, &out),
+            Ok(report) => publish(&core, sh, &report),
             Err(panic) => {
                 let msg = panic
                     .downcast_ref::<String>()
@@ -279,6 +285,7 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
                 completion_tokens: 0,
                 cached_prompt_tokens: 0,
                 timings: RequestTimings::new(r.arrival),
+                slo: SloReport::default(),
             }));
         }
     }
@@ -287,34 +294,20 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
 }
 
 /// Publishes admission releases, the prefill rate and a stats snapshot.
-fn publish(core: &mut EngineCore, sh: &Shared, out: &StepOutcome) {
-    let released = std::mem::take(&mut core.sched.released);
-    let sched = &core.sched;
+fn publish(core: &EngineCore, sh: &Shared, report: &StepReport) {
+    let out = &report.outcome;
     let prefill_rate = {
         let mut a = lock(&sh.admission);
-        for class in SloClass::ALL {
-            let (n, t) = *released.get(class);
+        for (class, &(n, t)) in report.released.iter() {
             if n > 0 {
                 a.release(class, n, t);
             }
         }
-        a.observe_prefill(out.prefill_tokens, out.exec.as_secs_f64());
+        a.observe_prefill(out.prefill_tokens, out.secs);
         a.prefill_rate
     };
-    let (waiting, running) = sched.class_counts();
-    let pool = &sched.pool;
-    let total = pool.num_blocks();
-    let used = pool.num_used();
-    let mut st = lock(&sh.stats);
-    st.waiting = waiting;
-    st.running = running;
-    st.kv_blocks_total = total;
-    st.kv_blocks_used = used;
-    st.kv_blocks_cached_idle = pool.num_cached_idle();
-    st.kv_blocks_free = pool.num_free();
-    st.kv_usage = used as f64 / total as f64;
-    st.prefix_cache_blocks = sched.cache.as_ref().map_or(0, |c| c.size());
-    st.counters = sched.counters;
+    let mut st = core.snapshot();
     st.prefill_tokens_per_s = prefill_rate;
-    st.last_step_tokens = out.prefill_tokens + out.decode_tokens;
+    st.last_step_s = out.secs;
+    *lock(&sh.stats) = st;
 }

@@ -5,6 +5,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{error::TryRecvError, UnboundedReceiver};
 
+use crate::request::{Admitted, SloTargets};
+use crate::stats::SloAttainment;
+
 /// One event of a request's stream.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
@@ -58,6 +61,45 @@ pub struct FinishInfo {
     /// (OpenAI `usage.prompt_tokens_details.cached_tokens`).
     pub cached_prompt_tokens: usize,
     pub timings: RequestTimings,
+    /// How the request did against its targets.
+    pub slo: SloReport,
+}
+
+/// A finished request's latency targets and whether it met them (`None`: no
+/// absolute target, or nothing to judge, e.g. TPOT of a one-token answer).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SloReport {
+    pub targets: SloTargets,
+    pub ttft_met: Option<bool>,
+    pub tpot_met: Option<bool>,
+}
+
+impl SloReport {
+    /// Judges `timings` (with `completion_tokens` generated) against `targets`.
+    pub fn judge(targets: &SloTargets, timings: &RequestTimings, completion_tokens: usize) -> Self {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        SloReport {
+            targets: *targets,
+            ttft_met: targets.ttft_ms.and_then(|t| Some(ms(timings.ttft()?) <= t)),
+            tpot_met: targets
+                .tpot_ms
+                .and_then(|t| Some(ms(timings.mean_inter_token(completion_tokens)?) <= t)),
+        }
+    }
+
+    /// Adds this report to the attainment counters.
+    pub fn count_into(&self, c: &mut SloAttainment) {
+        match self.ttft_met {
+            Some(true) => c.ttft_met += 1,
+            Some(false) => c.ttft_missed += 1,
+            None => {}
+        }
+        match self.tpot_met {
+            Some(true) => c.tpot_met += 1,
+            Some(false) => c.tpot_missed += 1,
+            None => {}
+        }
+    }
 }
 
 /// A request's timeline on the engine's clock (`Instant`s), plus derived durations.
@@ -144,6 +186,7 @@ impl RequestTimings {
 #[derive(Debug)]
 pub struct RequestStream {
     pub(crate) id: u64,
+    pub(crate) admitted: Admitted,
     pub(crate) rx: UnboundedReceiver<Event>,
 }
 
@@ -160,6 +203,10 @@ impl RequestStream {
     /// The engine's id of this request (unique per engine).
     pub fn id(&self) -> u64 {
         self.id
+    }
+    /// What the engine decided at submit: class, targets, `max_tokens`.
+    pub fn admitted(&self) -> &Admitted {
+        &self.admitted
     }
     /// Next event; `None` after `Finished` (or if the engine died).
     pub async fn recv(&mut self) -> Option<Event> {
@@ -208,6 +255,7 @@ impl RequestStream {
                 completion_tokens: n,
                 cached_prompt_tokens: 0,
                 timings: RequestTimings::new(Instant::now()),
+                slo: SloReport::default(),
             },
         }
     }

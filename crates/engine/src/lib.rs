@@ -23,6 +23,7 @@ pub mod request;
 mod scheduler;
 mod sequence;
 pub mod stats;
+pub mod step_cost;
 
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;
@@ -35,11 +36,14 @@ pub use sampler::{SampledToken, Sampler, SamplingParams};
 
 pub use admission::RequestLimits;
 pub use block_pool::{BlockPool, BlockTable};
-pub use config::{AdmissionConfig, ClassLimits, EngineConfig};
+pub use config::{AdmissionConfig, ClassLimits, EngineConfig, StepBudgetPolicy};
 pub use engine::{Engine, EngineHandle};
 pub use error::EngineError;
-pub use event::{Completion, Event, FinishInfo, FinishReason, RequestStream, RequestTimings};
+pub use event::{
+    Completion, Event, FinishInfo, FinishReason, RequestStream, RequestTimings, SloReport,
+};
 pub use prefix_cache::PrefixCache;
 pub use profile::{Profile, BUILTIN_PROFILES};
-pub use request::{Request, SloClass, StopConditions};
-pub use stats::{Counters, EngineStats, PerClass};
+pub use request::{Admitted, Request, SloClass, SloTargets, StopConditions};
+pub use stats::{Counters, EngineStats, PerClass, SloAttainment};
+pub use step_cost::{StepCostFigures, StepCostModel, StepShape};

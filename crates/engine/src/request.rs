@@ -64,8 +64,9 @@ impl FromStr for SloClass {
 /// when the sequence reaches the model's context length.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StopConditions {
-    /// Most tokens to generate (at least 1).
-    pub max_tokens: usize,
+    /// Most tokens to generate (at least 1); `None`: as many as the context
+    /// leaves after the prompt (the engine decides at submit).
+    pub max_tokens: Option<usize>,
     /// Tokens that always stop generation (reason `Stop`); the stop token is emitted.
     #[serde(default)]
     pub stop_token_ids: Vec<u32>,
@@ -81,7 +82,7 @@ pub struct StopConditions {
 impl StopConditions {
     pub fn max_tokens(max_tokens: usize) -> Self {
         StopConditions {
-            max_tokens,
+            max_tokens: Some(max_tokens),
             stop_token_ids: Vec::new(),
             eos_token_ids: Vec::new(),
             ignore_eos: false,
@@ -106,9 +107,14 @@ pub struct Request {
     /// class, served first-come first-served) when the engine runs without SLO classes.
     pub slo_class: Option<SloClass>,
     /// Target time to first token; an interactive request whose predicted TTFT
-    /// exceeds it by `ttft_reject_factor` is refused at submit. `None`: the engine's
-    /// `default_ttft_slo_ms`.
+    /// exceeds it by `ttft_reject_factor` is refused at submit, and the scheduler
+    /// sizes steps so that it is met. `None`: the engine's `default_ttft_slo_ms`.
     pub ttft_slo_ms: Option<f64>,
+    /// Target time per output token after the first: steps that carry this
+    /// request's decodes take at most this long (batch work is left out to keep
+    /// it). `None`: the engine's `default_tpot_slo_ms`, else the relative bound
+    /// `max_batch_interference`.
+    pub tpot_slo_ms: Option<f64>,
 }
 
 impl Request {
@@ -120,6 +126,7 @@ impl Request {
             stop: StopConditions::max_tokens(max_tokens),
             slo_class: None,
             ttft_slo_ms: None,
+            tpot_slo_ms: None,
         }
     }
 
@@ -132,6 +139,32 @@ impl Request {
         self.ttft_slo_ms = Some(ms);
         self
     }
+
+    pub fn with_tpot_slo_ms(mut self, ms: f64) -> Self {
+        self.tpot_slo_ms = Some(ms);
+        self
+    }
+}
+
+/// The latency targets a request runs under, as the engine resolved them at submit
+/// (interactive requests only; batch requests have none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct SloTargets {
+    /// Time to first token, milliseconds.
+    pub ttft_ms: Option<f64>,
+    /// Time per output token, milliseconds. `None` for an interactive request: the
+    /// relative bound (`max_batch_interference`) keeps its pace.
+    pub tpot_ms: Option<f64>,
+}
+
+/// What the engine decided for an accepted request (returned on its stream).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Admitted {
+    /// The class it runs as.
+    pub class: SloClass,
+    pub targets: SloTargets,
+    /// Most tokens it may generate (its `max_tokens`, or what the context leaves).
+    pub max_tokens: usize,
 }
 
 #[cfg(test)]

@@ -7,14 +7,20 @@ use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::block_pool::BlockTable;
-use crate::event::{Event, FinishInfo, FinishReason, RequestTimings};
-use crate::request::{SloClass, StopConditions};
+use crate::event::{Event, FinishInfo, FinishReason, RequestTimings, SloReport};
+use crate::request::{SloClass, SloTargets, StopConditions};
 use crate::sampler::Sampler;
+use crate::stats::SloAttainment;
 
 pub(crate) struct Sequence {
     pub id: u64,
     /// Resolved class (the default when the request named none or classes are off).
     pub class: SloClass,
+    /// Resolved latency targets (none for batch).
+    pub targets: SloTargets,
+    /// The step this sequence last ran in (or was admitted in): batch rows left
+    /// out of steps rotate by it.
+    pub last_run_step: u64,
     /// A batch request admitted by aging (it waited `batch_aging_ms` while no batch
     /// sequence ran): scheduled as interactive.
     pub promoted: bool,
@@ -51,6 +57,7 @@ impl Sequence {
     pub fn new(
         id: u64,
         class: SloClass,
+        targets: SloTargets,
         prompt: Vec<u32>,
         sampler: Sampler,
         stop: StopConditions,
@@ -66,6 +73,8 @@ impl Sequence {
         Sequence {
             id,
             class,
+            targets,
+            last_run_step: 0,
             promoted: false,
             tokens,
             prompt_len,
@@ -101,9 +110,23 @@ impl Sequence {
         self.num_computed > 0 && self.num_uncomputed() == 1 && self.num_generated() > 0
     }
 
-    /// Scheduling rank: 1 for interactive (or promoted), 0 for batch.
-    pub fn rank(&self) -> u8 {
-        (self.class == SloClass::Interactive || self.promoted) as u8
+    /// The class it is scheduled as: interactive when promoted by aging.
+    pub fn rank(&self) -> SloClass {
+        if self.promoted {
+            SloClass::Interactive
+        } else {
+            self.class
+        }
+    }
+
+    /// Running and not leaving (not preempted, no finish reason).
+    pub fn is_active(&self) -> bool {
+        !self.preempted && self.finish.is_none()
+    }
+
+    /// The most tokens this sequence may generate.
+    pub fn max_tokens(&self) -> usize {
+        self.stop.max_tokens.unwrap_or(usize::MAX)
     }
 
     /// Whether the client dropped its stream.
@@ -122,14 +145,21 @@ impl Sequence {
 
     /// Sends `Finished` (ignoring a closed stream); the caller then drops the
     /// sequence, which frees its blocks.
-    pub fn send_finished(&mut self, reason: FinishReason, now: Instant) {
+    /// Returns how the request did against its targets (counted into `slo` for
+    /// requests that were served: `stop` or `length`).
+    pub fn send_finished(&mut self, reason: FinishReason, now: Instant, slo: &mut SloAttainment) {
         self.timings.finish = Some(now);
+        let report = SloReport::judge(&self.targets, &self.timings, self.num_generated());
+        if matches!(reason, FinishReason::Stop | FinishReason::Length) {
+            report.count_into(slo);
+        }
         let info = FinishInfo {
             reason,
             prompt_tokens: self.prompt_len,
             completion_tokens: self.num_generated(),
             cached_prompt_tokens: self.cached_prompt_tokens,
             timings: self.timings.clone(),
+            slo: report,
         };
         let _ = self.tx.send(Event::Finished(info));
     }

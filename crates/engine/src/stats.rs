@@ -4,15 +4,39 @@
 use serde::Serialize;
 
 use crate::request::SloClass;
+use crate::step_cost::StepCostFigures;
 
-/// One value per SLO class.
+/// One value per SLO class (indexable by [`SloClass`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct PerClass<T> {
     pub interactive: T,
     pub batch: T,
 }
 
+impl<T> std::ops::Index<SloClass> for PerClass<T> {
+    type Output = T;
+    fn index(&self, class: SloClass) -> &T {
+        self.get(class)
+    }
+}
+
+impl<T> std::ops::IndexMut<SloClass> for PerClass<T> {
+    fn index_mut(&mut self, class: SloClass) -> &mut T {
+        self.get_mut(class)
+    }
+}
+
 impl<T> PerClass<T> {
+    /// `(class, value)` for both classes, highest priority first.
+    pub fn iter(&self) -> impl Iterator<Item = (SloClass, &T)> {
+        SloClass::ALL.into_iter().map(move |c| (c, self.get(c)))
+    }
+    /// `(class, value)` for both classes, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (SloClass, &mut T)> {
+        SloClass::ALL
+            .into_iter()
+            .zip([&mut self.interactive, &mut self.batch])
+    }
     pub fn get(&self, class: SloClass) -> &T {
         match class {
             SloClass::Interactive => &self.interactive,
@@ -25,6 +49,16 @@ impl<T> PerClass<T> {
             SloClass::Batch => &mut self.batch,
         }
     }
+}
+
+/// Requests that met or missed their latency targets (counted when a request
+/// finishes with `stop` or `length`; only requests with an absolute target count).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SloAttainment {
+    pub ttft_met: u64,
+    pub ttft_missed: u64,
+    pub tpot_met: u64,
+    pub tpot_missed: u64,
 }
 
 /// Cumulative counters kept by the scheduler (monotonic since start).
@@ -52,6 +86,10 @@ pub struct Counters {
     pub requests_cancelled: u64,
     pub requests_failed: u64,
     pub steps: u64,
+    /// Batch decode rows left out of a step to keep an interactive target.
+    pub batch_rows_deferred: u64,
+    /// Targets met / missed, per class.
+    pub slo: PerClass<SloAttainment>,
 }
 
 /// Snapshot returned by `EngineHandle::stats()`.
@@ -72,12 +110,19 @@ pub struct EngineStats {
     /// Blocks in the prefix cache (held or idle).
     pub prefix_cache_blocks: usize,
     pub counters: Counters,
-    /// Requests refused at submit (`Overloaded`), per class.
+    /// Requests refused at submit (`QueueFull`, `TtftUnreachable`), per class.
     pub rejected: PerClass<u64>,
     /// Measured prefill throughput (tokens/s, moving average; 0 until measured).
     pub prefill_tokens_per_s: f64,
     /// Tokens in the latest step's batch.
     pub last_step_tokens: usize,
+    /// The online step-time model.
+    pub step_cost: StepCostFigures,
+    /// The latest step: predicted and measured seconds, and its time limit
+    /// (0 when no interactive target bounded it).
+    pub last_step_predicted_s: f64,
+    pub last_step_s: f64,
+    pub last_step_limit_s: f64,
 }
 
 impl EngineStats {

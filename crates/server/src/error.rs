@@ -68,7 +68,10 @@ impl ServerError {
             ServerError::BodyTooLarge { limit } => (ApiError::too_large(*limit), None),
             ServerError::Body(m) => (ApiError::bad_request(m.clone()), None),
             ServerError::Template(m) => (
-                ApiError::invalid("messages", format!("messages: cannot apply the chat template: {m}")),
+                ApiError::invalid(
+                    "messages",
+                    format!("messages: cannot apply the chat template: {m}"),
+                ),
                 None,
             ),
             ServerError::Draining => (
@@ -79,34 +82,59 @@ impl ServerError {
             ServerError::Engine {
                 source,
                 prompt_param,
-            } => match source {
-                EngineError::Overloaded {
-                    class,
-                    retry_after_s,
-                } => (
-                    ApiError::overloaded(format!(
-                        "the server is overloaded for {class} requests (waiting queue full or TTFT SLO unreachable); retry after {retry_after_s} s"
-                    )),
-                    Some(*retry_after_s),
-                ),
-                EngineError::PromptTooLong { len, max } => (
-                    ApiError::invalid(
-                        *prompt_param,
-                        format!(
-                            "{prompt_param}: the prompt is {len} tokens long, but at most {max} fit this model's context"
-                        ),
-                    )
-                    .with_code("context_length_exceeded"),
-                    None,
-                ),
-                EngineError::EngineStopped => (
-                    ApiError::unavailable("the engine has stopped and accepts no new requests"),
-                    Some(1),
-                ),
-                EngineError::InvalidRequest(m) => (ApiError::bad_request(m.clone()), None),
-                EngineError::InvalidConfig(m) => (ApiError::internal(m.clone()), None),
-            },
+            } => (engine_error(source, prompt_param), source.retry_after_s()),
         }
+    }
+}
+
+/// The client's view of an engine refusal; `prompt_param` names the field that
+/// holds the prompt ("prompt" or "messages").
+fn engine_error(e: &EngineError, prompt_param: &str) -> ApiError {
+    let context = "context_length_exceeded";
+    match e {
+        EngineError::QueueFull { class, retry_after_s } => ApiError::overloaded(format!(
+            "the server is overloaded for {class} requests (waiting queue full); retry after {retry_after_s} s"
+        )),
+        EngineError::TtftUnreachable {
+            predicted_ms,
+            target_ms,
+            retry_after_s,
+        } => ApiError::overloaded(format!(
+            "the server is overloaded: the predicted time to first token ({predicted_ms:.0} ms) is far over the target ({target_ms:.0} ms); retry after {retry_after_s} s"
+        )),
+        EngineError::EmptyPrompt => {
+            ApiError::invalid(prompt_param, format!("{prompt_param}: the prompt is empty"))
+        }
+        EngineError::PromptTooLong { len, max } => ApiError::invalid(
+            prompt_param,
+            format!(
+                "{prompt_param}: the prompt is {len} tokens long, but at most {max} fit this model's context"
+            ),
+        )
+        .with_code(context),
+        EngineError::ContextLengthExceeded {
+            prompt,
+            max_tokens,
+            max_model_len,
+            ..
+        } => ApiError::invalid(
+            "max_tokens",
+            format!(
+                "max_tokens: this model's maximum context length is {max_model_len} tokens, but {} were requested ({prompt} in the prompt, {max_tokens} for the completion); reduce the prompt or max_tokens",
+                prompt + max_tokens
+            ),
+        )
+        .with_code(context),
+        EngineError::ZeroMaxTokens => ApiError::invalid("max_tokens", e.to_string()),
+        EngineError::TokenOutOfVocab { id, vocab_size } => ApiError::invalid(
+            prompt_param,
+            format!("{prompt_param}: token id {id} is outside the vocabulary (size {vocab_size})"),
+        ),
+        EngineError::InvalidTarget { field } => ApiError::invalid(*field, e.to_string()),
+        EngineError::EngineStopped => {
+            ApiError::unavailable("the engine has stopped and accepts no new requests")
+        }
+        EngineError::InvalidConfig(m) => ApiError::internal(m.clone()),
     }
 }
 
@@ -150,16 +178,52 @@ mod tests {
     fn engine_errors_map_to_statuses() {
         let cases = [
             (
-                EngineError::Overloaded {
+                EngineError::QueueFull {
                     class: SloClass::Batch,
                     retry_after_s: 3,
                 },
                 429,
                 Some(3),
             ),
+            (
+                EngineError::TtftUnreachable {
+                    predicted_ms: 900.0,
+                    target_ms: 100.0,
+                    retry_after_s: 2,
+                },
+                429,
+                Some(2),
+            ),
             (EngineError::PromptTooLong { len: 9, max: 5 }, 400, None),
+            (
+                EngineError::ContextLengthExceeded {
+                    prompt: 4,
+                    max_tokens: 9,
+                    max_model_len: 10,
+                    room: 6,
+                },
+                400,
+                None,
+            ),
+            (EngineError::EmptyPrompt, 400, None),
+            (EngineError::ZeroMaxTokens, 400, None),
+            (
+                EngineError::TokenOutOfVocab {
+                    id: 7,
+                    vocab_size: 5,
+                },
+                400,
+                None,
+            ),
+            (
+                EngineError::InvalidTarget {
+                    field: "tpot_slo_ms",
+                },
+                400,
+                None,
+            ),
             (EngineError::EngineStopped, 503, Some(1)),
-            (EngineError::InvalidRequest("x".into()), 400, None),
+            (EngineError::InvalidConfig("x".into()), 500, None),
         ];
         for (err, status, retry) in cases {
             let (api, r) = ServerError::engine(err, "messages").to_api();
@@ -169,7 +233,19 @@ mod tests {
             ServerError::engine(EngineError::PromptTooLong { len: 9, max: 5 }, "messages").to_api();
         assert_eq!(api.param.as_deref(), Some("messages"));
         assert_eq!(api.code.as_deref(), Some("context_length_exceeded"));
-        let resp = ServerError::from(EngineError::Overloaded {
+        let (api, _) = ServerError::engine(
+            EngineError::ContextLengthExceeded {
+                prompt: 4,
+                max_tokens: 9,
+                max_model_len: 10,
+                room: 6,
+            },
+            "prompt",
+        )
+        .to_api();
+        assert_eq!(api.param.as_deref(), Some("max_tokens"));
+        assert_eq!(api.code.as_deref(), Some("context_length_exceeded"));
+        let resp = ServerError::from(EngineError::QueueFull {
             class: SloClass::Interactive,
             retry_after_s: 2,
         })

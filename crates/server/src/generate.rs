@@ -38,14 +38,14 @@ pub async fn generate(
         Kind::Completion => "prompt",
         Kind::Chat => "messages",
     };
-    let (asked, class) = state.resolve_class(headers, &params)?;
     let prompt_len = prompt.len();
-    let req = state.build_request(prompt, &params, asked, prompt_param)?;
+    let req = state.build_request(prompt, &params, headers)?;
     state.check_accepting()?;
     let stream = state
         .engine
         .submit(req)
         .map_err(|e| ServerError::engine(e, prompt_param))?;
+    let class = stream.admitted().class;
     let id = state.new_id(match kind {
         Kind::Completion => "cmpl",
         Kind::Chat => "chatcmpl",

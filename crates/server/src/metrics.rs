@@ -288,6 +288,60 @@ impl Metrics {
             "Requests finished, by reason.",
             rows,
         );
+        let mut rows = Vec::new();
+        for class in SloClass::ALL {
+            let a = st.counters.slo.get(class);
+            for (slo, result, n) in [
+                ("ttft", "met", a.ttft_met),
+                ("ttft", "missed", a.ttft_missed),
+                ("tpot", "met", a.tpot_met),
+                ("tpot", "missed", a.tpot_missed),
+            ] {
+                rows.push((
+                    format!("{m},slo_class=\"{class}\",slo=\"{slo}\",result=\"{result}\""),
+                    n as f64,
+                ));
+            }
+        }
+        family(
+            "sloserve:slo_attainment_total",
+            "counter",
+            "Finished requests that met or missed their absolute TTFT / TPOT target.",
+            rows,
+        );
+        family(
+            "sloserve:batch_rows_deferred_total",
+            "counter",
+            "Batch decode rows left out of a step to keep an interactive target.",
+            one(c.batch_rows_deferred as f64),
+        );
+        let cost = &st.step_cost;
+        family(
+            "sloserve:step_cost_seconds",
+            "gauge",
+            "The online step-time model: seconds per unit of each term (fixed per step, per prefill token, per decode row, per 1000 attention context tokens).",
+            sloserve_engine::step_cost::TERM_NAMES
+                .iter()
+                .zip(cost.coefficients)
+                .map(|(t, v)| (format!("{m},term=\"{t}\""), v))
+                .collect(),
+        );
+        family(
+            "sloserve:step_cost_relative_error",
+            "gauge",
+            "Mean absolute relative error of the step-time prediction (moving average).",
+            one(cost.mean_abs_rel_error),
+        );
+        family(
+            "sloserve:last_step_seconds",
+            "gauge",
+            "The latest step: predicted and measured seconds, and its time limit (0 when no interactive target bounded it).",
+            vec![
+                (format!("{m},kind=\"predicted\""), st.last_step_predicted_s),
+                (format!("{m},kind=\"measured\""), st.last_step_s),
+                (format!("{m},kind=\"limit\""), st.last_step_limit_s),
+            ],
+        );
         let waiting = (st.waiting.interactive + st.waiting.batch) as f64;
         let running = (st.running.interactive + st.running.batch) as f64;
         family(
@@ -335,6 +389,7 @@ mod tests {
                 completion_tokens: 11,
                 cached_prompt_tokens: 0,
                 timings: t,
+                slo: Default::default(),
             },
         );
         m.observe_itl(SloClass::Batch, Duration::from_millis(7));

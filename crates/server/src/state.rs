@@ -202,14 +202,14 @@ impl AppState {
         Ok(())
     }
 
-    /// The request's class: body `slo_class`, else the `X-SLO-Class` header, else
-    /// the profile's default (always the default when the engine runs without classes).
-    pub fn resolve_class(
+    /// The class a request asks for: body `slo_class`, else the `X-SLO-Class`
+    /// header (`None`: not asked; the engine decides the class it runs as).
+    pub fn asked_class(
         &self,
         headers: &HeaderMap,
         params: &GenParams,
-    ) -> Result<(Option<SloClass>, SloClass), ServerError> {
-        let asked = match (&params.slo_class, headers.get("x-slo-class")) {
+    ) -> Result<Option<SloClass>, ServerError> {
+        Ok(match (&params.slo_class, headers.get("x-slo-class")) {
             (Some(c), _) => Some(
                 c.parse::<SloClass>()
                     .map_err(|e| ApiError::invalid("slo_class", e))?,
@@ -223,58 +223,26 @@ impl AppState {
                     })?,
             ),
             (None, None) => None,
-        };
-        let cfg = self.engine.config();
-        let effective = match (cfg.slo_classes, asked) {
-            (true, Some(c)) => c,
-            _ => cfg.default_slo_class,
-        };
-        Ok((asked, effective))
+        })
     }
 
-    /// Builds the engine request: checks the prompt and `max_tokens` against the
-    /// context (errors name `prompt_param` / `max_tokens`), fills EOS ids.
+    /// Builds the engine request from the parsed body and headers: the body's
+    /// `ttft_slo_ms` / `tpot_slo_ms`, else the gateway's headers. The engine checks
+    /// it against the context and decides class and targets (`submit`).
     pub fn build_request(
         &self,
         prompt: Vec<u32>,
         params: &GenParams,
-        class: Option<SloClass>,
-        prompt_param: &'static str,
+        headers: &HeaderMap,
     ) -> Result<Request, ServerError> {
-        let len = prompt.len();
-        let limits = self.engine.limits();
-        if len > limits.max_prompt_len {
-            return Err(ServerError::engine(
-                sloserve_engine::EngineError::PromptTooLong {
-                    len,
-                    max: limits.max_prompt_len,
-                },
-                prompt_param,
-            ));
-        }
-        if len == 0 {
-            return Err(ApiError::invalid(
-                prompt_param,
-                format!("{prompt_param}: the prompt is empty"),
-            )
-            .into());
-        }
-        let room = self.max_model_len - len;
-        let max_tokens = match params.max_tokens {
-            None => room,
-            Some(m) if m as usize <= room => m as usize,
-            Some(m) => {
-                return Err(ApiError::invalid(
-                    "max_tokens",
-                    format!(
-                        "max_tokens: this model's maximum context length is {} tokens, but {} were requested ({len} in the prompt, {m} for the completion); reduce the prompt or max_tokens",
-                        self.max_model_len,
-                        len + m as usize
-                    ),
-                )
-                .with_code("context_length_exceeded")
-                .into())
-            }
+        let slo_class = self.asked_class(headers, params)?;
+        let ttft_slo_ms = match params.ttft_slo_ms {
+            Some(t) => Some(t),
+            None => header_ms(headers, TTFT_HEADERS)?,
+        };
+        let tpot_slo_ms = match params.tpot_slo_ms {
+            Some(t) => Some(t),
+            None => header_ms(headers, TPOT_HEADERS)?,
         };
         Ok(Request {
             prompt,
@@ -289,15 +257,43 @@ impl AppState {
                 logprobs: params.logprobs,
             },
             stop: StopConditions {
-                max_tokens,
+                max_tokens: params.max_tokens.map(|m| m as usize),
                 stop_token_ids: Vec::new(),
                 eos_token_ids: self.tokenizer.stop_token_ids(),
                 ignore_eos: params.ignore_eos,
             },
-            slo_class: class,
-            ttft_slo_ms: params.ttft_slo_ms,
+            slo_class,
+            ttft_slo_ms,
+            tpot_slo_ms,
         })
     }
+}
+
+/// Gateway headers carrying a request's TTFT target (llm-d's, then the older name).
+const TTFT_HEADERS: [&str; 2] = ["x-llm-d-slo-ttft-ms", "x-slo-ttft-ms"];
+/// Gateway headers carrying a request's TPOT target.
+const TPOT_HEADERS: [&str; 2] = ["x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"];
+
+/// The first of `names` present, as a positive number of milliseconds.
+fn header_ms(headers: &HeaderMap, names: [&'static str; 2]) -> Result<Option<f64>, ServerError> {
+    for name in names {
+        let Some(v) = headers.get(name) else {
+            continue;
+        };
+        let ms = v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    name,
+                    format!("{name} header: expected milliseconds, got {v:?}"),
+                )
+            })?;
+        sloserve_api::check_target_ms(name, ms)?;
+        return Ok(Some(ms));
+    }
+    Ok(None)
 }
 
 /// Counts a request as in flight while alive (graceful shutdown waits for zero).

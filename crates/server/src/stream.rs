@@ -285,6 +285,10 @@ impl Generation {
                         tpot_ms: ms(t.mean_inter_token(f.completion_tokens)),
                         cached_prompt_tokens: f.cached_prompt_tokens as u32,
                         preemptions: t.preemptions,
+                        ttft_target_ms: f.slo.targets.ttft_ms,
+                        tpot_target_ms: f.slo.targets.tpot_ms,
+                        ttft_met: f.slo.ttft_met,
+                        tpot_met: f.slo.tpot_met,
                     },
                     f.cached_prompt_tokens,
                 )
@@ -311,6 +315,7 @@ impl Generation {
                             .map(|d| d / (completion as u32 - 1))),
                         cached_prompt_tokens: 0,
                         preemptions: 0,
+                        ..SloTimings::default()
                     },
                     0,
                 )
@@ -337,6 +342,16 @@ impl Generation {
     }
 }
 
+/// The targets a finished request missed, for its log line: "" or e.g. "ttft,tpot".
+fn missed_targets(t: &SloTimings) -> &'static str {
+    match (t.ttft_met == Some(false), t.tpot_met == Some(false)) {
+        (false, false) => "",
+        (true, false) => "ttft",
+        (false, true) => "tpot",
+        (true, true) => "ttft,tpot",
+    }
+}
+
 impl Drop for Generation {
     /// One structured log line per request, however it ended.
     fn drop(&mut self) {
@@ -358,6 +373,7 @@ impl Drop for Generation {
             e2e_ms = t.e2e_ms.unwrap_or_else(|| self.submitted.elapsed().as_secs_f64() * 1e3),
             preemptions = t.preemptions,
             finish_reason = reason,
+            slo_missed = missed_targets(&t),
             "request finished"
         );
     }

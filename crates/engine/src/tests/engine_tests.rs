@@ -69,7 +69,7 @@ fn bad_requests_are_rejected_at_submit() {
     ] {
         assert!(matches!(
             engine.submit(req),
-            Err(EngineError::InvalidRequest(_))
+            Err(EngineError::ContextLengthExceeded { .. } | EngineError::EmptyPrompt)
         ));
     }
     let cfg = EngineConfig {
@@ -101,7 +101,7 @@ fn a_full_waiting_queue_refuses_at_once() {
         let t = Instant::now();
         match engine.submit(req) {
             Ok(s) => accepted.push(s),
-            Err(EngineError::Overloaded {
+            Err(EngineError::QueueFull {
                 class,
                 retry_after_s,
             }) => {
@@ -137,7 +137,7 @@ fn predicted_ttft_over_the_slo_is_refused() {
     let long = Request::greedy(prompt(1, 400), 1).with_ttft_slo_ms(1.0);
     assert!(matches!(
         engine.submit(long),
-        Err(EngineError::Overloaded { .. })
+        Err(EngineError::TtftUnreachable { .. })
     ));
     let relaxed = Request::greedy(prompt(1, 400), 1).with_ttft_slo_ms(60_000.0);
     assert!(engine.submit(relaxed).is_ok());

@@ -6,6 +6,7 @@ mod engine_tests;
 mod invariants;
 mod policy_tests;
 mod preemption_tests;
+mod slo_steps_tests;
 
 use std::time::Instant;
 
@@ -96,10 +97,10 @@ impl Client {
 
 /// Validates and queues `req` on `core` as request `id`, arriving now.
 pub(crate) fn submit(core: &mut EngineCore, id: u64, req: Request) -> Client {
-    core.limits.validate(&req).unwrap();
     let (tx, rx) = unbounded_channel();
     let arrival: Instant = core.now();
-    let seq = core.make_sequence(id, req, tx, arrival);
+    let admitted = core.limits.decide(core.cfg(), &req).unwrap();
+    let seq = core.make_sequence(id, req, admitted, tx, arrival);
     core.add(seq);
     Client {
         id,
@@ -129,18 +130,18 @@ pub(crate) fn run_to_idle(core: &mut EngineCore, max_steps: usize) -> usize {
 
 /// After all requests finished: nothing is held, and flushing the cache frees all.
 pub(crate) fn assert_all_blocks_return(core: &mut EngineCore) {
-    let sched = &mut core.sched;
+    let sched = core.sched_mut();
     assert!(!sched.has_work());
     assert_eq!(
-        sched.pool.num_used(),
+        sched.pool().num_used(),
         0,
         "blocks still held after all requests finished"
     );
-    sched.pool.check_invariants().unwrap();
-    if let Some(cache) = &mut sched.cache {
+    sched.pool().check_invariants().unwrap();
+    if let Some(cache) = sched.cache_mut() {
         cache.check_invariants().unwrap();
         cache.flush();
         assert_eq!(cache.size(), 0);
     }
-    assert_eq!(sched.pool.num_free(), sched.pool.num_blocks());
+    assert_eq!(sched.pool().num_free(), sched.pool().num_blocks());
 }

@@ -2,6 +2,7 @@
 //! prefill, interactive before batch, FCFS without classes, prefix reuse, stops.
 
 use super::*;
+use crate::config::StepBudgetPolicy;
 use crate::event::FinishReason;
 use crate::mock::MockRunner;
 use crate::request::StopConditions;
@@ -31,7 +32,7 @@ fn budget_and_max_num_seqs_are_never_exceeded() {
         }
         core.step();
         assert!(
-            core.sched.running.len() <= 6,
+            core.sched().running().len() <= 6,
             "step {step}: too many running"
         );
     }
@@ -174,7 +175,7 @@ fn interactive_requests_are_admitted_before_batch() {
         })
         .collect();
     core.step();
-    let running: Vec<u64> = core.sched.running.iter().map(|s| s.id).collect();
+    let running: Vec<u64> = core.sched().running().iter().map(|s| s.id).collect();
     assert_eq!(running, vec![3, 4]);
     run_to_idle(&mut core, 100);
     let last_inter = inter
@@ -218,7 +219,7 @@ fn first_come_first_served_without_slo_classes() {
         })
         .collect();
     assert!(finish.windows(2).all(|w| w[0] < w[1]), "not FCFS");
-    assert_eq!(core.sched.counters.preemptions, 0);
+    assert_eq!(core.sched().counters().preemptions, 0);
 }
 
 #[test]
@@ -252,7 +253,7 @@ fn prefix_cache_reuses_shared_prompt_prefixes() {
     turn.extend(MockRunner::reference(&a, 10, VOCAB));
     turn.extend(prompt(3, 20));
     assert_eq!(run(&mut core, 4, &turn), 64 + 16);
-    let cnt = core.sched.counters;
+    let cnt = *core.sched().counters();
     assert_eq!(cnt.prompt_tokens_cached, 64 + 64 + 48 + 80);
     assert_eq!(
         cnt.prompt_tokens_cached + cnt.prompt_tokens_computed,
@@ -277,7 +278,7 @@ fn identical_prompts_in_flight_together_share_blocks_after_insert() {
         .collect();
     core.step();
     // All three prefilled the same 6 full blocks; the cache kept one copy.
-    assert_eq!(core.sched.pool.num_used(), 6 + 3);
+    assert_eq!(core.sched().pool().num_used(), 6 + 3);
     run_to_idle(&mut core, 100);
     for c in &mut cl {
         c.poll();
@@ -392,7 +393,7 @@ fn runner_error_fails_the_batch_and_frees_its_blocks() {
         ));
     }
     assert_eq!(a.tokens.len(), 2);
-    assert_eq!(core.sched.counters.requests_failed, 2);
+    assert_eq!(core.sched().counters().requests_failed, 2);
     assert_all_blocks_return(&mut core);
 }
 
@@ -454,6 +455,7 @@ fn interactive_work_shortens_steps_while_batch_prefill_keeps_moving() {
     c.max_num_batched_tokens = 512;
     c.max_prefill_chunk = 256;
     c.interactive_max_batched_tokens = Some(64);
+    c.step_budget = StepBudgetPolicy::Tokens;
     let (mut core, log) = new_core(c);
     let mut batch = submit(&mut core, 0, greedy(prompt(0, 1500), 4, SloClass::Batch));
     core.step();
@@ -467,12 +469,12 @@ fn interactive_work_shortens_steps_while_batch_prefill_keeps_moving() {
     let mut steps_with_interactive = 0;
     while !inter.done() {
         let before = log.lock().unwrap().len();
-        let computed_before = core.sched.running[0].num_computed;
+        let computed_before = core.sched().running()[0].num_computed;
         core.step();
         let n = tokens(&log, before);
         assert!(n <= 64, "a step with interactive work has {n} tokens");
         assert!(
-            core.sched.running[0].num_computed > computed_before,
+            core.sched().running()[0].num_computed > computed_before,
             "batch prefill still moves"
         );
         steps_with_interactive += 1;

@@ -26,7 +26,7 @@ fn interactive_preempts_newest_batch_when_sequences_are_full() {
     core.step();
     inter.poll();
     assert_eq!(inter.tokens.len(), 1, "interactive started at once");
-    let running: Vec<u64> = core.sched.running.iter().map(|s| s.id).collect();
+    let running: Vec<u64> = core.sched().running().iter().map(|s| s.id).collect();
     assert_eq!(
         running,
         vec![0, 1, 9],
@@ -44,9 +44,9 @@ fn interactive_preempts_newest_batch_when_sequences_are_full() {
         assert_eq!(f.reason, FinishReason::Length);
         assert_eq!(f.timings.preemptions, (i == 2) as u32);
     }
-    assert_eq!(core.sched.counters.preemptions, 1);
+    assert_eq!(core.sched().counters().preemptions, 1);
     // The preempted sequence found its full blocks still cached when it resumed.
-    assert!(core.sched.counters.prefix_cache_hit_tokens >= 32);
+    assert!(core.sched().counters().prefix_cache_hit_tokens >= 32);
     assert_all_blocks_return(&mut core);
 }
 
@@ -81,7 +81,7 @@ fn interactive_preempts_batch_when_kv_blocks_are_full() {
             MockRunner::reference(&prompt(i as u64, 30), 60, VOCAB)
         );
     }
-    assert!(core.sched.counters.preemptions >= 1);
+    assert!(core.sched().counters().preemptions >= 1);
     assert_all_blocks_return(&mut core);
 }
 
@@ -113,8 +113,8 @@ fn kv_pressure_preempts_and_output_matches_unpreempted_runs() {
             .map(|c| c.finish.as_ref().unwrap().timings.preemptions)
             .sum();
         assert!(preempted > 0, "no preemption happened");
-        assert_eq!(preempted as u64, core.sched.counters.preemptions);
-        assert!(core.sched.counters.recomputed_tokens > 0);
+        assert_eq!(preempted as u64, core.sched().counters().preemptions);
+        assert!(core.sched().counters().recomputed_tokens > 0);
         assert_all_blocks_return(&mut core);
     }
 }
@@ -147,13 +147,13 @@ fn cancellation_frees_blocks_at_the_next_step() {
     for _ in 0..5 {
         core.step();
     }
-    let used = core.sched.pool.num_used();
-    let b_blocks = core.sched.running[1].blocks.len();
+    let used = core.sched().pool().num_used();
+    let b_blocks = core.sched().running()[1].blocks.len();
     drop(b);
     core.step();
-    assert_eq!(core.sched.running.len(), 1);
-    assert_eq!(core.sched.pool.num_used(), used - b_blocks);
-    assert_eq!(core.sched.counters.requests_cancelled, 1);
+    assert_eq!(core.sched().running().len(), 1);
+    assert_eq!(core.sched().pool().num_used(), used - b_blocks);
+    assert_eq!(core.sched().counters().requests_cancelled, 1);
     // A waiting request cancelled before it started releases its admission slot.
     let mut c = cfg(100);
     c.max_num_seqs = 1;
@@ -168,11 +168,11 @@ fn cancellation_frees_blocks_at_the_next_step() {
         1,
         greedy(prompt(1, 40), 50, SloClass::Interactive),
     );
-    core2.step();
+    let first = core2.step().released.interactive;
     drop(y);
-    core2.step();
-    assert_eq!(core2.sched.released.interactive, (2, 80));
-    assert_eq!(core2.sched.waiting[0].len(), 0);
+    let second = core2.step().released.interactive;
+    assert_eq!((first.0 + second.0, first.1 + second.1), (2, 80));
+    assert_eq!(core2.sched().waiting(SloClass::Interactive).len(), 0);
     run_to_idle(&mut core, 500);
     a.poll();
     assert_eq!(a.tokens.len(), 50);
@@ -220,21 +220,21 @@ fn no_starvation_under_a_steady_interactive_stream() {
 
 /// Checks every block reference is held by exactly the tables that list it.
 fn assert_ref_counts(core: &EngineCore) {
-    let pool = &core.sched.pool;
+    let pool = &core.sched().pool();
     let mut counts = vec![0u32; pool.num_blocks()];
-    for s in &core.sched.running {
+    for s in core.sched().running() {
         for &b in s.blocks.ids() {
             counts[b as usize] += 1;
         }
     }
-    for q in &core.sched.waiting {
+    for q in SloClass::ALL.map(|c| core.sched().waiting(c)) {
         assert!(q.iter().all(|s| s.blocks.is_empty() && s.num_computed == 0));
     }
     for (b, &n) in counts.iter().enumerate() {
         assert_eq!(pool.ref_count(b as u32), n, "block {b}");
     }
     pool.check_invariants().unwrap();
-    if let Some(cache) = &core.sched.cache {
+    if let Some(cache) = core.sched().cache() {
         cache.check_invariants().unwrap();
     }
 }
@@ -322,7 +322,7 @@ fn a_served_batch_backlog_does_not_age_past_interactive_arrivals() {
         core.step();
         core.advance_clock(Duration::from_millis(500));
     }
-    assert!(!core.sched.waiting[SloClass::Batch.index()].is_empty());
+    assert!(!core.sched().waiting(SloClass::Batch).is_empty());
     let mut inter = submit(
         &mut core,
         99,
@@ -335,7 +335,7 @@ fn a_served_batch_backlog_does_not_age_past_interactive_arrivals() {
         "interactive served in its first step"
     );
     assert!(
-        core.sched.running.iter().all(|s| !s.promoted),
+        core.sched().running().iter().all(|s| !s.promoted),
         "nothing was promoted while batch work ran"
     );
     run_to_idle(&mut core, 2000);

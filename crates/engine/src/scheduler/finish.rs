@@ -1,0 +1,146 @@
+//! After a step ran: sampling each logits row with its sequence's sampler, stop
+//! checks, prefix-cache inserts, the step-time observation; and the ways requests
+//! leave (finished, cancelled by the client, failed).
+
+use std::time::Instant;
+
+use super::Scheduler;
+use crate::event::{Event, FinishReason};
+use crate::runner::{Batch, Logits};
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct StepOutcome {
+    pub prefill_tokens: usize,
+    pub decode_tokens: usize,
+    /// Seconds from the start of `execute` to the end of postprocessing.
+    pub secs: f64,
+}
+
+impl Scheduler {
+    /// Takes the results of the planned step (`batch` as built by `schedule`,
+    /// `logits` from the runner, which took `secs` with postprocessing): appends
+    /// sampled tokens, sends events, caches newly full blocks, checks stops.
+    pub fn postprocess(&mut self, batch: &Batch, logits: &Logits, t: Instant) -> StepOutcome {
+        let block_size = self.pool.block_size();
+        let mut out = StepOutcome::default();
+        let mut row = 0;
+        for (k, &i) in self.step_seqs.iter().enumerate() {
+            let entry = batch.seqs[k];
+            let s = &mut self.running[i];
+            if s.is_decoding() {
+                out.decode_tokens += 1;
+            } else {
+                out.prefill_tokens += entry.num_tokens;
+            }
+            s.num_computed += entry.num_tokens;
+            s.scheduled = 0;
+            if let Some(cache) = &mut self.cache {
+                let full = s.num_computed / block_size;
+                if full > s.num_cache_inserted {
+                    cache.insert(&s.tokens[..s.num_computed], &mut s.blocks);
+                    s.num_cache_inserted = full;
+                }
+            }
+            if !entry.want_logits {
+                continue;
+            }
+            let sampled = s.sampler.sample(logits.row(row));
+            row += 1;
+            let id = sampled.id;
+            s.tokens.push(id);
+            s.timings.on_token(t);
+            self.counters.generation_tokens += 1;
+            let ev = Event::Token {
+                id,
+                logprob: s.want_logprobs.then_some(sampled.logprob),
+                top_logprobs: sampled.top_logprobs,
+                time: t,
+            };
+            if s.tx.send(ev).is_err() {
+                s.finish = Some(FinishReason::Cancelled);
+            } else if s.stop.is_stop_token(id) {
+                s.finish = Some(FinishReason::Stop);
+            } else if s.num_generated() >= s.max_tokens() || s.tokens.len() >= s.max_len {
+                s.finish = Some(FinishReason::Length);
+            }
+        }
+        self.counters.prefill_tokens += out.prefill_tokens as u64;
+        self.counters.steps += 1;
+        out
+    }
+
+    /// Feeds the measured seconds of the step just run into the step-time model.
+    pub fn observe_step_time(&mut self, secs: f64) {
+        self.cost.observe(&self.planned.shape, secs);
+    }
+
+    /// The runner failed the planned step: its sequences fail with `msg`.
+    pub fn fail_step(&mut self, msg: &str) {
+        self.counters.steps += 1;
+        for &i in &self.step_seqs {
+            let s = &mut self.running[i];
+            s.reset_kv();
+            s.scheduled = 0;
+            s.finish = Some(FinishReason::Error(msg.to_owned()));
+        }
+    }
+
+    /// Drops sequences whose client dropped the stream, freeing their blocks.
+    pub(super) fn reap_cancelled(&mut self, now: Instant) {
+        let (counters, released) = (&mut self.counters, &mut self.released);
+        for (_, q) in self.waiting.iter_mut() {
+            q.retain_mut(|s| {
+                if !s.is_cancelled() {
+                    return true;
+                }
+                if !s.started {
+                    let r = &mut released[s.class];
+                    r.0 += 1;
+                    r.1 += s.prompt_len;
+                }
+                counters.requests_cancelled += 1;
+                s.send_finished(FinishReason::Cancelled, now, &mut counters.slo[s.class]);
+                false
+            });
+        }
+        for s in &mut self.running {
+            if s.finish.is_none() && s.is_cancelled() {
+                s.finish = Some(FinishReason::Cancelled);
+            }
+        }
+        self.reap_finished(now);
+    }
+
+    /// Sends `Finished` for and drops every running sequence with a finish reason.
+    pub fn reap_finished(&mut self, now: Instant) {
+        let c = &mut self.counters;
+        self.running.retain_mut(|s| {
+            let Some(reason) = s.finish.take() else {
+                return true;
+            };
+            match reason {
+                FinishReason::Stop => c.requests_finished_stop += 1,
+                FinishReason::Length => c.requests_finished_length += 1,
+                FinishReason::Cancelled => c.requests_cancelled += 1,
+                FinishReason::Error(_) => c.requests_failed += 1,
+            }
+            s.send_finished(reason, now, &mut c.slo[s.class]);
+            false
+        });
+    }
+
+    /// Finishes every request, running and waiting, with `reason`.
+    pub fn fail_all(&mut self, reason: FinishReason, now: Instant) {
+        for s in &mut self.running {
+            s.finish = Some(reason.clone());
+        }
+        self.reap_finished(now);
+        let c = &mut self.counters;
+        for (_, q) in self.waiting.iter_mut() {
+            for mut s in q.drain(..) {
+                s.send_finished(reason.clone(), now, &mut c.slo[s.class]);
+            }
+        }
+    }
+}

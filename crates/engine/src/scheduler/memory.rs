@@ -1,0 +1,137 @@
+//! KV memory for planned work: block allocation, eviction of idle cached blocks,
+//! and preemption (by recompute) when the pool is full.
+
+use super::Scheduler;
+use crate::budget::StepBudget;
+use crate::event::FinishReason;
+use crate::request::SloClass;
+use crate::sequence::Sequence;
+use crate::step_cost::StepShape;
+
+/// The step-budget share of `n` tokens planned for `s` (before they run).
+fn part(s: &Sequence, n: usize) -> StepShape {
+    StepShape::of_seq(n, s.num_computed, s.is_decoding())
+}
+
+impl Scheduler {
+    pub(super) fn num_active(&self) -> usize {
+        self.running.iter().filter(|s| s.is_active()).count()
+    }
+
+    /// Blocks `s` lacks to run `n` more tokens.
+    fn blocks_needed(&self, s: &Sequence, n: usize) -> usize {
+        self.pool
+            .blocks_for(s.num_computed + n)
+            .saturating_sub(s.blocks.len())
+    }
+
+    /// Makes `n` blocks free, evicting idle cached blocks if needed.
+    pub(super) fn ensure_free(&mut self, n: usize) -> bool {
+        let free = self.pool.num_free();
+        if free >= n {
+            return true;
+        }
+        if let Some(cache) = &mut self.cache {
+            cache.evict(n - free);
+        }
+        self.pool.num_free() >= n
+    }
+
+    /// Gives running sequence `i` the blocks for `n` more tokens (ensured free)
+    /// and plans them.
+    pub(super) fn allocate(&mut self, i: usize, n: usize, budget: &mut StepBudget) {
+        let need = self.blocks_needed(&self.running[i], n);
+        let s = &mut self.running[i];
+        for _ in 0..need {
+            s.blocks.push_new().expect("blocks were ensured free");
+        }
+        budget.take(part(s, n));
+        s.scheduled = n;
+    }
+
+    /// Plans `n` tokens of running sequence `i`, preempting for KV memory if needed.
+    pub(super) fn plan_running(&mut self, i: usize, n: usize, budget: &mut StepBudget) -> bool {
+        loop {
+            let need = self.blocks_needed(&self.running[i], n);
+            if self.ensure_free(need) {
+                self.allocate(i, n, budget);
+                return true;
+            }
+            let victim = self.newest_victim(self.running[i].rank());
+            match victim {
+                Some(v) if v != i => self.preempt(v, budget),
+                _ if self.num_active() == 1 => {
+                    // Alone and the pool cannot hold it: it has hit the KV capacity.
+                    tracing::warn!(
+                        seq = self.running[i].id,
+                        "KV cache exhausted by one sequence"
+                    );
+                    let s = &mut self.running[i];
+                    s.reset_kv();
+                    s.finish = Some(FinishReason::Length);
+                    return false;
+                }
+                _ => {
+                    self.preempt(i, budget);
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// The newest active running sequence of the lowest class not above `max`
+    /// (batch before interactive).
+    fn newest_victim(&self, max: SloClass) -> Option<usize> {
+        let ranks: &[SloClass] = match max {
+            SloClass::Interactive => &[SloClass::Batch, SloClass::Interactive],
+            SloClass::Batch => &[SloClass::Batch],
+        };
+        ranks.iter().find_map(|&rank| {
+            (0..self.running.len()).rev().find(|&v| {
+                let s = &self.running[v];
+                s.is_active() && s.rank() == rank
+            })
+        })
+    }
+
+    pub(super) fn preempt(&mut self, v: usize, budget: &mut StepBudget) {
+        let s = &mut self.running[v];
+        if s.scheduled > 0 {
+            budget.give_back(part(s, s.scheduled));
+        }
+        s.reset_kv();
+        s.preempted = true;
+        s.timings.preemptions += 1;
+        self.counters.preemptions += 1;
+        tracing::debug!(seq = s.id, class = %s.class, "preempted");
+    }
+
+    /// A running batch sequence to preempt for a waiting sequence of `rank`:
+    /// only interactive work preempts, with classes and preemption on.
+    pub(super) fn newest_batch_victim(&self, rank: SloClass) -> Option<usize> {
+        if !(self.cfg.slo_classes && self.cfg.enable_preemption && rank == SloClass::Interactive) {
+            return None;
+        }
+        (0..self.running.len()).rev().find(|&v| {
+            let s = &self.running[v];
+            s.is_active() && s.rank() == SloClass::Batch
+        })
+    }
+
+    /// Moves the sequences preempted while planning back to the front of their
+    /// class's queue, oldest-started first.
+    pub(super) fn requeue_preempted(&mut self) {
+        let mut k = 0;
+        while k < self.running.len() {
+            if self.running[k].preempted {
+                self.preempt_buf.push(self.running.remove(k));
+            } else {
+                k += 1;
+            }
+        }
+        while let Some(mut s) = self.preempt_buf.pop() {
+            s.preempted = false;
+            self.waiting[s.class].push_front(s);
+        }
+    }
+}

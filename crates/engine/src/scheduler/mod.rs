@@ -1,0 +1,263 @@
+//! The scheduler: pure policy deciding, step by step, which tokens of which
+//! sequences run, building the step's flat [`Batch`], and taking the step's
+//! results back (sampling, stop checks, freeing). It owns its queues, the KV pool,
+//! the prefix cache, the counters and the step-time model; the engine core sees
+//! only `schedule`, `postprocess`, the outcome and a `snapshot`.
+//!
+//! Each step, within `max_num_batched_tokens` tokens and `max_num_seqs` sequences
+//! (`plan.rs`):
+//! 1. interactive **decodes**, then interactive **prefill chunks** and admission
+//!    of waiting interactive requests (reusing the longest cached prefix);
+//! 2. **batch work**. With `step_budget = "time"` (the default), while interactive
+//!    work runs or waits the step gets a time limit: the tightest of its
+//!    interactive requests' targets (absolute TPOT for decodes, the share of the
+//!    TTFT slack for prefills, else the relative bound: the same step without batch
+//!    work, plus `max_batch_interference`), less `slo_margin` of the allowance.
+//!    Batch decode rows join oldest-run first while the predicted step time (the
+//!    online [`StepCostModel`]) fits; the rest skip the step in rotation, and a row
+//!    skipped `batch_max_skip_steps` times joins regardless. Batch prefill chunks
+//!    are sized to the time left. With no interactive work, steps are as large as
+//!    the token budget allows. With `step_budget = "tokens"` (the earlier policy)
+//!    every decode joins and batch prefill fills up to
+//!    `interactive_max_batched_tokens`.
+//!
+//! Without SLO classes there is one FCFS queue. Aging against starvation: while no
+//! batch sequence runs at all, the head of the batch queue, once it has waited
+//! `batch_aging_ms`, competes as interactive (by arrival) and runs promoted.
+//!
+//! Preemption (recompute, `memory.rs`): a running sequence that cannot get a KV
+//! block preempts the newest sequence of the lowest class not above its own
+//! (possibly itself); a waiting interactive request that finds the engine full
+//! (sequences or blocks) preempts the most recently started batch sequences. A
+//! preempted sequence frees its blocks (the prefix cache keeps its full blocks
+//! while it can), keeps its generated tokens and sampler, and goes to the front of
+//! its class's queue.
+
+mod admit;
+mod finish;
+mod memory;
+mod plan;
+
+pub(crate) use finish::StepOutcome;
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use crate::block_pool::{BlockPool, BlockTable};
+use crate::budget::StepBudget;
+use crate::config::{EngineConfig, StepBudgetPolicy};
+use crate::prefix_cache::PrefixCache;
+use crate::request::SloClass;
+use crate::runner::Batch;
+use crate::sequence::Sequence;
+use crate::stats::{Counters, EngineStats, PerClass};
+use crate::step_cost::{StepCostModel, StepShape};
+
+/// Requests (count, prompt tokens) that left the not-yet-started waiting queue:
+/// what admission control gets back.
+pub(crate) type Released = PerClass<(usize, usize)>;
+
+/// What the planned step is expected to cost.
+#[derive(Debug, Clone, Copy, Default)]
+struct PlannedStep {
+    shape: StepShape,
+    predicted_s: f64,
+    limit_s: Option<f64>,
+}
+
+pub(crate) struct Scheduler {
+    cfg: EngineConfig,
+    pool: BlockPool,
+    cache: Option<PrefixCache>,
+    /// Waiting sequences per class, front first.
+    waiting: PerClass<VecDeque<Sequence>>,
+    /// Admitted sequences in start order (oldest first).
+    running: Vec<Sequence>,
+    /// Indices into `running` of the current batch's sequences, in batch order.
+    step_seqs: Vec<usize>,
+    step: u64,
+    counters: Counters,
+    released: Released,
+    next_start: u64,
+    watermark_blocks: usize,
+    preempt_buf: Vec<Sequence>,
+    cost: StepCostModel,
+    planned: PlannedStep,
+    /// Scratch: batch rows in rotation order.
+    order: Vec<usize>,
+    /// The latest step that ran any batch prefill (starvation guard).
+    last_batch_prefill_step: u64,
+}
+
+impl Scheduler {
+    pub fn new(cfg: EngineConfig, num_blocks: usize, block_size: usize) -> Self {
+        let pool = BlockPool::new(num_blocks, block_size);
+        let cache = cfg
+            .enable_prefix_cache
+            .then(|| PrefixCache::new(pool.clone()));
+        let watermark_blocks = (cfg.kv_watermark * num_blocks as f64) as usize;
+        Scheduler {
+            cfg,
+            pool,
+            cache,
+            waiting: PerClass::default(),
+            running: Vec::new(),
+            step_seqs: Vec::new(),
+            step: 0,
+            counters: Counters::default(),
+            released: PerClass::default(),
+            next_start: 0,
+            watermark_blocks,
+            preempt_buf: Vec::new(),
+            cost: StepCostModel::default(),
+            planned: PlannedStep::default(),
+            order: Vec::new(),
+            last_batch_prefill_step: 0,
+        }
+    }
+
+    pub fn cfg(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// An empty block table on this scheduler's pool (for a new sequence).
+    pub fn new_block_table(&self) -> BlockTable {
+        self.pool.new_table()
+    }
+
+    /// Queues a new sequence at the back of its class.
+    pub fn add(&mut self, seq: Sequence) {
+        self.waiting[seq.class].push_back(seq);
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || self.waiting.iter().any(|(_, q)| !q.is_empty())
+    }
+
+    /// Requests that left the waiting queue since the last call.
+    pub fn take_released(&mut self) -> Released {
+        std::mem::take(&mut self.released)
+    }
+
+    /// Plans one step into `batch` (cleared first).
+    pub fn schedule(&mut self, now: Instant, batch: &mut Batch) {
+        self.step += 1;
+        batch.clear();
+        self.step_seqs.clear();
+        self.reap_cancelled(now);
+        let mut budget = StepBudget::new(self.cfg.max_num_batched_tokens);
+        match (self.cfg.slo_classes, self.cfg.step_budget) {
+            (true, StepBudgetPolicy::Time) => self.plan_slo_aware(now, &mut budget),
+            _ => self.plan_token_capped(now, &mut budget),
+        }
+        self.requeue_preempted();
+        self.build(now, batch, &budget);
+    }
+
+    /// Writes the planned sequences into `batch`.
+    fn build(&mut self, now: Instant, batch: &mut Batch, budget: &StepBudget) {
+        for (i, s) in self.running.iter_mut().enumerate() {
+            if s.scheduled == 0 {
+                continue;
+            }
+            let start = s.num_computed;
+            let end = start + s.scheduled;
+            debug_assert!(s.blocks.is_writable(start), "writing a shared KV block");
+            batch.push(
+                &s.tokens[start..end],
+                start,
+                s.blocks.ids(),
+                end == s.tokens.len(),
+            );
+            s.timings.first_scheduled.get_or_insert(now);
+            s.last_run_step = self.step;
+            self.step_seqs.push(i);
+        }
+        self.planned = PlannedStep {
+            shape: *budget.shape(),
+            predicted_s: self.cost.predict(budget.shape()),
+            limit_s: budget.limit(),
+        };
+        debug_assert_eq!(batch.num_tokens(), budget.used());
+        debug_assert!(batch.num_tokens() <= self.cfg.max_num_batched_tokens);
+        debug_assert!(self.running.len() <= self.cfg.max_num_seqs);
+    }
+
+    /// Whether interactive requests wait or run.
+    fn interactive_present(&self) -> bool {
+        !self.waiting[SloClass::Interactive].is_empty()
+            || self
+                .running
+                .iter()
+                .any(|s| s.rank() == SloClass::Interactive && s.is_active())
+    }
+
+    /// The engine's gauges and counters as the scheduler knows them (admission's
+    /// own figures are the engine's to add).
+    pub fn snapshot(&self) -> EngineStats {
+        let mut waiting = PerClass::default();
+        let mut running = PerClass::default();
+        for (c, q) in self.waiting.iter() {
+            waiting[c] = q.len();
+        }
+        for s in &self.running {
+            running[s.class] += 1;
+        }
+        let pool = &self.pool;
+        let (total, used) = (pool.num_blocks(), pool.num_used());
+        EngineStats {
+            waiting,
+            running,
+            kv_blocks_total: total,
+            kv_blocks_used: used,
+            kv_blocks_cached_idle: pool.num_cached_idle(),
+            kv_blocks_free: pool.num_free(),
+            kv_usage: used as f64 / total as f64,
+            prefix_cache_blocks: self.cache.as_ref().map_or(0, |c| c.size()),
+            counters: self.counters,
+            last_step_tokens: self.planned.shape.tokens(),
+            step_cost: self.cost.figures(),
+            last_step_predicted_s: self.planned.predicted_s,
+            last_step_limit_s: self.planned.limit_s.unwrap_or(0.0),
+            ..EngineStats::default()
+        }
+    }
+}
+
+/// Read access for the engine's scenario tests.
+#[cfg(test)]
+impl Scheduler {
+    pub fn running(&self) -> &[Sequence] {
+        &self.running
+    }
+    pub fn waiting(&self, class: SloClass) -> &VecDeque<Sequence> {
+        &self.waiting[class]
+    }
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    pub fn pool(&self) -> &BlockPool {
+        &self.pool
+    }
+    pub fn cache(&self) -> Option<&PrefixCache> {
+        self.cache.as_ref()
+    }
+    pub fn cache_mut(&mut self) -> Option<&mut PrefixCache> {
+        self.cache.as_mut()
+    }
+    pub fn planned_shape(&self) -> &StepShape {
+        &self.planned.shape
+    }
+    pub fn cost_model_mut(&mut self) -> &mut StepCostModel {
+        &mut self.cost
+    }
+    pub fn step_no(&self) -> u64 {
+        self.step
+    }
+    pub fn last_predicted(&self) -> f64 {
+        self.planned.predicted_s
+    }
+    pub fn last_limit(&self) -> Option<f64> {
+        self.planned.limit_s
+    }
+}

@@ -1,0 +1,200 @@
+//! Planning a step: which decodes and prefill chunks run, in what order, within
+//! the step's token and time budget.
+
+use std::time::Instant;
+
+use super::Scheduler;
+use crate::budget::StepBudget;
+use crate::request::SloClass;
+use crate::step_cost::StepShape;
+
+impl Scheduler {
+    /// The earlier policy (`step_budget = "tokens"`, and FCFS without classes):
+    /// every decode, interactive prefill and admission, then batch prefill up to
+    /// `interactive_max_batched_tokens` while interactive work is present.
+    pub(super) fn plan_token_capped(&mut self, now: Instant, budget: &mut StepBudget) {
+        for rank in SloClass::ALL {
+            self.plan_decodes(rank, budget);
+        }
+        self.plan_prefills(SloClass::Interactive, budget);
+        if self.cfg.slo_classes {
+            self.admit(now, budget, true);
+            if let Some(cap) = self.cfg.interactive_max_batched_tokens {
+                if self.interactive_present() {
+                    // Batch prefill fills a shorter step, but always moves.
+                    budget.cap(cap.max(budget.used() + self.pool.block_size()));
+                }
+            }
+        }
+        self.plan_prefills(SloClass::Batch, budget);
+        self.admit(now, budget, false);
+    }
+
+    /// The SLO-aware policy (`step_budget = "time"`): interactive work first, then
+    /// batch work only as far as the step's time limit allows.
+    pub(super) fn plan_slo_aware(&mut self, now: Instant, budget: &mut StepBudget) {
+        self.plan_decodes(SloClass::Interactive, budget);
+        self.plan_prefills(SloClass::Interactive, budget);
+        self.admit(now, budget, true);
+        budget.set_limit(self.time_limit(now, budget));
+        self.plan_batch_decodes(budget);
+        self.plan_prefills(SloClass::Batch, budget);
+        self.admit(now, budget, false);
+    }
+
+    /// Plans a decode for every running sequence of `rank` (oldest first).
+    fn plan_decodes(&mut self, rank: SloClass, budget: &mut StepBudget) {
+        for i in 0..self.running.len() {
+            if budget.remaining() == 0 {
+                break;
+            }
+            let s = &self.running[i];
+            if s.is_active() && s.rank() == rank && s.is_decoding() && s.scheduled == 0 {
+                self.plan_running(i, 1, budget);
+            }
+        }
+    }
+
+    /// Plans batch decode rows in rotation (least recently run first) while the
+    /// step's time limit allows; a row skipped `batch_max_skip_steps` steps in a
+    /// row joins regardless.
+    fn plan_batch_decodes(&mut self, budget: &mut StepBudget) {
+        self.order.clear();
+        for (i, s) in self.running.iter().enumerate() {
+            if s.is_active() && s.rank() == SloClass::Batch && s.is_decoding() && s.scheduled == 0 {
+                self.order.push(i);
+            }
+        }
+        let running = &self.running;
+        self.order
+            .sort_unstable_by_key(|&i| (running[i].last_run_step, running[i].start_order));
+        for k in 0..self.order.len() {
+            if budget.remaining() == 0 {
+                break;
+            }
+            let i = self.order[k];
+            let s = &self.running[i];
+            if !s.is_active() || s.scheduled > 0 {
+                continue; // preempted while planning an earlier row
+            }
+            let row = StepShape::of_seq(1, s.num_computed, true);
+            if self.is_starving(s.last_run_step) || budget.fits(&self.cost, row) {
+                self.plan_running(i, 1, budget);
+            } else {
+                self.counters.batch_rows_deferred += 1;
+            }
+        }
+    }
+
+    /// Whether a batch sequence last run at `last` has waited too many steps.
+    fn is_starving(&self, last: u64) -> bool {
+        self.step.saturating_sub(last) > self.cfg.batch_max_skip_steps
+    }
+
+    /// Plans the next prefill chunk of every running sequence of `rank` not yet in
+    /// this step, oldest first, within the budget.
+    fn plan_prefills(&mut self, rank: SloClass, budget: &mut StepBudget) {
+        for i in 0..self.running.len() {
+            let s = &self.running[i];
+            if !s.is_active() || s.rank() != rank || s.scheduled > 0 || s.is_decoding() {
+                continue; // decode rows are planned (or deferred) on their own
+            }
+            let n = s
+                .num_uncomputed()
+                .min(self.cfg.max_prefill_chunk)
+                .min(budget.remaining());
+            let (cached, last) = (s.num_computed, s.last_run_step);
+            let n = match rank {
+                SloClass::Interactive => n,
+                SloClass::Batch => self.fit_batch_prefill(cached, n, last, budget),
+            };
+            if n > 0 {
+                self.plan_running(i, n, budget);
+            }
+        }
+    }
+
+    /// How many of `n` prefill tokens (after `cached` tokens of context) of a batch
+    /// sequence last run at `last` fit the step's time limit: 0 rather than less
+    /// than a block, at least a block when batch prefill is starving.
+    pub(super) fn fit_batch_prefill(
+        &mut self,
+        cached: usize,
+        n: usize,
+        last: u64,
+        budget: &StepBudget,
+    ) -> usize {
+        if n == 0 || budget.limit().is_none() {
+            if n > 0 {
+                self.last_batch_prefill_step = self.step;
+            }
+            return n;
+        }
+        let chunk = |k| StepShape::of_seq(k, cached, false);
+        // Largest k <= n that fits (the predicted time grows with k).
+        let (mut lo, mut hi) = (0, n);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if budget.fits(&self.cost, chunk(mid)) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let block = self.pool.block_size().min(n);
+        let starving = self.is_starving(last) || self.is_starving(self.last_batch_prefill_step);
+        let k = if lo >= block {
+            lo
+        } else if starving {
+            block
+        } else {
+            0
+        };
+        if k > 0 {
+            self.last_batch_prefill_step = self.step;
+        }
+        k
+    }
+
+    /// The step's time limit while interactive work runs or waits (`None`
+    /// otherwise): the tightest bound of its interactive requests, less the margin
+    /// of the allowance over the interactive work alone. Never below the predicted
+    /// time of the interactive work itself (which always runs).
+    fn time_limit(&self, now: Instant, budget: &StepBudget) -> Option<f64> {
+        if !self.interactive_present() {
+            return None;
+        }
+        let cost = &self.cost;
+        let one_row = cost.predict(&StepShape::of_seq(1, 0, true));
+        let base = cost.predict(budget.shape()).max(one_row);
+        let relative = base * (1.0 + self.cfg.max_batch_interference);
+        let mut bound = if self.waiting[SloClass::Interactive].is_empty() {
+            f64::INFINITY
+        } else {
+            relative // an interactive request waits for room: keep steps short
+        };
+        for s in &self.running {
+            if !s.is_active() || s.rank() != SloClass::Interactive {
+                continue;
+            }
+            let b = if s.is_decoding() {
+                s.targets.tpot_ms.map_or(relative, |t| t / 1e3)
+            } else if let Some(t) = s.targets.ttft_ms {
+                // Its share of the TTFT slack: this step and the chunks still left.
+                let waited = now.saturating_duration_since(s.timings.arrival);
+                let slack = t / 1e3 - waited.as_secs_f64();
+                let left = s.num_uncomputed() - s.scheduled;
+                let steps = 1 + left.div_ceil(self.cfg.max_prefill_chunk);
+                slack / steps as f64
+            } else {
+                relative
+            };
+            bound = bound.min(b);
+        }
+        if !bound.is_finite() {
+            return None;
+        }
+        let allowance = (bound - base).max(0.0) * (1.0 - self.cfg.slo_margin);
+        Some(base + allowance)
+    }
+}
