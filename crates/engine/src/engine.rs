@@ -216,6 +216,7 @@ impl EngineHandle {
 /// The engine thread's loop: take commands (blocking only when idle), step, publish.
 fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
     let mut disconnected = false;
+    let mut last_log = Instant::now();
     loop {
         loop {
             let stopping = sh.stopping.load(Ordering::Acquire);
@@ -260,7 +261,13 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
             continue;
         }
         match catch_unwind(AssertUnwindSafe(|| core.step())) {
-            Ok(report) => publish(&core, sh, &report),
+            Ok(report) => {
+                publish(&core, sh, &report);
+                if last_log.elapsed() >= COST_LOG_EVERY {
+                    last_log = Instant::now();
+                    log_step_cost(&lock(&sh.stats));
+                }
+            }
             Err(panic) => {
                 let msg = panic
                     .downcast_ref::<String>()
@@ -291,6 +298,25 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
     }
     sh.alive.store(false, Ordering::Release);
     tracing::info!("engine stopped");
+}
+
+/// How often a busy engine logs its step-time model.
+const COST_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// One log line with the step-time model's figures.
+fn log_step_cost(st: &EngineStats) {
+    let f = &st.step_cost;
+    let [fixed, prefill, decode, ctx] = f.coefficients.map(|c| c * 1e3);
+    tracing::info!(
+        fixed_ms = format_args!("{fixed:.2}"),
+        per_prefill_token_ms = format_args!("{prefill:.3}"),
+        per_decode_row_ms = format_args!("{decode:.3}"),
+        per_1k_context_ms = format_args!("{ctx:.3}"),
+        mean_rel_error = format_args!("{:.3}", f.mean_abs_rel_error),
+        steps = f.steps_observed,
+        batch_rows_deferred = st.counters.batch_rows_deferred,
+        "step-time model"
+    );
 }
 
 /// Publishes admission releases, the prefill rate and a stats snapshot.

@@ -488,3 +488,52 @@ fn interactive_arrivals_over_running_batch_equal_each_alone() {
     );
     stop(engine);
 }
+
+/// SLO-aware steps with no room for batch work (interference 0): batch decode rows
+/// skip most steps while interactive requests decode, and every request's greedy
+/// output is still the one it gets alone.
+#[test]
+fn batch_rows_skipping_steps_equal_each_alone() {
+    let _g = serial();
+    let prompts = varied_prompts();
+    let want = alone(&prompts, MAX_TOKENS);
+    let engine = start(EngineConfig {
+        slo_classes: true,
+        step_budget: sloserve_engine::StepBudgetPolicy::Time,
+        max_batch_interference: 0.0,
+        slo_margin: 0.0,
+        batch_max_skip_steps: 3,
+        ..chunky()
+    });
+    let (batch, interactive) = prompts.split_at(8);
+    let batch_streams: Vec<_> = batch
+        .iter()
+        .map(|p| {
+            engine
+                .submit(request(p, MAX_TOKENS).with_class(SloClass::Batch))
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let inter_streams: Vec<_> = interactive
+        .iter()
+        .map(|p| {
+            engine
+                .submit(request(p, MAX_TOKENS).with_class(SloClass::Interactive))
+                .unwrap()
+        })
+        .collect();
+    let mut got: Vec<Out> = batch_streams.into_iter().map(collect).collect();
+    got.extend(inter_streams.into_iter().map(collect));
+    let st = final_stats(&engine, prompts.len() * MAX_TOKENS);
+    println!(
+        "skipping: {} batch rows deferred; step model {:?}",
+        st.counters.batch_rows_deferred, st.step_cost
+    );
+    assert!(
+        st.counters.batch_rows_deferred > 0,
+        "no batch row skipped a step"
+    );
+    assert_same("batch rows skipping steps", &prompts, &got, &want);
+    stop(engine);
+}

@@ -1,0 +1,121 @@
+//! Per-request latency targets against the real server: body fields and the
+//! gateway's headers become the request's TTFT / TPOT targets (reported in
+//! `usage.sloserve` with whether they were met), bad targets are 400s naming the
+//! field or header, and attainment, deferred batch rows and the step-time model
+//! are in `/metrics`.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use common::*;
+use serde_json::json;
+
+fn server() -> &'static TestServer {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    S.get_or_init(|| TestServer::start(test_args()))
+}
+
+fn body() -> serde_json::Value {
+    json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "ignore_eos": true})
+}
+
+#[test]
+fn body_and_header_targets_are_reported_with_attainment() {
+    let s = server();
+    // Body fields.
+    let mut b = body();
+    b["ttft_slo_ms"] = json!(60000);
+    b["tpot_slo_ms"] = json!(0.001);
+    let r = post(s.addr, "/v1/completions", &b);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let slo = &r.json()["usage"]["sloserve"];
+    assert_eq!(slo["ttft_target_ms"], 60000.0);
+    assert_eq!(slo["tpot_target_ms"], 0.001);
+    assert_eq!(slo["ttft_met"], true, "{slo}");
+    assert_eq!(
+        slo["tpot_met"], false,
+        "no CPU decodes a token in 1 us: {slo}"
+    );
+    // The gateway's headers (llm-d's names, then the older ones).
+    for (ttft, tpot) in [
+        ("x-llm-d-slo-ttft-ms", "x-llm-d-slo-tpot-ms"),
+        ("x-slo-ttft-ms", "x-slo-tpot-ms"),
+    ] {
+        let r = request(
+            s.addr,
+            "POST",
+            "/v1/completions",
+            &[(ttft, "45000"), (tpot, "30000")],
+            body().to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let slo = &r.json()["usage"]["sloserve"];
+        assert_eq!(slo["ttft_target_ms"], 45000.0, "{ttft}");
+        assert_eq!(slo["tpot_target_ms"], 30000.0, "{tpot}");
+        assert_eq!(
+            (slo["ttft_met"].clone(), slo["tpot_met"].clone()),
+            (json!(true), json!(true))
+        );
+    }
+    // The body wins over a header.
+    let mut b = body();
+    b["ttft_slo_ms"] = json!(50000);
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("x-slo-ttft-ms", "1")],
+        b.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["usage"]["sloserve"]["ttft_target_ms"], 50000.0);
+    // Batch requests have no targets.
+    let mut b = body();
+    b["slo_class"] = json!("batch");
+    b["tpot_slo_ms"] = json!(10);
+    let slo = post(s.addr, "/v1/completions", &b).json()["usage"]["sloserve"].clone();
+    assert_eq!(slo["slo_class"], "batch");
+    assert!(slo.get("tpot_target_ms").is_none(), "{slo}");
+
+    let m = get(s.addr, "/metrics").text();
+    let interactive = "sloserve:slo_attainment_total{model_name=\"smol\",slo_class=\"interactive\"";
+    assert!(metric(&m, &format!("{interactive},slo=\"ttft\",result=\"met\"}}")).unwrap() >= 4.0);
+    assert!(
+        metric(
+            &m,
+            &format!("{interactive},slo=\"tpot\",result=\"missed\"}}")
+        )
+        .unwrap()
+            >= 1.0
+    );
+    assert!(m.contains("sloserve:batch_rows_deferred_total"));
+    for term in ["fixed", "prefill_token", "decode_row", "context_ktoken"] {
+        let v = metric(
+            &m,
+            &format!("sloserve:step_cost_seconds{{model_name=\"smol\",term=\"{term}\"}}"),
+        )
+        .unwrap_or_else(|| panic!("no step cost term {term}"));
+        assert!(v >= 0.0);
+    }
+}
+
+#[test]
+fn bad_targets_are_400s_naming_the_field() {
+    let s = server();
+    for field in ["ttft_slo_ms", "tpot_slo_ms"] {
+        let mut b = body();
+        b[field] = json!(-5);
+        let e = post(s.addr, "/v1/completions", &b).openai_error(400);
+        assert_eq!(e["param"], field);
+    }
+    for header in ["x-llm-d-slo-tpot-ms", "x-slo-ttft-ms"] {
+        let r = request(
+            s.addr,
+            "POST",
+            "/v1/completions",
+            &[(header, "soon")],
+            body().to_string().as_bytes(),
+        );
+        assert_eq!(r.openai_error(400)["param"], header);
+    }
+}
