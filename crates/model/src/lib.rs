@@ -1,20 +1,17 @@
 //! sloserve's model core: GGUF loading, tokenizer, chat template, and the Llama /
 //! Qwen2 forward pass over a paged KV cache (the candle `ModelRunner`).
 
-pub mod attention;
 pub mod chat_template;
 pub mod config;
-pub mod cpu;
 pub mod detokenizer;
 pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod inspect;
+pub mod kernels;
 pub mod kv_cache;
 pub mod llama;
 pub mod loaded;
-pub mod packed_gemm;
-pub mod qmatmul;
 pub mod rope;
 pub mod runner;
 pub mod tokenizer;

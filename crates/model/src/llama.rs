@@ -4,7 +4,7 @@
 use rayon::prelude::*;
 use sloserve_engine::{Batch, Logits};
 
-use crate::attention::{paged_attention, AttnShape};
+use crate::kernels::attention::{paged_attention, AttnShape};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;

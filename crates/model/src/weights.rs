@@ -7,7 +7,7 @@ use candle_core::quantized::k_quants::{
 use candle_core::quantized::GgmlDType;
 use half::{bf16, f16};
 
-use crate::packed_gemm::PackedMatrix;
+use crate::kernels::packed_gemm::PackedMatrix;
 
 /// One tensor's data, in the file's own block format.
 #[derive(Clone)]
@@ -107,7 +107,7 @@ impl WeightData {
     pub fn matmul(&self, x: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
         fn mm<T: GgmlType>(v: &[T], x: &[f32], mkn: (usize, usize, usize), out: &mut [f32]) {
             let (m, k, n) = mkn;
-            crate::qmatmul::qmatmul::<T>(v, x, m, k, n, out);
+            crate::kernels::qmatmul::qmatmul::<T>(v, x, m, k, n, out);
         }
         with_blocks!(self, v => mm(v, x, (m, k, n), &mut out[..m * n]))
     }
@@ -205,7 +205,7 @@ impl Linear {
             }
             (Precision::Fast, w) => {
                 let f = w.to_f32();
-                let dense = if crate::cpu::has_avx2() {
+                let dense = if crate::kernels::cpu::has_avx2() {
                     Dense::Packed(PackedMatrix::pack(&f, n_out, k))
                 } else {
                     Dense::RowMajor(f)
