@@ -1,13 +1,14 @@
 //! `Llama`: the Llama-family transformer (llama, qwen2) read from GGUF tensors named
 //! as the checkpoint names them, with a forward pass over a flat batch.
 
-use rayon::prelude::*;
 use sloserve_engine::{Batch, Logits};
 
-use crate::kernels::attention::{paged_attention, AttnShape};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::kernels::activation::silu_mul;
+use crate::kernels::attention::{paged_attention, AttnShape};
+use crate::kernels::norm::rms_norm;
 use crate::kv_cache::KvCache;
 use crate::rope::Rope;
 use crate::weights::{Linear, Precision, WeightData};
@@ -187,9 +188,7 @@ impl Llama {
             let up = sized(&mut s.up, t * ffn);
             b.ffn_gate.forward(xn, t, gate);
             b.ffn_up.forward(xn, t, up);
-            gate.par_iter_mut().zip(up.par_iter()).for_each(|(g, u)| {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            });
+            silu_mul(gate, up);
             let proj = sized(&mut s.proj, t * h);
             b.ffn_down.forward(gate, t, proj);
             add_in_place(x, proj);
@@ -211,17 +210,6 @@ impl Llama {
         logits.vocab_size = c.vocab_size;
         logits.data.resize(r * c.vocab_size, 0.0);
         self.output.forward(xn, r, &mut logits.data);
-    }
-}
-
-fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let h = w.len();
-    for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
-        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
-        let scale = 1.0 / (ss + eps).sqrt();
-        for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
-            *o = v * scale * g;
-        }
     }
 }
 
