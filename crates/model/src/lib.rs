@@ -1,5 +1,6 @@
 //! sloserve's model core: GGUF loading, tokenizer, chat template, and the Llama /
-//! Qwen2 forward pass over a paged KV cache (the candle `ModelRunner`).
+//! Qwen2 forward pass over a paged KV cache on the CPU (`LlamaRunner`, the
+//! `ModelRunner`), with its hand-written kernels in `kernels`.
 
 pub mod chat_template;
 pub mod config;
@@ -24,5 +25,5 @@ pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
 pub use loaded::LoadedModel;
-pub use runner::{CandleRunner, RunnerOptions};
+pub use runner::{LlamaRunner, RunnerOptions};
 pub use weights::Precision;
