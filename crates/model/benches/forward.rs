@@ -1,6 +1,6 @@
 //! Model-core benchmark (`cargo bench -p sloserve-model --bench forward [-- --quick]`):
 //! prefill tok/s of a 512-token prompt and decode tok/s at batch 1, 8 and 32 for the
-//! default model, driving `CandleRunner` directly with `Batch`es (no engine).
+//! default model, driving `LlamaRunner` directly with `Batch`es (no engine).
 //!
 //! Decode at batch B: B sequences, each prefilled once with 64 tokens over its own
 //! block table (untimed), then runs of 32 timed steps in which every sequence decodes
@@ -15,7 +15,7 @@
 use std::time::Instant;
 
 use sloserve_engine::{Batch, Logits, ModelRunner};
-use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
 #[path = "common.rs"]
 mod common;
@@ -61,7 +61,7 @@ impl Case {
 }
 
 /// One prefill of `PREFILL_LEN` tokens in one piece; returns tok/s.
-fn prefill_once(r: &mut CandleRunner, batch: &mut Batch, out: &mut Logits) -> f64 {
+fn prefill_once(r: &mut LlamaRunner, batch: &mut Batch, out: &mut Logits) -> f64 {
     let p = tokens(1, PREFILL_LEN);
     let table: Vec<u32> = (0..PREFILL_LEN.div_ceil(BLOCK) as u32).collect();
     batch.clear();
@@ -80,7 +80,7 @@ fn decode_tables(b: usize) -> Vec<Vec<u32>> {
 }
 
 /// Prefills B sequences with `DECODE_CONTEXT` tokens each (untimed setup).
-fn decode_setup(r: &mut CandleRunner, tables: &[Vec<u32>], batch: &mut Batch, out: &mut Logits) {
+fn decode_setup(r: &mut LlamaRunner, tables: &[Vec<u32>], batch: &mut Batch, out: &mut Logits) {
     // In groups, so that no single batch is huge.
     for (g, group) in tables.chunks(8).enumerate() {
         batch.clear();
@@ -96,7 +96,7 @@ fn decode_setup(r: &mut CandleRunner, tables: &[Vec<u32>], batch: &mut Batch, ou
 /// every run overwrites the same KV slots over the same prefilled context); returns
 /// tok/s.
 fn decode_once(
-    r: &mut CandleRunner,
+    r: &mut LlamaRunner,
     tables: &[Vec<u32>],
     batch: &mut Batch,
     out: &mut Logits,
@@ -141,7 +141,7 @@ fn run_precision(
     };
     let path = model_path();
     let t0 = Instant::now();
-    let mut r = CandleRunner::load(&path, &opts).expect("load the default model");
+    let mut r = LlamaRunner::load(&path, &opts).expect("load the default model");
     eprintln!(
         "[{label}] loaded {} in {:.1?}",
         path.display(),

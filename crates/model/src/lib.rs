@@ -1,20 +1,18 @@
 //! sloserve's model core: GGUF loading, tokenizer, chat template, and the Llama /
-//! Qwen2 forward pass over a paged KV cache (the candle `ModelRunner`).
+//! Qwen2 forward pass over a paged KV cache on the CPU (`LlamaRunner`, the
+//! `ModelRunner`), with its hand-written kernels in `kernels`.
 
-pub mod attention;
 pub mod chat_template;
 pub mod config;
-pub mod cpu;
 pub mod detokenizer;
 pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod inspect;
+pub mod kernels;
 pub mod kv_cache;
 pub mod llama;
 pub mod loaded;
-pub mod packed_gemm;
-pub mod qmatmul;
 pub mod rope;
 pub mod runner;
 pub mod tokenizer;
@@ -27,5 +25,5 @@ pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
 pub use loaded::LoadedModel;
-pub use runner::{CandleRunner, RunnerOptions};
+pub use runner::{LlamaRunner, RunnerOptions};
 pub use weights::Precision;

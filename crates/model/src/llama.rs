@@ -1,13 +1,18 @@
 //! `Llama`: the Llama-family transformer (llama, qwen2) read from GGUF tensors named
-//! as the checkpoint names them, with a forward pass over a flat batch.
+//! as the checkpoint names them, with a forward pass over a flat batch: embed, the
+//! blocks in turn, final norm, logits.
 
-use rayon::prelude::*;
+mod attention;
+mod block;
+mod mlp;
+
 use sloserve_engine::{Batch, Logits};
 
-use crate::attention::{paged_attention, AttnShape};
+use self::block::{Block, BlockScratch};
 use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
+use crate::kernels::norm::rms_norm;
 use crate::kv_cache::KvCache;
 use crate::rope::Rope;
 use crate::weights::{Linear, Precision, WeightData};
@@ -17,15 +22,9 @@ use crate::weights::{Linear, Precision, WeightData};
 pub struct Scratch {
     token_seq: Vec<u32>,
     x: Vec<f32>,
-    xn: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    proj: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
+    block: BlockScratch,
     last: Vec<f32>,
+    last_norm: Vec<f32>,
 }
 
 fn sized(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
@@ -35,16 +34,14 @@ fn sized(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
     &mut buf[..n]
 }
 
-pub struct Block {
-    attn_norm: Vec<f32>,
-    attn_q: Linear,
-    attn_k: Linear,
-    attn_v: Linear,
-    attn_output: Linear,
-    ffn_norm: Vec<f32>,
-    ffn_gate: Linear,
-    ffn_up: Linear,
-    ffn_down: Linear,
+/// What every layer reads in one forward step.
+struct Step<'a> {
+    batch: &'a Batch,
+    /// Each token's sequence (its index in `batch.seqs`).
+    token_seq: &'a [u32],
+    rope: &'a Rope,
+    /// Tokens in the batch.
+    num_tokens: usize,
 }
 
 pub struct Llama {
@@ -95,23 +92,11 @@ impl Llama {
         file.check_dtypes()?;
         let c = ModelConfig::from_gguf(file)?;
         let mut ld = Loader { file, precision };
-        let (h, q, kv, ffn) = (c.hidden_size, c.q_size(), c.kv_size(), c.intermediate_size);
+        let h = c.hidden_size;
         let token_embd = ld.tensor("token_embd.weight", &[c.vocab_size, h])?;
-        let mut blocks = Vec::with_capacity(c.num_layers);
-        for i in 0..c.num_layers {
-            let p = format!("blk.{i}");
-            blocks.push(Block {
-                attn_norm: ld.vector(&format!("{p}.attn_norm.weight"), h)?,
-                attn_q: ld.linear(&format!("{p}.attn_q"), q, h, c.qkv_bias)?,
-                attn_k: ld.linear(&format!("{p}.attn_k"), kv, h, c.qkv_bias)?,
-                attn_v: ld.linear(&format!("{p}.attn_v"), kv, h, c.qkv_bias)?,
-                attn_output: ld.linear(&format!("{p}.attn_output"), h, q, false)?,
-                ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"), h)?,
-                ffn_gate: ld.linear(&format!("{p}.ffn_gate"), ffn, h, false)?,
-                ffn_up: ld.linear(&format!("{p}.ffn_up"), ffn, h, false)?,
-                ffn_down: ld.linear(&format!("{p}.ffn_down"), h, ffn, false)?,
-            });
-        }
+        let blocks = (0..c.num_layers)
+            .map(|i| Block::new(&mut ld, i, &c))
+            .collect::<Result<Vec<_>>>()?;
         let output_norm = ld.vector("output_norm.weight", h)?;
         let output = if c.tied_embeddings {
             Linear::new(token_embd.clone(), c.vocab_size, h, None, precision)
@@ -139,94 +124,60 @@ impl Llama {
         s: &mut Scratch,
         logits: &mut Logits,
     ) {
-        let c = &self.config;
-        let (h, qn, kvn, ffn) = (c.hidden_size, c.q_size(), c.kv_size(), c.intermediate_size);
         let t = batch.num_tokens();
         s.token_seq.clear();
         for (i, seq) in batch.seqs.iter().enumerate() {
             s.token_seq
                 .extend(std::iter::repeat_n(i as u32, seq.num_tokens));
         }
-        let x = sized(&mut s.x, t * h);
-        for (row, &tok) in x.chunks_exact_mut(h).zip(&batch.tokens) {
+        let x = sized(&mut s.x, t * self.config.hidden_size);
+        self.embed(&batch.tokens, x);
+        let step = Step {
+            batch,
+            token_seq: &s.token_seq,
+            rope: &self.rope,
+            num_tokens: t,
+        };
+        for (layer, block) in self.blocks.iter().enumerate() {
+            block.forward(x, &step, cache, layer, &mut s.block);
+        }
+        self.logits(x, batch, &mut s.last, &mut s.last_norm, logits);
+    }
+
+    /// Each token's embedding row into `x` (`[T, hidden]`).
+    fn embed(&self, tokens: &[u32], x: &mut [f32]) {
+        let h = self.config.hidden_size;
+        for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
             self.token_embd.dequantize_rows(tok as usize, h, row);
         }
-        let shape = AttnShape {
-            num_heads: c.num_heads,
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-        };
-        for (li, b) in self.blocks.iter().enumerate() {
-            let xn = sized(&mut s.xn, t * h);
-            rms_norm(x, &b.attn_norm, c.rms_norm_eps, xn);
-            let q = sized(&mut s.q, t * qn);
-            let k = sized(&mut s.k, t * kvn);
-            let v = sized(&mut s.v, t * kvn);
-            b.attn_q.forward(xn, t, q);
-            b.attn_k.forward(xn, t, k);
-            b.attn_v.forward(xn, t, v);
-            for seq in &batch.seqs {
-                let table = batch.block_table(seq);
-                for i in 0..seq.num_tokens {
-                    let (ti, pos) = (seq.token_start + i, seq.position(i));
-                    self.rope.apply(&mut q[ti * qn..(ti + 1) * qn], pos);
-                    let kt = &mut k[ti * kvn..(ti + 1) * kvn];
-                    self.rope.apply(kt, pos);
-                    let slot = cache.slot(table, pos);
-                    cache.write(li, slot, kt, &v[ti * kvn..(ti + 1) * kvn]);
-                }
-            }
-            let attn = sized(&mut s.attn, t * qn);
-            paged_attention(batch, &s.token_seq, q, cache, li, shape, attn);
-            let proj = sized(&mut s.proj, t * h);
-            b.attn_output.forward(attn, t, proj);
-            add_in_place(x, proj);
-            let xn = sized(&mut s.xn, t * h);
-            rms_norm(x, &b.ffn_norm, c.rms_norm_eps, xn);
-            let gate = sized(&mut s.gate, t * ffn);
-            let up = sized(&mut s.up, t * ffn);
-            b.ffn_gate.forward(xn, t, gate);
-            b.ffn_up.forward(xn, t, up);
-            gate.par_iter_mut().zip(up.par_iter()).for_each(|(g, u)| {
-                *g = *g / (1.0 + (-*g).exp()) * u;
-            });
-            let proj = sized(&mut s.proj, t * h);
-            b.ffn_down.forward(gate, t, proj);
-            add_in_place(x, proj);
-        }
-        // Final norm and output projection only for the rows that need logits.
-        let rows: Vec<usize> = batch
+    }
+
+    /// Final norm and output projection, only for the last row of each sequence
+    /// that wants logits.
+    fn logits(
+        &self,
+        x: &[f32],
+        batch: &Batch,
+        last: &mut Vec<f32>,
+        last_norm: &mut Vec<f32>,
+        logits: &mut Logits,
+    ) {
+        let c = &self.config;
+        let h = c.hidden_size;
+        let rows = batch
             .seqs
             .iter()
             .filter(|q| q.want_logits)
-            .map(|q| q.token_start + q.num_tokens - 1)
-            .collect();
-        let r = rows.len();
-        let last = sized(&mut s.last, r * h);
-        for (dst, &row) in last.chunks_exact_mut(h).zip(&rows) {
+            .map(|q| q.token_start + q.num_tokens - 1);
+        let r = rows.clone().count();
+        let last = sized(last, r * h);
+        for (dst, row) in last.chunks_exact_mut(h).zip(rows) {
             dst.copy_from_slice(&x[row * h..(row + 1) * h]);
         }
-        let xn = sized(&mut s.xn, r * h);
+        let xn = sized(last_norm, r * h);
         rms_norm(last, &self.output_norm, c.rms_norm_eps, xn);
         logits.vocab_size = c.vocab_size;
         logits.data.resize(r * c.vocab_size, 0.0);
         self.output.forward(xn, r, &mut logits.data);
-    }
-}
-
-fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let h = w.len();
-    for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
-        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
-        let scale = 1.0 / (ss + eps).sqrt();
-        for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
-            *o = v * scale * g;
-        }
-    }
-}
-
-fn add_in_place(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
     }
 }

@@ -7,14 +7,14 @@ use crate::chat_template::ChatTemplate;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::gguf::GgufFile;
-use crate::runner::{CandleRunner, RunnerOptions};
+use crate::runner::{LlamaRunner, RunnerOptions};
 use crate::tokenizer::Tokenizer;
 
 pub struct LoadedModel {
     pub config: ModelConfig,
     pub tokenizer: Tokenizer,
     pub chat_template: Option<ChatTemplate>,
-    pub runner: CandleRunner,
+    pub runner: LlamaRunner,
 }
 
 impl LoadedModel {
@@ -22,7 +22,7 @@ impl LoadedModel {
         let mut file = GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(&file.content)?;
         let chat_template = ChatTemplate::from_gguf(&file.content, &tokenizer)?;
-        let runner = CandleRunner::from_gguf(&mut file, opts)?;
+        let runner = LlamaRunner::from_gguf(&mut file, opts)?;
         Ok(LoadedModel {
             config: runner.model().config.clone(),
             tokenizer,

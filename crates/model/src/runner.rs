@@ -1,4 +1,4 @@
-//! `CandleRunner`: the `ModelRunner` for GGUF Llama-family models on CPU: owns the
+//! `LlamaRunner`: the `ModelRunner` for GGUF Llama-family models on CPU: owns the
 //! model weights and the paged KV cache, validates and runs flat batches.
 
 use std::path::Path;
@@ -34,14 +34,14 @@ impl Default for RunnerOptions {
     }
 }
 
-pub struct CandleRunner {
+pub struct LlamaRunner {
     model: Llama,
     cache: KvCache,
     scratch: Scratch,
     info: RunnerInfo,
 }
 
-impl CandleRunner {
+impl LlamaRunner {
     pub fn load(path: impl AsRef<Path>, opts: &RunnerOptions) -> Result<Self> {
         let mut file = GgufFile::open(path)?;
         Self::from_gguf(&mut file, opts)
@@ -69,7 +69,7 @@ impl CandleRunner {
             max_model_len,
             kv_bytes_per_token,
         };
-        Ok(CandleRunner {
+        Ok(LlamaRunner {
             model,
             cache,
             scratch: Scratch::default(),
@@ -133,7 +133,7 @@ impl CandleRunner {
     }
 }
 
-impl ModelRunner for CandleRunner {
+impl ModelRunner for LlamaRunner {
     fn info(&self) -> &RunnerInfo {
         &self.info
     }

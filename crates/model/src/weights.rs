@@ -7,7 +7,8 @@ use candle_core::quantized::k_quants::{
 use candle_core::quantized::GgmlDType;
 use half::{bf16, f16};
 
-use crate::packed_gemm::PackedMatrix;
+use crate::kernels::gemm_f32::gemm_f32;
+use crate::kernels::packed_gemm::PackedMatrix;
 
 /// One tensor's data, in the file's own block format.
 #[derive(Clone)]
@@ -107,7 +108,7 @@ impl WeightData {
     pub fn matmul(&self, x: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
         fn mm<T: GgmlType>(v: &[T], x: &[f32], mkn: (usize, usize, usize), out: &mut [f32]) {
             let (m, k, n) = mkn;
-            crate::qmatmul::qmatmul::<T>(v, x, m, k, n, out);
+            crate::kernels::qmatmul::qmatmul::<T>(v, x, m, k, n, out);
         }
         with_blocks!(self, v => mm(v, x, (m, k, n), &mut out[..m * n]))
     }
@@ -139,35 +140,6 @@ impl std::str::FromStr for Precision {
 /// decoding sequences). Measured with the forward bench: at 3 rows the f32 GEMM is
 /// already ahead (71 vs 68 tok/s), at 4 rows by 1.3x, at 8 by 1.7x.
 pub const GEMM_MIN_ROWS: usize = 3;
-
-/// `out[m, n] = x[m, k] · w[n, k]ᵀ` with the `gemm` crate (blocked, multi-threaded).
-pub fn gemm_f32(x: &[f32], w: &[f32], m: usize, k: usize, n: usize, out: &mut [f32]) {
-    assert!(x.len() >= m * k && w.len() >= n * k && out.len() >= m * n);
-    // SAFETY: the asserts above bound every access gemm makes through these strides.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            out.as_mut_ptr(),
-            1,
-            n as isize,
-            false,
-            x.as_ptr(),
-            1,
-            k as isize,
-            w.as_ptr(),
-            k as isize,
-            1,
-            0.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::Rayon(0),
-        )
-    }
-}
 
 /// The f32 copy of quantized weights that large batches multiply with.
 enum Dense {
@@ -205,7 +177,7 @@ impl Linear {
             }
             (Precision::Fast, w) => {
                 let f = w.to_f32();
-                let dense = if crate::cpu::has_avx2() {
+                let dense = if crate::kernels::cpu::has_avx2() {
                     Dense::Packed(PackedMatrix::pack(&f, n_out, k))
                 } else {
                     Dense::RowMajor(f)

@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use sloserve_engine::{Batch, Logits, ModelRunner};
-use sloserve_model::{CandleRunner, Precision};
+use sloserve_model::{LlamaRunner, Precision};
 
 fn prompt(seed: u32, len: usize) -> Vec<u32> {
     (0..len as u32)
@@ -13,7 +13,7 @@ fn prompt(seed: u32, len: usize) -> Vec<u32> {
         .collect()
 }
 
-fn run(runner: &mut CandleRunner, batch: &Batch) -> Logits {
+fn run(runner: &mut LlamaRunner, batch: &Batch) -> Logits {
     let mut out = Logits::default();
     runner.execute(batch, &mut out).unwrap();
     out

@@ -25,7 +25,7 @@ use sloserve_engine::{
 };
 use sloserve_model::gguf::GgufFile;
 use sloserve_model::tokenizer::Tokenizer;
-use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
 /// Real-ish English, tokenized with the model's own tokenizer; prompts are windows of it.
 const TEXT: &str = "\
@@ -121,14 +121,14 @@ fn varied_prompts() -> Vec<Vec<u32>> {
 
 const MAX_TOKENS: usize = 16;
 
-fn load_runner() -> CandleRunner {
+fn load_runner() -> LlamaRunner {
     let opts = RunnerOptions {
         precision: Precision::Exact,
         block_size: 16,
         kv_cache_memory: 128 << 20,
         max_model_len: Some(1024),
     };
-    CandleRunner::load(common::model_path(), &opts).expect("load the default model")
+    LlamaRunner::load(common::model_path(), &opts).expect("load the default model")
 }
 
 fn start(cfg: EngineConfig) -> EngineHandle {

@@ -10,7 +10,7 @@ use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use sloserve_engine::{Batch, Logits, ModelRunner};
-use sloserve_model::{CandleRunner, ModelError, Precision, RunnerOptions};
+use sloserve_model::{LlamaRunner, ModelError, Precision, RunnerOptions};
 
 const H: usize = 256;
 const HEADS: usize = 4;
@@ -128,13 +128,13 @@ fn write_model(path: &Path, arch: &str, dtypes: &[GgmlDType]) {
     gguf_file::write(&mut f, &meta_refs, &tensor_refs).unwrap();
 }
 
-fn load(path: &Path, precision: Precision) -> Result<CandleRunner, ModelError> {
+fn load(path: &Path, precision: Precision) -> Result<LlamaRunner, ModelError> {
     let opts = RunnerOptions {
         precision,
         kv_cache_memory: 16 << 20,
         ..Default::default()
     };
-    CandleRunner::load(path, &opts)
+    LlamaRunner::load(path, &opts)
 }
 
 fn tokens(seed: u32, n: usize) -> Vec<u32> {
@@ -151,7 +151,7 @@ fn max_abs_diff(x: &[f32], y: &[f32]) -> f32 {
 }
 
 /// Logits of the last token of `p` prefilled in chunks of `chunk` on blocks from `first`.
-fn prefill(r: &mut CandleRunner, p: &[u32], chunk: usize, first: u32) -> Vec<f32> {
+fn prefill(r: &mut LlamaRunner, p: &[u32], chunk: usize, first: u32) -> Vec<f32> {
     let table: Vec<u32> = (first..first + p.len().div_ceil(16) as u32).collect();
     let mut out = Logits::default();
     let mut done = 0;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use sloserve_engine::{
     Completion, Engine, EngineConfig, EngineHandle, FinishReason, Request, RequestStream, SloClass,
 };
-use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
 #[path = "../common.rs"]
 mod common;
@@ -23,7 +23,7 @@ pub fn start(cfg: EngineConfig) -> EngineHandle {
         kv_cache_memory: KV_BYTES,
         max_model_len: None,
     };
-    let runner = CandleRunner::load(model_path(), &opts).expect("load the default model");
+    let runner = LlamaRunner::load(model_path(), &opts).expect("load the default model");
     Engine::start(Box::new(runner), cfg).expect("start the engine")
 }
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 use sloserve_engine::{Batch, Logits, ModelRunner};
-use sloserve_model::{CandleRunner, Precision, RunnerOptions};
+use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -57,13 +57,13 @@ pub fn read_records(name: &str) -> Vec<GreedyRecord> {
         .collect()
 }
 
-pub fn load_runner(precision: Precision) -> CandleRunner {
+pub fn load_runner(precision: Precision) -> LlamaRunner {
     let opts = RunnerOptions {
         precision,
         kv_cache_memory: 256 << 20,
         ..Default::default()
     };
-    CandleRunner::load(model_path(), &opts).expect("load the default model")
+    LlamaRunner::load(model_path(), &opts).expect("load the default model")
 }
 
 pub fn log_softmax(row: &[f32]) -> Vec<f32> {
@@ -90,7 +90,7 @@ pub fn argmax(row: &[f32]) -> u32 {
 /// Greedy decoding of one sequence (blocks 0..), prefilling in chunks of `chunk`
 /// tokens (0: one piece). Returns the generated ids and each step's logits row.
 pub fn greedy(
-    runner: &mut CandleRunner,
+    runner: &mut LlamaRunner,
     prompt: &[u32],
     steps: usize,
     chunk: usize,

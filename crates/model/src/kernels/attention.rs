@@ -8,9 +8,9 @@ use half::f16;
 use rayon::prelude::*;
 use sloserve_engine::Batch;
 
-use crate::cpu::has_avx2;
+use crate::kernels::cpu::has_avx2;
 #[cfg(target_arch = "x86_64")]
-use crate::cpu::hsum256;
+use crate::kernels::cpu::hsum256;
 use crate::kv_cache::{KvCache, KvData};
 
 /// Shapes of one attention layer.

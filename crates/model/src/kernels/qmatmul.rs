@@ -10,8 +10,8 @@ use half::f16;
 use rayon::prelude::*;
 
 #[cfg(target_arch = "x86_64")]
-use crate::cpu::hsum256;
-use crate::cpu::{has_avx2, OutPtr};
+use crate::kernels::cpu::hsum256;
+use crate::kernels::cpu::{has_avx2, OutPtr};
 
 thread_local! {
     /// Quantized activations, reused across calls (u64 for alignment).
@@ -116,7 +116,7 @@ unsafe fn dot_q4_1_q8_1_avx2(_: &[Q4_1], _: &[Q8_1]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::test_data as data;
+    use crate::kernels::cpu::test_data as data;
     use candle_core::quantized::k_quants::{BlockQ4_1, BlockQ8_0};
 
     fn check<T: GgmlType>(m: usize, k: usize, n: usize) {

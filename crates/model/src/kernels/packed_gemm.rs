@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use crate::cpu::{has_avx2, OutPtr};
+use crate::kernels::cpu::{has_avx2, OutPtr};
 
 /// Outputs per panel (two AVX registers).
 const NR: usize = 16;
@@ -187,7 +187,7 @@ unsafe fn kernel<const R: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::test_data as data;
+    use crate::kernels::cpu::test_data as data;
 
     fn naive(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let mut out = vec![0f32; m * n];

@@ -1,0 +1,11 @@
+//! The hand-written CPU kernels, each choosing at run time (by CPU feature) between
+//! its AVX2 path and a portable one: quantized and packed matrix products, the f32
+//! GEMM, paged attention, RMS norm and the SiLU activation.
+
+pub mod activation;
+pub mod attention;
+pub mod cpu;
+pub mod gemm_f32;
+pub mod norm;
+pub mod packed_gemm;
+pub mod qmatmul;

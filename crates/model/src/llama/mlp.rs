@@ -1,0 +1,43 @@
+//! `Mlp`: a block's gated feed-forward, `down(silu(gate(x)) · up(x))`.
+
+use super::{sized, Loader};
+use crate::config::ModelConfig;
+use crate::error::Result;
+use crate::kernels::activation::silu_mul;
+use crate::weights::Linear;
+
+pub(super) struct Mlp {
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// The MLP's activation buffers, grown to the largest batch seen.
+#[derive(Default)]
+pub(super) struct MlpScratch {
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+impl Mlp {
+    /// Loads `{prefix}.ffn_gate`, `ffn_up` and `ffn_down`.
+    pub(super) fn new(ld: &mut Loader, prefix: &str, c: &ModelConfig) -> Result<Self> {
+        let (h, ffn) = (c.hidden_size, c.intermediate_size);
+        Ok(Mlp {
+            gate: ld.linear(&format!("{prefix}.ffn_gate"), ffn, h, false)?,
+            up: ld.linear(&format!("{prefix}.ffn_up"), ffn, h, false)?,
+            down: ld.linear(&format!("{prefix}.ffn_down"), h, ffn, false)?,
+        })
+    }
+
+    /// `xn` is the normed input `[t, hidden]`; writes `[t, hidden]` into `out`.
+    pub(super) fn forward(&self, xn: &[f32], t: usize, s: &mut MlpScratch, out: &mut [f32]) {
+        let ffn = self.gate.n_out;
+        let gate = sized(&mut s.gate, t * ffn);
+        let up = sized(&mut s.up, t * ffn);
+        self.gate.forward(xn, t, gate);
+        self.up.forward(xn, t, up);
+        silu_mul(gate, up);
+        self.down.forward(gate, t, out);
+    }
+}
