@@ -436,6 +436,33 @@ impl Scheduler {
         self.reap_finished(now);
     }
 
+    /// Finishes sequence `id` with `reason`: a running one is marked and reaped, a
+    /// waiting one leaves its queue; either way its stream gets `Finished`. Nothing
+    /// if no such sequence is left (it already finished).
+    pub fn cancel(&mut self, id: u64, reason: FinishReason, now: Instant) {
+        if let Some(s) = self.running.iter_mut().find(|s| s.id == id) {
+            if s.finish.is_none() {
+                s.finish = Some(reason);
+            }
+            self.reap_finished(now);
+            return;
+        }
+        for q in &mut self.waiting {
+            let Some(k) = q.iter().position(|s| s.id == id) else {
+                continue;
+            };
+            let mut s = q.remove(k).expect("position is in range");
+            if !s.started {
+                let r = self.released.get_mut(s.class);
+                r.0 += 1;
+                r.1 += s.prompt_len;
+            }
+            count_finish(&mut self.counters, &reason);
+            s.send_finished(reason, now);
+            return;
+        }
+    }
+
     /// Sends `Finished` for and drops every running sequence with a finish reason.
     pub fn reap_finished(&mut self, now: Instant) {
         let c = &mut self.counters;
@@ -443,12 +470,7 @@ impl Scheduler {
             let Some(reason) = s.finish.take() else {
                 return true;
             };
-            match reason {
-                FinishReason::Stop => c.requests_finished_stop += 1,
-                FinishReason::Length => c.requests_finished_length += 1,
-                FinishReason::Cancelled => c.requests_cancelled += 1,
-                FinishReason::Error(_) => c.requests_failed += 1,
-            }
+            count_finish(c, &reason);
             s.send_finished(reason, now);
             false
         });
@@ -465,5 +487,15 @@ impl Scheduler {
             batch: self.waiting[SloClass::Batch.index()].len(),
         };
         (waiting, running)
+    }
+}
+
+/// Counts a finished request by its reason.
+fn count_finish(c: &mut Counters, reason: &FinishReason) {
+    match reason {
+        FinishReason::Stop | FinishReason::StopString => c.requests_finished_stop += 1,
+        FinishReason::Length => c.requests_finished_length += 1,
+        FinishReason::Cancelled | FinishReason::Aborted => c.requests_cancelled += 1,
+        FinishReason::Error(_) => c.requests_failed += 1,
     }
 }
