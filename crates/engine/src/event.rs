@@ -67,14 +67,6 @@ impl FinishReason {
             FinishReason::Error(_) => "error",
         }
     }
-
-    /// Whether the request ended with a usable completion (stop or length).
-    pub fn is_success(&self) -> bool {
-        matches!(
-            self,
-            FinishReason::Stop | FinishReason::Length | FinishReason::StopString
-        )
-    }
 }
 
 /// Summary of a finished request.
