@@ -225,6 +225,13 @@ impl EngineCore {
         self.sched.snapshot()
     }
 
+    /// Finishes request `id` now with `reason` (its `Finished` is sent at once);
+    /// nothing if it already finished.
+    pub fn cancel(&mut self, id: u64, reason: FinishReason) {
+        let now = self.now();
+        self.sched.cancel(id, reason, now);
+    }
+
     /// Finishes every request with `reason` (engine failure or forced stop).
     pub fn fail_all(&mut self, reason: FinishReason) {
         let now = self.now();

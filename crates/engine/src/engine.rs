@@ -1,6 +1,6 @@
 //! The engine loop on its own OS thread, and `EngineHandle`, the thread-safe handle
 //! the server uses: `submit` (admission-checked, returns a `RequestStream`),
-//! `stats`, `shutdown` (drain) and `abort`.
+//! `stats`, `shutdown` (drain), `abort` and `cancel`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,8 +22,13 @@ use crate::stats::EngineStats;
 
 enum Command {
     Submit(Box<NewRequest>),
-    /// Finish every request now with `Cancelled`.
+    /// Finish every request now with `Aborted`.
     Abort,
+    /// Finish one request now with `reason`.
+    Cancel {
+        id: u64,
+        reason: FinishReason,
+    },
     /// Re-check the stopping flag.
     Wake,
 }
@@ -191,9 +196,16 @@ impl EngineHandle {
         let _ = self.inner.tx.send(Command::Wake);
     }
 
-    /// Finishes every in-flight request now with `Cancelled` (e.g. a second Ctrl-C).
+    /// Finishes every in-flight request now with `Aborted` (e.g. a second Ctrl-C).
     pub fn abort(&self) {
         let _ = self.inner.tx.send(Command::Abort);
+    }
+
+    /// Finishes request `id` now with `reason` (e.g. `StopString` when the caller
+    /// matched a stop string): its stream still gets the final `Finished`, with the
+    /// engine's token counts and timings. Nothing happens if it already finished.
+    pub fn cancel(&self, id: u64, reason: FinishReason) {
+        let _ = self.inner.tx.send(Command::Cancel { id, reason });
     }
 
     /// Waits until the engine thread has exited (after `shutdown`), at most
@@ -250,7 +262,8 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
                     let seq = core.make_sequence(id, req, admitted, tx, arrival);
                     core.add(seq);
                 }
-                Command::Abort => core.fail_all(FinishReason::Cancelled),
+                Command::Abort => core.fail_all(FinishReason::Aborted),
+                Command::Cancel { id, reason } => core.cancel(id, reason),
                 Command::Wake => {}
             }
         }

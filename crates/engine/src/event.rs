@@ -33,19 +33,40 @@ pub enum FinishReason {
     /// `max_tokens` reached, or the model's context length, or (alone on the engine)
     /// the KV cache is exhausted.
     Length,
+    /// The caller matched one of the request's stop strings in the detokenized text
+    /// and ended the request with [`crate::EngineHandle::cancel`].
+    StopString,
     /// The client dropped its stream.
     Cancelled,
+    /// Every request was ended at once ([`crate::EngineHandle::abort`], e.g. a forced
+    /// shutdown).
+    Aborted,
     /// The model runner failed (or the engine died).
     Error(String),
 }
 
 impl FinishReason {
-    /// OpenAI-style name: "stop", "length", "cancelled", "error".
-    pub fn as_str(&self) -> &'static str {
+    /// OpenAI's `finish_reason` (vLLM's for the failures, and its `finished_reason`
+    /// metric label): "stop" (stop token or stop string), "length", "abort"
+    /// (client disconnected or aborted), "error".
+    pub fn as_openai(&self) -> &'static str {
+        match self {
+            FinishReason::Stop | FinishReason::StopString => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled | FinishReason::Aborted => "abort",
+            FinishReason::Error(_) => "error",
+        }
+    }
+
+    /// A distinct name per variant, for logs: "stop", "length", "stop_string",
+    /// "client_disconnected", "aborted", "error".
+    pub fn label(&self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
-            FinishReason::Cancelled => "cancelled",
+            FinishReason::StopString => "stop_string",
+            FinishReason::Cancelled => "client_disconnected",
+            FinishReason::Aborted => "aborted",
             FinishReason::Error(_) => "error",
         }
     }
@@ -167,7 +188,7 @@ impl RequestTimings {
     }
 
     /// Records a token sampled at `t`.
-    pub(crate) fn on_token(&mut self, t: Instant) {
+    pub fn on_token(&mut self, t: Instant) {
         match self.last_token {
             None => self.first_token = Some(t),
             Some(prev) => {

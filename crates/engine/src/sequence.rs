@@ -145,12 +145,15 @@ impl Sequence {
 
     /// Sends `Finished` (ignoring a closed stream); the caller then drops the
     /// sequence, which frees its blocks.
-    /// Returns how the request did against its targets (counted into `slo` for
-    /// requests that were served: `stop` or `length`).
+    /// Judges the request against its targets (counted into `slo` for requests
+    /// that were served: a stop token or string, or its length).
     pub fn send_finished(&mut self, reason: FinishReason, now: Instant, slo: &mut SloAttainment) {
         self.timings.finish = Some(now);
         let report = SloReport::judge(&self.targets, &self.timings, self.num_generated());
-        if matches!(reason, FinishReason::Stop | FinishReason::Length) {
+        if matches!(
+            reason,
+            FinishReason::Stop | FinishReason::StopString | FinishReason::Length
+        ) {
             report.count_into(slo);
         }
         let info = FinishInfo {

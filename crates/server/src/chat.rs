@@ -7,24 +7,13 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage};
 use sloserve_model::chat_template::ChatMessage as TemplateMessage;
 
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
 use crate::state::AppState;
-
-pub async fn handle(
-    State(state): State<Arc<AppState>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
-    match inner(state, headers, body).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    }
-}
 
 /// Renders `messages` with the model's template (the assistant header appended
 /// when `add_generation_prompt`).
@@ -50,8 +39,8 @@ pub fn render(
         .map_err(|e| ServerError::Template(e.to_string()))
 }
 
-async fn inner(
-    state: Arc<AppState>,
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServerError> {

@@ -32,6 +32,9 @@ pub enum ServerError {
     /// The server is draining (shutting down).
     #[error("the server is shutting down")]
     Draining,
+    /// The engine aborted the request mid-generation (forced shutdown).
+    #[error("the request was cancelled (server shutting down)")]
+    Aborted,
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -78,6 +81,7 @@ impl ServerError {
                 ApiError::unavailable("the server is shutting down and accepts no new requests"),
                 Some(1),
             ),
+            ServerError::Aborted => (ApiError::unavailable(self.to_string()), None),
             ServerError::Internal(m) => (ApiError::internal(m.clone()), None),
             ServerError::Engine {
                 source,

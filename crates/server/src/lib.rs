@@ -13,6 +13,7 @@ pub mod chat;
 pub mod completions;
 pub mod error;
 pub mod generate;
+pub mod generation;
 pub mod metrics;
 pub mod routes;
 pub mod shutdown;

@@ -113,11 +113,12 @@ impl Metrics {
         let c = class.index();
         let t = &info.timings;
         self.with(|m| {
+            // By `FinishReason::as_openai`, the order of `REASONS`.
             let reason = match info.reason {
-                FinishReason::Stop => 0,
+                FinishReason::Stop | FinishReason::StopString => 0,
                 FinishReason::Length => 1,
                 FinishReason::Error(_) => 2,
-                FinishReason::Cancelled => 3,
+                FinishReason::Cancelled | FinishReason::Aborted => 3,
             };
             m.finished[c][reason] += 1;
             if reason > 1 {
@@ -133,24 +134,6 @@ impl Metrics {
             obs(H::Queue, t.queue_time());
             obs(H::Prefill, t.prefill_time());
             obs(H::Tpot, t.mean_inter_token(info.completion_tokens));
-        });
-    }
-
-    /// A request the server ended itself (a stop string matched).
-    pub fn observe_partial(
-        &self,
-        class: SloClass,
-        ttft: Option<Duration>,
-        e2e: Duration,
-        _reason: &str,
-    ) {
-        let c = class.index();
-        self.with(|m| {
-            m.finished[c][0] += 1;
-            if let Some(t) = ttft {
-                m.hist[H::Ttft as usize][c].observe(t.as_secs_f64());
-            }
-            m.hist[H::E2e as usize][c].observe(e2e.as_secs_f64());
         });
     }
 

@@ -30,82 +30,73 @@ fn card(state: &AppState) -> ModelCard {
     }
 }
 
-pub async fn models(State(state): State<Arc<AppState>>) -> Response {
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<ModelList> {
     Json(ModelList {
         object: "list".into(),
         data: vec![card(&state)],
     })
-    .into_response()
 }
 
-pub async fn model(State(state): State<Arc<AppState>>, Path(id): Path<String>) -> Response {
-    match state.check_model(Some(&id)) {
-        Ok(()) => Json(card(&state)).into_response(),
-        Err(e) => e.into_response(),
-    }
-}
-
-fn or_error(r: Result<Response, ServerError>) -> Response {
-    r.unwrap_or_else(IntoResponse::into_response)
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+) -> Result<Json<ModelCard>, ServerError> {
+    state.check_model(Some(&id))?;
+    Ok(Json(card(&state)))
 }
 
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    or_error((|| {
-        let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-        let req: TokenizeRequest = parse_json(&body)?;
-        state.check_model(req.model.as_deref())?;
-        req.validate()?;
-        let (text, add_special, param) = match (&req.prompt, &req.messages) {
-            (Some(p), _) => (p.clone(), req.add_special_tokens.unwrap_or(true), "prompt"),
-            (None, Some(m)) => (
-                render(&state, m, req.add_generation_prompt.unwrap_or(true))?,
-                req.add_special_tokens.unwrap_or(false),
-                "messages",
-            ),
-            (None, None) => unreachable!("validated"),
-        };
-        let tokens = if add_special {
-            state.encode(&text, param)?
-        } else {
-            state
-                .tokenizer
-                .encode(&text, true)
-                .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")))?
-        };
-        let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
-            tokens
-                .iter()
-                .map(|&t| state.tokenizer.token_str(t).unwrap_or_default().to_string())
-                .collect()
-        });
-        Ok(Json(TokenizeResponse {
-            count: tokens.len(),
-            max_model_len: state.max_model_len,
-            tokens,
-            token_strs,
-        })
-        .into_response())
-    })())
+) -> Result<Json<TokenizeResponse>, ServerError> {
+    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
+    let req: TokenizeRequest = parse_json(&body)?;
+    state.check_model(req.model.as_deref())?;
+    req.validate()?;
+    let (text, add_special, param) = match (&req.prompt, &req.messages) {
+        (Some(p), _) => (p.clone(), req.add_special_tokens.unwrap_or(true), "prompt"),
+        (None, Some(m)) => (
+            render(&state, m, req.add_generation_prompt.unwrap_or(true))?,
+            req.add_special_tokens.unwrap_or(false),
+            "messages",
+        ),
+        (None, None) => unreachable!("validated"),
+    };
+    let tokens = if add_special {
+        state.encode(&text, param)?
+    } else {
+        state
+            .tokenizer
+            .encode(&text, true)
+            .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")))?
+    };
+    let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
+        tokens
+            .iter()
+            .map(|&t| state.tokenizer.token_str(t).unwrap_or_default().to_string())
+            .collect()
+    });
+    Ok(Json(TokenizeResponse {
+        count: tokens.len(),
+        max_model_len: state.max_model_len,
+        tokens,
+        token_strs,
+    }))
 }
 
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Response {
-    or_error((|| {
-        let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-        let req: DetokenizeRequest = parse_json(&body)?;
-        state.check_model(req.model.as_deref())?;
-        state.check_ids(&req.tokens, "tokens")?;
-        let prompt = state
-            .tokenizer
-            .decode(&req.tokens, false)
-            .map_err(|e| ApiError::invalid("tokens", format!("tokens: {e}")))?;
-        Ok(Json(DetokenizeResponse { prompt }).into_response())
-    })())
+) -> Result<Json<DetokenizeResponse>, ServerError> {
+    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
+    let req: DetokenizeRequest = parse_json(&body)?;
+    state.check_model(req.model.as_deref())?;
+    state.check_ids(&req.tokens, "tokens")?;
+    let prompt = state
+        .tokenizer
+        .decode(&req.tokens, false)
+        .map_err(|e| ApiError::invalid("tokens", format!("tokens: {e}")))?;
+    Ok(Json(DetokenizeResponse { prompt }))
 }
 
 /// Alive: 200 unless the engine died on its own.

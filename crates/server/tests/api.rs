@@ -206,6 +206,22 @@ fn stop_string_across_tokens_is_never_emitted() {
     assert_eq!(v["choices"][0]["text"], full[..at]);
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
     assert!(v["usage"]["completion_tokens"].as_u64().unwrap() < 16);
+    // The engine finished it, so every timing is known.
+    let slo = &v["usage"]["sloserve"];
+    for k in ["queue_ms", "ttft_ms", "prefill_ms", "decode_ms", "e2e_ms"] {
+        assert!(slo[k].is_f64(), "{k}: {slo}");
+    }
+    // Usage counts the tokens the client got: up to the stop string's last token.
+    let mut lp = body.clone();
+    lp["logprobs"] = json!(0);
+    let v = post(s.addr, "/v1/completions", &lp).json();
+    assert_eq!(
+        v["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap()
+            .len() as u64,
+        v["usage"]["completion_tokens"].as_u64().unwrap()
+    );
     body["stream"] = json!(true);
     let (chunks, raw) = stream_all(s, "/v1/completions", &body);
     assert!(!raw.contains("14,"), "{raw}");

@@ -7,6 +7,7 @@ use std::time::Instant;
 use super::Scheduler;
 use crate::event::{Event, FinishReason};
 use crate::runner::{Batch, Logits};
+use crate::stats::Counters;
 
 /// What one step did.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -112,6 +113,34 @@ impl Scheduler {
         self.reap_finished(now);
     }
 
+    /// Finishes sequence `id` with `reason`: a running one is marked and reaped, a
+    /// waiting one leaves its queue; either way its stream gets `Finished`. Nothing
+    /// if no such sequence is left (it already finished).
+    pub fn cancel(&mut self, id: u64, reason: FinishReason, now: Instant) {
+        if let Some(s) = self.running.iter_mut().find(|s| s.id == id) {
+            if s.finish.is_none() {
+                s.finish = Some(reason);
+            }
+            self.reap_finished(now);
+            return;
+        }
+        let (counters, released) = (&mut self.counters, &mut self.released);
+        for (_, q) in self.waiting.iter_mut() {
+            let Some(k) = q.iter().position(|s| s.id == id) else {
+                continue;
+            };
+            let mut s = q.remove(k).expect("position is in range");
+            if !s.started {
+                let r = &mut released[s.class];
+                r.0 += 1;
+                r.1 += s.prompt_len;
+            }
+            count_finish(counters, &reason);
+            s.send_finished(reason, now, &mut counters.slo[s.class]);
+            return;
+        }
+    }
+
     /// Sends `Finished` for and drops every running sequence with a finish reason.
     pub fn reap_finished(&mut self, now: Instant) {
         let c = &mut self.counters;
@@ -119,12 +148,7 @@ impl Scheduler {
             let Some(reason) = s.finish.take() else {
                 return true;
             };
-            match reason {
-                FinishReason::Stop => c.requests_finished_stop += 1,
-                FinishReason::Length => c.requests_finished_length += 1,
-                FinishReason::Cancelled => c.requests_cancelled += 1,
-                FinishReason::Error(_) => c.requests_failed += 1,
-            }
+            count_finish(c, &reason);
             s.send_finished(reason, now, &mut c.slo[s.class]);
             false
         });
@@ -142,5 +166,15 @@ impl Scheduler {
                 s.send_finished(reason.clone(), now, &mut c.slo[s.class]);
             }
         }
+    }
+}
+
+/// Counts a finished request by its reason.
+fn count_finish(c: &mut Counters, reason: &FinishReason) {
+    match reason {
+        FinishReason::Stop | FinishReason::StopString => c.requests_finished_stop += 1,
+        FinishReason::Length => c.requests_finished_length += 1,
+        FinishReason::Cancelled | FinishReason::Aborted => c.requests_cancelled += 1,
+        FinishReason::Error(_) => c.requests_failed += 1,
     }
 }

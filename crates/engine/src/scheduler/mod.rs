@@ -245,6 +245,9 @@ impl Scheduler {
     pub fn cache_mut(&mut self) -> Option<&mut PrefixCache> {
         self.cache.as_mut()
     }
+    pub fn released(&self) -> &Released {
+        &self.released
+    }
     pub fn planned_shape(&self) -> &StepShape {
         &self.planned.shape
     }

@@ -185,7 +185,7 @@ fn abort_cancels_everything() {
     engine.abort();
     for s in streams {
         let c = s.collect_blocking();
-        assert_eq!(c.finish.reason, FinishReason::Cancelled);
+        assert_eq!(c.finish.reason, FinishReason::Aborted);
         assert!(c.tokens.len() < 400);
     }
 }

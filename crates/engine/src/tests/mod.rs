@@ -2,6 +2,7 @@
 //! `MockRunner`, and seeded randomized invariant tests of the block pool and prefix
 //! cache.
 
+mod cancel_tests;
 mod engine_tests;
 mod invariants;
 mod policy_tests;

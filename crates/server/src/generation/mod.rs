@@ -1,0 +1,245 @@
+//! [`Generation`]: one submitted request, driven by `next().await`, from engine token
+//! events to text. Its pieces: detokenizing ([`TextDecoder`]), stop strings
+//! ([`stop`]), logprobs ([`logprobs`]) and accounting ([`usage`]). A matched stop
+//! string is reported to the engine (`cancel` with `StopString`), whose `Finished`
+//! then ends the request with the engine's counts and timings. It owns the
+//! `RequestStream`, so dropping it (a client disconnect drops the response body)
+//! cancels the request at the engine's next step.
+
+pub mod logprobs;
+pub mod stop;
+pub mod usage;
+
+use std::sync::Arc;
+
+use sloserve_api::Usage;
+use sloserve_engine::{Event, FinishInfo, FinishReason, RequestStream, SloClass};
+use sloserve_model::detokenizer::StreamDecoder;
+use sloserve_model::tokenizer::Tokenizer;
+
+use crate::error::ServerError;
+use crate::state::{AppState, InflightGuard};
+use logprobs::{LogprobBuffer, TokenLogprob};
+use stop::{StopMatcher, StopOutcome};
+use usage::Accounting;
+
+/// New output: text and the logprobs of the tokens it covers (when asked).
+#[derive(Debug, Default)]
+pub struct Delta {
+    pub text: String,
+    pub logprobs: Vec<TokenLogprob>,
+}
+
+/// Generated ids to text, with the byte offset of each token's text.
+#[derive(Debug)]
+pub struct TextDecoder {
+    decoder: StreamDecoder,
+    len: usize,
+}
+
+impl TextDecoder {
+    fn new() -> Self {
+        TextDecoder {
+            decoder: StreamDecoder::new(true),
+            len: 0,
+        }
+    }
+
+    /// The text `id` completes, and the offset where the token's text starts.
+    fn push(&mut self, tok: &Tokenizer, id: u32) -> (usize, String) {
+        let offset = self.len;
+        let piece = self.decoder.push(tok, id).to_string();
+        self.len += piece.len();
+        (offset, piece)
+    }
+
+    /// What is still held back (an incomplete UTF-8 sequence).
+    fn flush(&mut self) -> String {
+        self.decoder.flush()
+    }
+}
+
+/// One request in flight.
+pub struct Generation {
+    state: Arc<AppState>,
+    id: String,
+    stream: Option<RequestStream>,
+    decoder: TextDecoder,
+    stop: StopMatcher,
+    /// `Some` when the request asked for logprobs.
+    logprobs: Option<LogprobBuffer>,
+    acct: Accounting,
+    /// A stop string matched: the engine was told, later tokens are dropped.
+    stopped: bool,
+    /// How it ended, once it did.
+    reason: Option<FinishReason>,
+    _inflight: InflightGuard,
+}
+
+impl Generation {
+    pub fn new(
+        state: &Arc<AppState>,
+        id: String,
+        stream: RequestStream,
+        class: SloClass,
+        prompt_tokens: usize,
+        stops: Vec<String>,
+        want_logprobs: bool,
+    ) -> Self {
+        Generation {
+            state: state.clone(),
+            id,
+            stream: Some(stream),
+            decoder: TextDecoder::new(),
+            stop: StopMatcher::new(stops),
+            logprobs: want_logprobs.then(LogprobBuffer::default),
+            acct: Accounting::new(class, prompt_tokens),
+            stopped: false,
+            reason: None,
+            _inflight: InflightGuard::new(state),
+        }
+    }
+
+    /// The response id ("cmpl-…" / "chatcmpl-…").
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.state.tokenizer
+    }
+
+    pub fn wants_logprobs(&self) -> bool {
+        self.logprobs.is_some()
+    }
+
+    /// Why it ended; `None` while it runs.
+    pub fn finish_reason(&self) -> Option<&FinishReason> {
+        self.reason.as_ref()
+    }
+
+    /// The error to answer with when it ended without a usable completion (engine
+    /// failure or abort).
+    pub fn failure(&self) -> Option<ServerError> {
+        match self.reason.as_ref()? {
+            FinishReason::Error(m) => Some(ServerError::Internal(m.clone())),
+            FinishReason::Aborted | FinishReason::Cancelled => Some(ServerError::Aborted),
+            FinishReason::Stop | FinishReason::Length | FinishReason::StopString => None,
+        }
+    }
+
+    /// Token counts, cached tokens and where the time went (the engine's timings).
+    pub fn usage(&self) -> Usage {
+        self.acct.usage()
+    }
+
+    fn take_delta(&mut self, text: String) -> Option<Delta> {
+        let logprobs = match &mut self.logprobs {
+            Some(b) if !b.is_empty() => b.take(),
+            _ if text.is_empty() => return None,
+            _ => Vec::new(),
+        };
+        Some(Delta { text, logprobs })
+    }
+
+    /// The next output, or `None` once finished (see `finish_reason`).
+    pub async fn next(&mut self) -> Option<Delta> {
+        loop {
+            let stream = self.stream.as_mut()?;
+            match stream.recv().await {
+                // Sampled after the stop string, before the engine got the cancel.
+                Some(Event::Token { .. }) if self.stopped => {}
+                Some(Event::Token {
+                    id,
+                    logprob,
+                    top_logprobs,
+                    time,
+                }) => {
+                    if let Some(itl) = self.acct.on_token(time) {
+                        self.state.metrics.observe_itl(self.acct.class(), itl);
+                    }
+                    let (offset, piece) = self.decoder.push(&self.state.tokenizer, id);
+                    if let Some(b) = &mut self.logprobs {
+                        b.push(id, logprob, top_logprobs, offset);
+                    }
+                    let text = match self.stop.push(&piece) {
+                        StopOutcome::Emit(t) => t,
+                        StopOutcome::Stopped(t) => {
+                            self.stopped = true;
+                            let id = stream.id();
+                            self.state.engine.cancel(id, FinishReason::StopString);
+                            t
+                        }
+                    };
+                    if let Some(d) = self.take_delta(text) {
+                        return Some(d);
+                    }
+                }
+                Some(Event::Finished(info)) => {
+                    self.stream = None;
+                    return self.finished(info);
+                }
+                None => {
+                    self.stream = None;
+                    self.reason = Some(FinishReason::Error(
+                        "the engine stopped without finishing the request".into(),
+                    ));
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// The engine's `Finished`: the text still held back, and how it ended (a
+    /// matched stop string wins over what the engine saw).
+    fn finished(&mut self, mut info: FinishInfo) -> Option<Delta> {
+        let mut text = String::new();
+        if !self.stopped {
+            let rest = self.decoder.flush();
+            match self.stop.push(&rest) {
+                StopOutcome::Emit(t) => text = t + &self.stop.finish(),
+                StopOutcome::Stopped(t) => {
+                    self.stopped = true;
+                    text = t;
+                }
+            }
+        }
+        if self.stopped {
+            info.reason = FinishReason::StopString;
+        }
+        self.acct.on_finished(&info);
+        self.state
+            .metrics
+            .observe_finished(self.acct.class(), &info);
+        self.reason = Some(info.reason);
+        self.take_delta(text)
+    }
+}
+
+impl Drop for Generation {
+    /// One structured log line per request, however it ended.
+    fn drop(&mut self) {
+        let class = self.acct.class();
+        let reason = self.reason.take().unwrap_or_else(|| {
+            self.state.metrics.observe_disconnect(class);
+            FinishReason::Cancelled
+        });
+        let u = self.acct.usage();
+        let t = u.sloserve.unwrap_or_default();
+        tracing::info!(
+            target: "sloserve::request",
+            id = %self.id,
+            class = class.as_str(),
+            prompt_tokens = u.prompt_tokens,
+            completion_tokens = u.completion_tokens,
+            cached_tokens = t.cached_prompt_tokens,
+            queue_ms = t.queue_ms.unwrap_or(-1.0),
+            ttft_ms = t.ttft_ms.unwrap_or(-1.0),
+            e2e_ms = t.e2e_ms.unwrap_or_else(|| self.acct.elapsed().as_secs_f64() * 1e3),
+            preemptions = t.preemptions,
+            finish_reason = reason.label(),
+            slo_missed = self.acct.missed_targets(),
+            "request finished"
+        );
+    }
+}
