@@ -404,7 +404,7 @@ pub async fn run_tune(args: TuneArgs) -> anyhow::Result<TuneReport> {
             args.max_minutes
         ));
     }
-    if let Some(c) = args.workload.concurrency {
+    if let Some(c) = args.workload.spec.concurrency {
         let above: Vec<String> = points
             .iter()
             .filter(|p| p.knobs.max_num_seqs > c)
