@@ -5,11 +5,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use crate::dataset::{DatasetSpec, LenDist};
 use crate::load::LoadSpec;
 use crate::slo::SloSpec;
+use crate::spec::WorkloadSpec;
 use crate::sweep::{Sweep, SweepVar};
-use crate::workload::ClassMix;
 
 /// Which OpenAI-compatible endpoint to drive.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -39,21 +38,10 @@ pub struct BenchArgs {
     #[serde(skip)]
     pub api_key: Option<String>,
 
-    /// Closed loop: keep N requests in flight.
-    #[arg(long, conflicts_with = "request_rate")]
-    pub concurrency: Option<usize>,
-    /// Open loop: send R requests/s (`inf` = all at once), Poisson arrivals
-    /// unless `--burstiness` says otherwise. Default when neither this nor
-    /// `--concurrency` is given: `inf`.
-    #[arg(long)]
-    #[serde(default, with = "crate::sweep::opt_rate_serde")]
-    pub request_rate: Option<f64>,
-    /// Gamma shape of open-loop inter-arrival times: 1 = Poisson, <1 burstier, >1 more regular.
-    #[arg(long, default_value_t = 1.0)]
-    pub burstiness: f64,
-    /// Cap on in-flight requests in open-loop mode.
-    #[arg(long)]
-    pub max_concurrency: Option<usize>,
+    /// What is sent and how it arrives (shared with `sloserve tune`).
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub workload: WorkloadSpec,
     /// Requests per load point (default 100, or unbounded with `--duration`).
     #[arg(long)]
     pub num_requests: Option<usize>,
@@ -67,43 +55,9 @@ pub struct BenchArgs {
     #[arg(long)]
     pub sweep: Option<Sweep>,
 
-    /// Dataset: `synthetic`, `sharegpt:FILE`, `prefix`, or `jsonl:FILE`
-    /// (one `{"prompt"|"messages", "output_len"?, "slo_class"?}` per line).
-    #[arg(long, default_value = "synthetic")]
-    pub dataset: DatasetSpec,
-    /// Prompt length in tokens (words ≈ tokens) for synthetic; the unique
-    /// question's length for `prefix`.
-    #[arg(long, default_value_t = 128)]
-    pub input_len: usize,
-    /// Draw prompt lengths instead: `uniform:LO-HI`.
-    #[arg(long)]
-    pub input_len_dist: Option<LenDist>,
-    /// Output tokens (`max_tokens`); default 128, or the dataset's own lengths.
-    #[arg(long)]
-    pub output_len: Option<usize>,
-    /// Draw output lengths instead: `uniform:LO-HI`.
-    #[arg(long)]
-    pub output_len_dist: Option<LenDist>,
-    /// `prefix` dataset: tokens in the shared system prompt.
-    #[arg(long, default_value_t = 256)]
-    pub prefix_len: usize,
-    /// `prefix` dataset: number of distinct shared prefixes.
-    #[arg(long, default_value_t = 1)]
-    pub num_prefixes: usize,
-    /// Send `ignore_eos` so outputs have exactly `max_tokens` tokens
-    /// (default: true for synthetic and prefix, false otherwise).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
-    pub ignore_eos: Option<bool>,
-    /// SLO-class mix, e.g. `interactive=0.7,batch=0.3` (or one class name):
-    /// sent as `slo_class` in the body and the `X-SLO-Class` header.
-    #[arg(long)]
-    pub slo_class: Option<ClassMix>,
     /// SLO targets, e.g. `ttft_p95=500ms,tpot_p50=66ms` or `ttft=500ms,e2el=5s`.
     #[arg(long)]
     pub slo: Option<SloSpec>,
-    /// Seed for prompts, lengths, classes and arrival times.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Per-request timeout (seconds).
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
@@ -117,20 +71,13 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
-    /// `ignore_eos` as sent: the flag, else true for synthetic/prefix.
-    pub fn ignore_eos(&self) -> bool {
-        self.ignore_eos.unwrap_or(matches!(
-            self.dataset,
-            DatasetSpec::Synthetic | DatasetSpec::Prefix
-        ))
-    }
-
     /// The load points to run: one per sweep value, or the single configured load.
     pub fn load_points(&self) -> Vec<LoadSpec> {
+        let w = &self.workload;
         let open = |rate: f64| LoadSpec::Open {
             rate,
-            burstiness: self.burstiness,
-            max_concurrency: self.max_concurrency,
+            burstiness: w.burstiness,
+            max_concurrency: w.max_concurrency,
         };
         match &self.sweep {
             Some(Sweep {
@@ -146,7 +93,7 @@ impl BenchArgs {
                 var: SweepVar::Rate,
                 values,
             }) => values.iter().map(|&r| open(r)).collect(),
-            None => match (self.concurrency, self.request_rate) {
+            None => match (w.concurrency, w.request_rate) {
                 (Some(c), _) => vec![LoadSpec::Closed { concurrency: c }],
                 (None, Some(r)) => vec![open(r)],
                 (None, None) => vec![open(f64::INFINITY)],
@@ -165,28 +112,18 @@ impl BenchArgs {
 
     /// Check flag combinations that clap cannot express.
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            self.concurrency != Some(0),
-            "--concurrency must be at least 1"
-        );
+        self.workload.validate()?;
         anyhow::ensure!(
             self.num_requests != Some(0),
             "--num-requests must be at least 1"
         );
-        anyhow::ensure!(
-            self.burstiness > 0.0 && self.burstiness.is_finite(),
-            "--burstiness must be positive"
-        );
-        if let Some(r) = self.request_rate {
-            anyhow::ensure!(r > 0.0, "--request-rate must be positive (or inf)");
-        }
         if let Some(s) = &self.sweep {
             anyhow::ensure!(
-                !(s.var == SweepVar::Concurrency && self.request_rate.is_some()),
+                !(s.var == SweepVar::Concurrency && self.workload.request_rate.is_some()),
                 "--sweep concurrency=... is closed-loop: drop --request-rate"
             );
             anyhow::ensure!(
-                !(s.var == SweepVar::Rate && self.concurrency.is_some()),
+                !(s.var == SweepVar::Rate && self.workload.concurrency.is_some()),
                 "--sweep rate=... is open-loop: use --max-concurrency instead of --concurrency"
             );
         }

@@ -6,8 +6,8 @@
 //! Entry points: [`BenchArgs`] (a `clap::Args` holding every flag) and
 //! [`run_bench`] (async; [`run_bench_blocking`] for a synchronous caller),
 //! which returns the [`BenchReport`] also written as `results.json`.
-//! The pieces are public for `sloserve tune`: [`dataset`] + [`workload`]
-//! build requests, [`client`] sends one, [`load`] drives many, [`metrics`]
+//! The pieces are public for `sloserve tune`: [`WorkloadSpec`] (the workload
+//! flags both commands share), [`dataset`] + [`workload`] build requests, [`client`] sends one, [`load`] drives many, [`metrics`]
 //! summarises (pure functions), [`report`] writes JSON, markdown and plots.
 
 pub mod args;
@@ -20,6 +20,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod slo;
+pub mod spec;
 pub mod sse;
 pub mod sweep;
 pub mod words;
@@ -32,5 +33,6 @@ pub use record::RequestRecord;
 pub use report::{BenchReport, PointReport};
 pub use run::{run_bench, run_bench_blocking};
 pub use slo::SloSpec;
+pub use spec::WorkloadSpec;
 pub use sweep::{Sweep, SweepVar};
 pub use workload::{workload, RequestSpec};

@@ -22,7 +22,7 @@ use crate::workload::{workload, DURATION_POOL};
 pub async fn run_bench(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
     args.validate()?;
     // Record the effective values in the report's config.
-    args.ignore_eos = Some(args.ignore_eos());
+    args.workload.ignore_eos = Some(args.workload.ignore_eos());
     let started_unix_s = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
@@ -32,7 +32,7 @@ pub async fn run_bench(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
         endpoint: args.endpoint,
         model: args.model.clone().unwrap_or_default(),
         api_key: args.api_key.clone(),
-        ignore_eos: args.ignore_eos(),
+        ignore_eos: args.workload.ignore_eos(),
         timeout: Duration::from_secs_f64(args.timeout),
     };
     if args.model.is_none() {
@@ -61,7 +61,10 @@ pub async fn run_bench(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
             }
         }
     }
-    let all = workload(&args, args.warmup + per_point.unwrap_or(DURATION_POOL))?;
+    let all = workload(
+        &args.workload,
+        args.warmup + per_point.unwrap_or(DURATION_POOL),
+    )?;
     let warm = Arc::new(all[..args.warmup].to_vec());
     let work = Arc::new(all[args.warmup..].to_vec());
     let slo = args.slo.clone().unwrap_or_default();
@@ -81,7 +84,7 @@ pub async fn run_bench(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
                 },
                 num_requests: Some(warm.len()),
                 duration: None,
-                seed: args.seed,
+                seed: args.workload.seed,
             };
             if !args.quiet {
                 eprintln!("[{label}] warming up with {} requests", warm.len());
@@ -99,7 +102,7 @@ pub async fn run_bench(mut args: BenchArgs) -> anyhow::Result<BenchReport> {
             load,
             num_requests: per_point,
             duration: args.duration.map(Duration::from_secs_f64),
-            seed: args.seed,
+            seed: args.workload.seed,
         };
         let (records, duration) = drive(&client, work.clone(), &plan, progress.on_done()).await;
         progress.finish();

@@ -7,8 +7,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
-use crate::args::BenchArgs;
 use crate::dataset::{load_samples, Message};
+use crate::spec::WorkloadSpec;
 
 /// Requests generated when a run is bounded by `--duration` only (they are reused in a cycle).
 pub const DURATION_POOL: usize = 1000;
@@ -105,18 +105,18 @@ impl RequestSpec {
     }
 }
 
-/// `n` requests from `args` (dataset, lengths, class mix), the same for the same `--seed`.
+/// `n` requests of `spec` (dataset, lengths, class mix), the same for the same `--seed`.
 /// Classes are drawn from their own random stream, so adding a mix does not change the prompts.
-pub fn workload(args: &BenchArgs, n: usize) -> anyhow::Result<Vec<RequestSpec>> {
-    let mut rng = StdRng::seed_from_u64(args.seed);
-    let mut class_rng = StdRng::seed_from_u64(args.seed ^ 0x5105_c1a5_5e5e_d000);
-    let samples = load_samples(args, n, &mut rng)?;
+pub fn workload(spec: &WorkloadSpec, n: usize) -> anyhow::Result<Vec<RequestSpec>> {
+    let mut rng = StdRng::seed_from_u64(spec.seed);
+    let mut class_rng = StdRng::seed_from_u64(spec.seed ^ 0x5105_c1a5_5e5e_d000);
+    let samples = load_samples(spec, n, &mut rng)?;
     Ok(samples
         .into_iter()
         .map(|s| RequestSpec {
             class: s
                 .class
-                .or_else(|| args.slo_class.as_ref().map(|m| m.pick(&mut class_rng))),
+                .or_else(|| spec.slo_class.as_ref().map(|m| m.pick(&mut class_rng))),
             messages: s.messages,
             prompt_tokens: s.prompt_tokens,
             max_tokens: s.output_len.max(1),

@@ -271,6 +271,29 @@ impl EngineConfig {
         }
         Ok(())
     }
+
+    /// The configuration `serve` and `tune` run with: built-in profile
+    /// `profile`, then the keys of the TOML file `config_file` over it (errors
+    /// name the file), then `overrides` (e.g. command-line flags); validated.
+    pub fn load(
+        profile: &str,
+        config_file: Option<&std::path::Path>,
+        overrides: impl FnOnce(&mut EngineConfig),
+    ) -> Result<EngineConfig, EngineError> {
+        let mut cfg = crate::profile::Profile::load(profile)?;
+        if let Some(path) = config_file {
+            let in_file = |why: String| bad(format!("{}: {why}", path.display()));
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| in_file(format!("cannot read it: {e}")))?;
+            cfg = cfg.with_overrides_toml(&text).map_err(|e| match e {
+                EngineError::InvalidConfig(why) => in_file(why),
+                other => other,
+            })?;
+        }
+        overrides(&mut cfg);
+        cfg.validate()?;
+        Ok(cfg)
+    }
 }
 
 #[cfg(test)]
@@ -312,5 +335,35 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(c.num_kv_blocks_for(1024), 64);
+    }
+
+    #[test]
+    fn load_lays_profile_then_file_then_overrides() {
+        let dir = std::env::temp_dir().join(format!("sloserve-config-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(&file, "max_num_seqs = 7\nmax_prefill_chunk = 99\n").unwrap();
+        let c = EngineConfig::load("mixed", Some(&file), |c| c.max_prefill_chunk = 64).unwrap();
+        assert_eq!(c.max_num_seqs, 7, "from the file");
+        assert_eq!(c.max_prefill_chunk, 64, "the override wins");
+        let mixed = crate::profile::Profile::load("mixed").unwrap();
+        assert_eq!(c.batch_aging_ms, mixed.batch_aging_ms, "from the profile");
+        assert_eq!(EngineConfig::load("mixed", None, |_| {}).unwrap(), mixed);
+
+        let err = |r: Result<EngineConfig, EngineError>| r.unwrap_err().to_string();
+        assert!(err(EngineConfig::load("nope", None, |_| {})).contains("unknown profile 'nope'"));
+        let missing = dir.join("missing.toml");
+        let e = err(EngineConfig::load("mixed", Some(&missing), |_| {}));
+        assert!(e.contains("missing.toml: cannot read it"), "{e}");
+        std::fs::write(&file, "max_num_sqes = 7\n").unwrap();
+        let e = err(EngineConfig::load("mixed", Some(&file), |_| {}));
+        assert!(e.contains("c.toml: ") && e.contains("max_num_sqes"), "{e}");
+        assert_eq!(e.matches("invalid engine configuration").count(), 1, "{e}");
+        std::fs::write(&file, "max_num_seqs = 0\n").unwrap();
+        let e = err(EngineConfig::load("mixed", Some(&file), |_| {}));
+        assert!(e.contains("c.toml: max_num_seqs must be > 0"), "{e}");
+        let e = err(EngineConfig::load("mixed", None, |c| c.max_num_seqs = 0));
+        assert!(e.contains("max_num_seqs must be > 0"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,9 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
-use sloserve_engine::{EngineConfig, Profile, SloClass};
+use sloserve_engine::{EngineConfig, SloClass};
 use sloserve_model::{Precision, RunnerOptions};
 
 /// The default model file (fetched by `make model`).
@@ -122,14 +121,15 @@ impl ServeArgs {
 
     /// Profile, then `--config` TOML, then flags.
     pub fn engine_config(&self) -> anyhow::Result<EngineConfig> {
-        let mut cfg = Profile::load(&self.profile)?;
-        if let Some(path) = &self.config {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read --config {}", path.display()))?;
-            cfg = cfg
-                .with_overrides_toml(&text)
-                .with_context(|| format!("--config {}", path.display()))?;
-        }
+        Ok(EngineConfig::load(
+            &self.profile,
+            self.config.as_deref(),
+            |cfg| self.apply_flags(cfg),
+        )?)
+    }
+
+    /// Set the engine settings given as flags.
+    fn apply_flags(&self, cfg: &mut EngineConfig) {
         macro_rules! set {
             ($flag:ident => $($field:ident).+) => {
                 if let Some(v) = self.$flag { cfg.$($field).+ = v; }
@@ -165,8 +165,6 @@ impl ServeArgs {
                 limits.max_waiting_prompt_tokens = n;
             }
         }
-        cfg.validate()?;
-        Ok(cfg)
     }
 
     pub fn runner_options(&self, cfg: &EngineConfig) -> RunnerOptions {
@@ -222,6 +220,10 @@ mod tests {
         assert_eq!(a.runner_options(&c).kv_cache_memory, 64 << 20);
         a.profile = "nope".into();
         assert!(a.engine_config().is_err());
+        a.profile = "mixed".into();
+        a.config = Some(dir.join("missing.toml"));
+        let e = a.engine_config().unwrap_err().to_string();
+        assert!(e.contains("missing.toml: cannot read it"), "{e}");
         assert_eq!(a.model_name(), "SmolLM2-135M-Instruct.Q4_1");
         assert!(parse_bytes("12x").is_err());
     }

@@ -1,5 +1,4 @@
-//! The `sloserve` command: `generate`, `inspect` (and, as they land, `serve`,
-//! `bench`, `tune`).
+//! The `sloserve` command: `generate`, `serve`, `bench`, `tune` and `inspect`.
 
 mod generate;
 
@@ -27,11 +26,11 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (SSE streaming, SLO classes, metrics).
     Serve(sloserve_server::ServeArgs),
-    /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer.
     /// Drive an OpenAI-compatible server with streaming load; report TTFT/TPOT/ITL and goodput.
     Bench(sloserve_bench::BenchArgs),
     /// Measure the engine at a sequence of batch sizes under a bench workload; recommend interactive and batch configs.
     Tune(sloserve_tune::TuneArgs),
+    /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer.
     Inspect {
         /// GGUF model file.
         #[arg(long, default_value = DEFAULT_MODEL)]

@@ -5,10 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser};
 use serde::{Deserialize, Serialize};
-use sloserve_bench::dataset::{DatasetSpec, LenDist};
+use sloserve_bench::dataset::DatasetSpec;
 use sloserve_bench::slo::{SloMetric, SloTarget};
-use sloserve_bench::workload::ClassMix;
-use sloserve_bench::{BenchArgs, Endpoint, SloSpec};
+use sloserve_bench::{BenchArgs, Endpoint, SloSpec, WorkloadSpec};
 
 /// The default model file (fetched by `make model`).
 pub use sloserve_model::DEFAULT_MODEL_PATH as DEFAULT_MODEL;
@@ -91,26 +90,17 @@ pub struct TuneArgs {
     pub reanalyze: Option<PathBuf>,
 }
 
-/// The load and workload of every point: the `sloserve bench` flags of the same names.
+/// The workload of every point: the `sloserve bench` flags of the same names
+/// ([`WorkloadSpec`], shared with it), and how many requests each point runs.
 #[derive(Args, Clone, Debug, Serialize, Deserialize)]
 pub struct WorkloadArgs {
     /// Endpoint: completions or chat.
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     pub endpoint: Endpoint,
-    /// Closed loop with this many requests in flight at every point. Default
-    /// (neither this nor `--request-rate`): as many as the point's
-    /// `max_num_seqs`, i.e. each batch size is measured full.
-    #[arg(long, conflicts_with = "request_rate")]
-    pub concurrency: Option<usize>,
-    /// Open loop at this many requests/s at every point (Poisson unless `--burstiness`).
-    #[arg(long)]
-    pub request_rate: Option<f64>,
-    /// Gamma shape of open-loop inter-arrival times (1 = Poisson).
-    #[arg(long, default_value_t = 1.0)]
-    pub burstiness: f64,
-    /// Cap on in-flight requests in open-loop mode.
-    #[arg(long)]
-    pub max_concurrency: Option<usize>,
+    /// Load shape, dataset, lengths, SLO classes and seed, as `sloserve bench` takes them.
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub spec: WorkloadSpec,
     /// Measured requests per point (default: the larger of 48 and 4 per request in flight).
     #[arg(long)]
     pub num_requests: Option<usize>,
@@ -118,36 +108,6 @@ pub struct WorkloadArgs {
     /// (default: one per request in flight, at most 8; they also fill the prefix cache).
     #[arg(long)]
     pub warmup: Option<usize>,
-    /// Dataset: `synthetic`, `sharegpt:FILE`, `prefix` or `jsonl:FILE` (as `sloserve bench`).
-    #[arg(long, default_value = "synthetic")]
-    pub dataset: DatasetSpec,
-    /// Prompt length in tokens (the unique question's length for `prefix`).
-    #[arg(long, default_value_t = 128)]
-    pub input_len: usize,
-    /// Draw prompt lengths instead: `uniform:LO-HI` or `normal:MEAN,STD`.
-    #[arg(long)]
-    pub input_len_dist: Option<LenDist>,
-    /// Output tokens (`max_tokens`); default 128, or the dataset's own lengths.
-    #[arg(long)]
-    pub output_len: Option<usize>,
-    /// Draw output lengths instead: `uniform:LO-HI` or `normal:MEAN,STD`.
-    #[arg(long)]
-    pub output_len_dist: Option<LenDist>,
-    /// `prefix` dataset: tokens in the shared system prompt.
-    #[arg(long, default_value_t = 256)]
-    pub prefix_len: usize,
-    /// `prefix` dataset: number of distinct shared prefixes.
-    #[arg(long, default_value_t = 1)]
-    pub num_prefixes: usize,
-    /// Send `ignore_eos` (default: true for synthetic and prefix).
-    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
-    pub ignore_eos: Option<bool>,
-    /// SLO-class mix sent with the requests, e.g. `interactive=0.7,batch=0.3`.
-    #[arg(long)]
-    pub slo_class: Option<ClassMix>,
-    /// Seed for prompts, lengths, classes and arrival times.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Per-request timeout (seconds).
     #[arg(long, default_value_t = 600.0)]
     pub timeout: f64,
@@ -185,11 +145,11 @@ pub enum PointLoad {
 impl WorkloadArgs {
     /// The load of the point with this batch size.
     pub fn load_for(&self, max_num_seqs: usize) -> PointLoad {
-        match (self.concurrency, self.request_rate) {
+        match (self.spec.concurrency, self.spec.request_rate) {
             (Some(c), _) => PointLoad::Closed(c),
             (None, Some(rate)) => PointLoad::Open {
                 rate,
-                max_concurrency: self.max_concurrency,
+                max_concurrency: self.spec.max_concurrency,
             },
             (None, None) => PointLoad::Closed(max_num_seqs),
         }
@@ -220,13 +180,14 @@ impl WorkloadArgs {
 
     /// One sentence on how load is applied, for the report.
     pub fn load_description(&self) -> String {
-        match (self.concurrency, self.request_rate) {
+        let w = &self.spec;
+        match (w.concurrency, w.request_rate) {
             (Some(c), _) => format!("closed loop, {c} requests in flight at every point"),
             (None, Some(r)) => format!(
                 "open loop, {} requests/s (burstiness {}){}",
                 sloserve_bench::sweep::fmt_rate(r),
-                self.burstiness,
-                self.max_concurrency
+                w.burstiness,
+                w.max_concurrency
                     .map(|m| format!(", at most {m} in flight"))
                     .unwrap_or_default()
             ),
@@ -238,11 +199,12 @@ impl WorkloadArgs {
 
     /// The workload flags as `sloserve bench` takes them (load flags excluded).
     pub fn workload_flags(&self) -> Vec<String> {
+        let w = &self.spec;
         let mut f = vec![
             "--dataset".to_string(),
-            self.dataset.to_string(),
+            w.dataset.to_string(),
             "--input-len".into(),
-            self.input_len.to_string(),
+            w.input_len.to_string(),
         ];
         let mut push = |k: &str, v: String| {
             f.push(k.to_string());
@@ -251,29 +213,29 @@ impl WorkloadArgs {
         if self.endpoint != Endpoint::Completions {
             push("--endpoint", "chat".into());
         }
-        if let Some(d) = &self.input_len_dist {
+        if let Some(d) = &w.input_len_dist {
             push("--input-len-dist", d.to_string());
         }
-        if let Some(n) = self.output_len {
+        if let Some(n) = w.output_len {
             push("--output-len", n.to_string());
         }
-        if let Some(d) = &self.output_len_dist {
+        if let Some(d) = &w.output_len_dist {
             push("--output-len-dist", d.to_string());
         }
-        if self.dataset == DatasetSpec::Prefix {
-            push("--prefix-len", self.prefix_len.to_string());
-            if self.num_prefixes != 1 {
-                push("--num-prefixes", self.num_prefixes.to_string());
+        if w.dataset == DatasetSpec::Prefix {
+            push("--prefix-len", w.prefix_len.to_string());
+            if w.num_prefixes != 1 {
+                push("--num-prefixes", w.num_prefixes.to_string());
             }
         }
-        if let Some(b) = self.ignore_eos {
+        if let Some(b) = w.ignore_eos {
             push("--ignore-eos", b.to_string());
         }
-        if let Some(m) = &self.slo_class {
+        if let Some(m) = &w.slo_class {
             push("--slo-class", m.to_string());
         }
-        if self.seed != 0 {
-            push("--seed", self.seed.to_string());
+        if w.seed != 0 {
+            push("--seed", w.seed.to_string());
         }
         f
     }
@@ -291,8 +253,8 @@ impl WorkloadArgs {
                     "--request-rate".to_string(),
                     sloserve_bench::sweep::fmt_rate(rate),
                 ];
-                if self.burstiness != 1.0 {
-                    f.extend(["--burstiness".into(), self.burstiness.to_string()]);
+                if self.spec.burstiness != 1.0 {
+                    f.extend(["--burstiness".into(), self.spec.burstiness.to_string()]);
                 }
                 if let Some(m) = max_concurrency {
                     f.extend(["--max-concurrency".into(), m.to_string()]);
@@ -324,36 +286,27 @@ impl WorkloadArgs {
         b.endpoint = self.endpoint;
         b.model = Some(model.to_string());
         b.api_key = None;
+        b.workload = self.spec.clone();
         match load {
             PointLoad::Closed(c) => {
-                b.concurrency = Some(c);
-                b.request_rate = None;
+                b.workload.concurrency = Some(c);
+                b.workload.request_rate = None;
+                b.workload.max_concurrency = None;
             }
             PointLoad::Open {
                 rate,
                 max_concurrency,
             } => {
-                b.concurrency = None;
-                b.request_rate = Some(rate);
-                b.max_concurrency = max_concurrency;
+                b.workload.concurrency = None;
+                b.workload.request_rate = Some(rate);
+                b.workload.max_concurrency = max_concurrency;
             }
         }
-        b.burstiness = self.burstiness;
         b.num_requests = Some(self.requests_for(load, max_num_seqs));
         b.duration = None;
         b.warmup = self.warmup_for(load, max_num_seqs);
         b.sweep = None;
-        b.dataset = self.dataset.clone();
-        b.input_len = self.input_len;
-        b.input_len_dist = self.input_len_dist;
-        b.output_len = self.output_len;
-        b.output_len_dist = self.output_len_dist;
-        b.prefix_len = self.prefix_len;
-        b.num_prefixes = self.num_prefixes;
-        b.ignore_eos = self.ignore_eos;
-        b.slo_class = self.slo_class.clone();
         b.slo = Some(slo.clone());
-        b.seed = self.seed;
         b.timeout = self.timeout;
         b.out = None;
         b.quiet = true;
@@ -414,17 +367,10 @@ impl TuneArgs {
             );
         }
         let w = &self.workload;
-        anyhow::ensure!(w.concurrency != Some(0), "--concurrency must be at least 1");
+        w.spec.validate()?;
         anyhow::ensure!(
             w.num_requests != Some(0),
             "--num-requests must be at least 1"
-        );
-        if let Some(r) = w.request_rate {
-            anyhow::ensure!(r > 0.0, "--request-rate must be positive (or inf)");
-        }
-        anyhow::ensure!(
-            w.burstiness > 0.0 && w.burstiness.is_finite(),
-            "--burstiness must be positive"
         );
         anyhow::ensure!(w.timeout > 0.0, "--timeout must be positive");
         Ok(())

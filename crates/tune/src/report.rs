@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sloserve_bench::load::LoadSpec;
+use sloserve_bench::report::files::{chart_md, write_charts, write_json};
 use sloserve_bench::Summary;
 use sloserve_engine::EngineConfig;
 
@@ -398,7 +399,7 @@ pub fn render_markdown(report: &TuneReport, dir: &Path, charts: &[String]) -> St
     if !charts.is_empty() {
         let _ = writeln!(out, "\n## Plots\n");
         for c in charts {
-            let _ = writeln!(out, "![{c}]({c}.png) ([svg]({c}.svg))\n");
+            let _ = writeln!(out, "{}\n", chart_md(c));
         }
     }
     let _ = writeln!(out, "\n## How the winners are chosen\n");
@@ -471,10 +472,7 @@ pub fn write_outputs(report: &TuneReport, dir: &Path) -> anyhow::Result<Vec<Path
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
     let json = dir.join("tune.json");
-    let f = std::io::BufWriter::new(
-        std::fs::File::create(&json).with_context(|| format!("creating {}", json.display()))?,
-    );
-    serde_json::to_writer_pretty(f, report).context("writing tune.json")?;
+    write_json(&json, report)?;
     written.push(json);
     for (kind, rec) in [
         ("interactive", &report.interactive),
@@ -493,27 +491,10 @@ pub fn write_outputs(report: &TuneReport, dir: &Path) -> anyhow::Result<Vec<Path
             }
         }
     }
-    let mut stems = Vec::new();
-    for (stem, chart) in crate::charts::charts(report) {
-        let png = dir.join(format!("{stem}.png"));
-        std::fs::write(
-            &png,
-            chart
-                .to_png()
-                .with_context(|| format!("rendering {stem}.png"))?,
-        )?;
-        let svg = dir.join(format!("{stem}.svg"));
-        std::fs::write(
-            &svg,
-            chart
-                .to_svg()
-                .with_context(|| format!("rendering {stem}.svg"))?,
-        )?;
-        written.extend([png, svg]);
-        stems.push(stem);
-    }
+    let charts = write_charts(dir, crate::charts::charts(report))?;
+    written.extend(charts.files);
     let md = dir.join("report.md");
-    std::fs::write(&md, render_markdown(report, dir, &stems))?;
+    std::fs::write(&md, render_markdown(report, dir, &charts.stems))?;
     written.push(md);
     Ok(written)
 }

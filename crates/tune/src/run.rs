@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use sloserve_bench::metrics::ttft;
 use sloserve_bench::run_bench;
-use sloserve_engine::{EngineConfig, Profile};
+use sloserve_engine::EngineConfig;
 use sloserve_model::{LoadedModel, Precision};
 use sloserve_server::{AppState, ServeArgs};
 
@@ -23,15 +23,11 @@ use crate::report::{self, EngineCounters, NotMeasured, TunePoint, TuneReport, SC
 
 /// The base configuration: the profile, then `--config`.
 pub fn base_config(args: &TuneArgs) -> anyhow::Result<EngineConfig> {
-    let mut cfg = Profile::load(&args.profile)?;
-    if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read --config {}", path.display()))?;
-        cfg = cfg
-            .with_overrides_toml(&text)
-            .with_context(|| format!("--config {}", path.display()))?;
-    }
-    Ok(cfg)
+    Ok(EngineConfig::load(
+        &args.profile,
+        args.config.as_deref(),
+        |_| {},
+    )?)
 }
 
 /// A planned configuration.
@@ -408,7 +404,7 @@ pub async fn run_tune(args: TuneArgs) -> anyhow::Result<TuneReport> {
             args.max_minutes
         ));
     }
-    if let Some(c) = args.workload.concurrency {
+    if let Some(c) = args.workload.spec.concurrency {
         let above: Vec<String> = points
             .iter()
             .filter(|p| p.knobs.max_num_seqs > c)

@@ -340,10 +340,10 @@ fn flags_parse_and_plan_the_grid() {
     let b = d
         .workload
         .bench_args("http://127.0.0.1:1", "m", 16, &d.slo_spec());
-    assert_eq!(b.concurrency, Some(16));
+    assert_eq!(b.workload.concurrency, Some(16));
     assert_eq!(b.num_requests, Some(64));
     assert_eq!(b.warmup, 8, "one per request in flight, at most 8");
-    assert_eq!(b.prefix_len, 400);
+    assert_eq!(b.workload.prefix_len, 400);
     assert!(b.quiet && b.slo.is_some());
     b.validate().unwrap();
     let small = d

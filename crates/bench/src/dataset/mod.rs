@@ -14,7 +14,7 @@ use rand::Rng;
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 
-use crate::args::BenchArgs;
+use crate::spec::WorkloadSpec;
 use crate::words::WORDS;
 
 mod files;
@@ -188,20 +188,24 @@ pub fn random_words(n: usize, rng: &mut StdRng) -> String {
     out
 }
 
-/// `n` samples of the dataset `args.dataset`, reproducible from `rng`.
-pub fn load_samples(args: &BenchArgs, n: usize, rng: &mut StdRng) -> anyhow::Result<Vec<Sample>> {
+/// `n` samples of the dataset `spec.dataset`, reproducible from `rng`.
+pub fn load_samples(
+    spec: &WorkloadSpec,
+    n: usize,
+    rng: &mut StdRng,
+) -> anyhow::Result<Vec<Sample>> {
     let out_len =
-        |rng: &mut StdRng, own: Option<usize>| match (&args.output_len_dist, args.output_len) {
+        |rng: &mut StdRng, own: Option<usize>| match (&spec.output_len_dist, spec.output_len) {
             (Some(d), _) => d.sample(rng),
             (None, Some(l)) => l,
             (None, None) => own.unwrap_or(DEFAULT_OUTPUT_LEN),
         };
     let in_len = |rng: &mut StdRng| {
-        args.input_len_dist
-            .map_or(args.input_len, |d| d.sample(rng))
+        spec.input_len_dist
+            .map_or(spec.input_len, |d| d.sample(rng))
             .max(1)
     };
-    let samples = match &args.dataset {
+    let samples = match &spec.dataset {
         DatasetSpec::Synthetic => (0..n)
             .map(|_| {
                 let words = in_len(rng);
@@ -215,8 +219,8 @@ pub fn load_samples(args: &BenchArgs, n: usize, rng: &mut StdRng) -> anyhow::Res
             })
             .collect(),
         DatasetSpec::Prefix => {
-            let prefixes: Vec<String> = (0..args.num_prefixes.max(1))
-                .map(|_| random_words(args.prefix_len, rng))
+            let prefixes: Vec<String> = (0..spec.num_prefixes.max(1))
+                .map(|_| random_words(spec.prefix_len, rng))
                 .collect();
             (0..n)
                 .map(|i| {
@@ -227,7 +231,7 @@ pub fn load_samples(args: &BenchArgs, n: usize, rng: &mut StdRng) -> anyhow::Res
                         content: prefixes[i % prefixes.len()].clone(),
                     };
                     let output_len = out_len(rng, None);
-                    let prompt_tokens = args.prefix_len + word_count(&question);
+                    let prompt_tokens = spec.prefix_len + word_count(&question);
                     Sample {
                         messages: vec![system, user(question)],
                         prompt_tokens,

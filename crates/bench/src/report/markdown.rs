@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::metrics::Summary;
+use crate::report::files::chart_md;
 use crate::report::table::pct;
 use crate::report::{slug, BenchReport};
 
@@ -95,9 +96,9 @@ pub fn render(r: &BenchReport, charts: &[String]) -> String {
     let _ = writeln!(
         out,
         "- dataset: `{}`, seed {}, ignore_eos {}",
-        c.dataset,
-        c.seed,
-        c.ignore_eos()
+        c.workload.dataset,
+        c.workload.seed,
+        c.workload.ignore_eos()
     );
     if let Some(s) = &r.sweep {
         let _ = writeln!(out, "- sweep: `{s}`");
@@ -105,7 +106,7 @@ pub fn render(r: &BenchReport, charts: &[String]) -> String {
     if let Some(s) = &c.slo {
         let _ = writeln!(out, "- SLO targets: `{s}`");
     }
-    if let Some(m) = &c.slo_class {
+    if let Some(m) = &c.workload.slo_class {
         let _ = writeln!(out, "- SLO class mix: `{m}`");
     }
     let _ = writeln!(out, "- schema `{}`; metric definitions as `vllm bench serve` (percentiles: numpy linear interpolation)", r.schema);
@@ -123,7 +124,7 @@ pub fn render(r: &BenchReport, charts: &[String]) -> String {
             crate::report::table::sweep_text(&r.points)
         );
         for s in sweep_charts {
-            let _ = writeln!(out, "![{s}]({s}.png) ([svg]({s}.svg))\n");
+            let _ = writeln!(out, "{}\n", chart_md(s));
         }
     }
     for p in &r.points {
@@ -141,7 +142,7 @@ pub fn render(r: &BenchReport, charts: &[String]) -> String {
         }
         let hist = format!("ttft_hist_{}", slug(&p.label));
         if charts.contains(&hist) {
-            let _ = writeln!(out, "\n![{hist}]({hist}.png) ([svg]({hist}.svg))");
+            let _ = writeln!(out, "\n{}", chart_md(&hist));
         }
     }
     out

@@ -1,5 +1,6 @@
 //! The benchmark report: its versioned JSON form (`results.json`), and writing it with `report.md` and plots to `--out`.
 
+pub mod files;
 pub mod markdown;
 pub mod plots;
 pub mod table;
@@ -221,32 +222,12 @@ pub fn write_outputs(report: &BenchReport, dir: &Path) -> anyhow::Result<Vec<Pat
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut written = Vec::new();
     let json = dir.join("results.json");
-    let f = std::io::BufWriter::new(
-        std::fs::File::create(&json).with_context(|| format!("creating {}", json.display()))?,
-    );
-    serde_json::to_writer_pretty(f, report).context("writing results.json")?;
+    files::write_json(&json, report)?;
     written.push(json);
-    let mut stems = Vec::new();
-    for (stem, chart) in charts(report) {
-        let png = dir.join(format!("{stem}.png"));
-        std::fs::write(
-            &png,
-            chart
-                .to_png()
-                .with_context(|| format!("rendering {stem}.png"))?,
-        )?;
-        let svg = dir.join(format!("{stem}.svg"));
-        std::fs::write(
-            &svg,
-            chart
-                .to_svg()
-                .with_context(|| format!("rendering {stem}.svg"))?,
-        )?;
-        written.extend([png, svg]);
-        stems.push(stem);
-    }
+    let charts = files::write_charts(dir, charts(report))?;
+    written.extend(charts.files);
     let md = dir.join("report.md");
-    std::fs::write(&md, markdown::render(report, &stems))?;
+    std::fs::write(&md, markdown::render(report, &charts.stems))?;
     written.push(md);
     Ok(written)
 }
