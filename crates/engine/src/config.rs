@@ -72,6 +72,19 @@ pub enum StepBudgetPolicy {
     Tokens,
 }
 
+impl std::str::FromStr for StepBudgetPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "time" => Ok(StepBudgetPolicy::Time),
+            "tokens" => Ok(StepBudgetPolicy::Tokens),
+            other => Err(format!(
+                "unknown step budget '{other}' (expected 'time' or 'tokens')"
+            )),
+        }
+    }
+}
+
 /// The engine's configuration. Missing TOML keys take the defaults below; unknown
 /// keys are errors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use sloserve_engine::{EngineConfig, SloClass};
+use sloserve_engine::{EngineConfig, SloClass, StepBudgetPolicy};
 use sloserve_model::{Precision, RunnerOptions};
 
 /// The default model file (fetched by `make model`).
@@ -67,6 +67,23 @@ pub struct ServeArgs {
     /// TTFT target of interactive requests that give none (ms).
     #[arg(long)]
     pub default_ttft_slo_ms: Option<f64>,
+    /// TPOT target of interactive requests that give none (ms; default: the
+    /// relative bound `--max-batch-interference`).
+    #[arg(long)]
+    pub default_tpot_slo_ms: Option<f64>,
+    /// How steps carrying interactive work are bounded: `time` (SLO-aware) or
+    /// `tokens` (the earlier policy).
+    #[arg(long)]
+    pub step_budget: Option<StepBudgetPolicy>,
+    /// How much longer batch work may make a step carrying interactive work (0.2 = 20%).
+    #[arg(long)]
+    pub max_batch_interference: Option<f64>,
+    /// Fraction of a target's allowance kept back for prediction error.
+    #[arg(long)]
+    pub slo_margin: Option<f64>,
+    /// A batch sequence skipped this many steps in a row joins the next.
+    #[arg(long)]
+    pub batch_max_skip_steps: Option<u64>,
     /// Refuse an interactive request whose predicted TTFT exceeds its SLO times this (0: never).
     #[arg(long)]
     pub ttft_reject_factor: Option<f64>,
@@ -142,6 +159,13 @@ impl ServeArgs {
         set!(kv_cache_memory => kv_cache_memory);
         set!(default_slo_class => default_slo_class);
         set!(ttft_reject_factor => admission.ttft_reject_factor);
+        set!(step_budget => step_budget);
+        set!(max_batch_interference => max_batch_interference);
+        set!(slo_margin => slo_margin);
+        set!(batch_max_skip_steps => batch_max_skip_steps);
+        if self.default_tpot_slo_ms.is_some() {
+            cfg.default_tpot_slo_ms = self.default_tpot_slo_ms;
+        }
         if self.max_model_len.is_some() {
             cfg.max_model_len = self.max_model_len;
         }
