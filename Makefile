@@ -1,6 +1,8 @@
 # sloserve: build, fetch the default model, serve, test.
 MODEL := models/SmolLM2-135M-Instruct.Q4_1.gguf
 CARGO ?= cargo
+# Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
+TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
 .PHONY: all model build release serve test test-rust test-python fmt clippy clean
 
@@ -18,23 +20,25 @@ release:
 
 # The OpenAI-compatible server on 127.0.0.1:8000; extra flags: make serve ARGS="--profile mixed".
 serve: model release
-	./target/release/sloserve serve $(ARGS)
+	$(TARGET_DIR)/release/sloserve serve $(ARGS)
 
 # Every test: unit tests, the model against llama.cpp's reference, the engine.
 test: model
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
 
-# The real `openai` Python SDK and the README's curl examples against `sloserve serve`.
+# The real `openai` Python SDK (pinned in tests/python/requirements.txt) and the README's
+# curl examples against `sloserve serve`.
 VENV := .venv
-$(VENV)/.openai-installed:
+PY_REQUIREMENTS := tests/python/requirements.txt
+$(VENV)/.requirements-installed: $(PY_REQUIREMENTS)
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check openai
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r $(PY_REQUIREMENTS)
 	touch $@
 
-test-python: model $(VENV)/.openai-installed
+test-python: model $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
-	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin target/debug/sloserve
+	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
 
 fmt:
 	$(CARGO) fmt --all

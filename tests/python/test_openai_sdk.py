@@ -3,7 +3,8 @@
 examples. Starts the server binary on a free loopback port, waits for /ready, runs
 the checks, then stops the server with SIGTERM and expects a clean exit (code 0).
 
-usage: tests/python/test_openai_sdk.py [--bin target/debug/sloserve] [--readme README.md]
+usage: tests/python/test_openai_sdk.py [--bin BINARY] [--readme README.md]
+(BINARY defaults to $CARGO_TARGET_DIR/debug/sloserve, CARGO_TARGET_DIR defaulting to target/.)
 Ends with a line 'python: N passed, M failed'; exits non-zero on any failure.
 """
 import argparse, json, os, re, signal, socket, subprocess, sys, tempfile, time, traceback
@@ -151,7 +152,8 @@ def test_readme_curl_examples(client, base, readme=None):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "debug", "sloserve"))
+    target = os.path.abspath(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"))
+    ap.add_argument("--bin", default=os.path.join(target, "debug", "sloserve"))
     ap.add_argument("--readme", default=os.path.join(ROOT, "README.md"))
     args = ap.parse_args()
     port = free_port()

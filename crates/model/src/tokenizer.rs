@@ -285,6 +285,25 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Tokenizes a prompt as llama.cpp does with `add_special` and `parse_special` on: the
+    /// one BOS rule for every caller. Control-token texts become their ids, and BOS goes
+    /// first iff the model's `add_bos_token` says so, but never twice: a text that already
+    /// starts with the BOS token keeps only its own. (llama.cpp's chat path strips a
+    /// template's leading BOS text before tokenizing for this reason; its raw tokenize
+    /// path warns about the double BOS in `check_double_bos_eos`.)
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        let ids = self.encode(text, true)?;
+        match self.bos {
+            Some(bos) if self.add_bos && ids.first() != Some(&bos) => {
+                let mut with_bos = Vec::with_capacity(ids.len() + 1);
+                with_bos.push(bos);
+                with_bos.extend(ids);
+                Ok(with_bos)
+            }
+            _ => Ok(ids),
+        }
+    }
+
     /// Decodes `ids` to text; invalid UTF-8 becomes U+FFFD. `skip_special` drops control tokens.
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
         let mut buf = Vec::new();

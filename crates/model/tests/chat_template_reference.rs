@@ -1,36 +1,16 @@
 //! Chat template rendering against llama.cpp's rendered prompts for SmolLM2-135M-Instruct,
 //! plus the Hugging Face template features (pycompat methods, raise_exception, strftime_now).
 
-use std::path::PathBuf;
+mod common;
 
 use candle_core::quantized::gguf_file::Content;
+use common::{load_content, reference_json as reference};
 use sloserve_model::chat_template::{ChatMessage, ChatTemplate};
 use sloserve_model::tokenizer::Tokenizer;
 use sloserve_model::ModelError;
 
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn reference(name: &str) -> Vec<serde_json::Value> {
-    let path = repo_root().join("../shared/reference").join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read reference file {}: {e}", path.display()));
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("reference line is JSON"))
-        .collect()
-}
-
 fn load() -> (Content, Tokenizer) {
-    let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let mut file = std::fs::File::open(&path).unwrap_or_else(|e| {
-        panic!(
-            "model file {} is missing ({e}): run `make model` to fetch it",
-            path.display()
-        )
-    });
-    let content = Content::read(&mut file).expect("model file is valid GGUF");
+    let content = load_content();
     let tok = Tokenizer::from_gguf(&content).expect("tokenizer builds");
     (content, tok)
 }
@@ -67,7 +47,7 @@ fn reproduces_llamacpp_chat_prompts() {
             n += 1;
         }
     }
-    assert!(n >= 7, "only {n} chat records found");
+    assert_eq!(n, 3 + 3 + 1, "chat records checked");
 }
 
 #[test]

@@ -11,7 +11,9 @@ use sloserve_model::Precision;
 #[test]
 fn exact_matches_reference_short_prompts() {
     let mut runner = load_runner(Precision::Exact);
-    for rec in read_records("llamacpp-f32-greedy-smollm2.jsonl") {
+    let records = read_records("llamacpp-f32-greedy-smollm2.jsonl");
+    assert_eq!(records.len(), 10, "short prompt records");
+    for rec in records {
         let steps = rec.greedy_token_ids.len();
         let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, steps, 0);
         let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);
@@ -29,7 +31,9 @@ fn exact_matches_reference_short_prompts() {
 #[test]
 fn exact_matches_reference_long_prompts_whole_and_chunked() {
     let mut runner = load_runner(Precision::Exact);
-    for rec in read_records("llamacpp-f32-long-smollm2.jsonl") {
+    let records = read_records("llamacpp-f32-long-smollm2.jsonl");
+    assert_eq!(records.len(), 3, "long prompt records");
+    for rec in records {
         let steps = rec.greedy_token_ids.len();
         for chunk in [0, 64] {
             let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, steps, chunk);
@@ -55,6 +59,7 @@ fn exact_matches_reference_long_prompts_whole_and_chunked() {
 fn fast_is_within_llamacpp_fast_path_error() {
     let mut runner = load_runner(Precision::Fast);
     let records = read_records("llamacpp-f32-greedy-smollm2.jsonl");
+    assert_eq!(records.len(), 10, "short prompt records");
     let (mut argmax_equal, mut err_sum) = (0, 0.0);
     for rec in &records {
         let steps = rec.greedy_token_ids.len();

@@ -1,37 +1,13 @@
 //! Tokenizer and streaming detokenizer against llama.cpp's reference tokenizations of
 //! SmolLM2-135M-Instruct (tokenize records plus every greedy record's prompt and output).
 
-use std::path::PathBuf;
+mod common;
 
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Value;
+use common::{load_content, reference_json as reference};
 use sloserve_model::detokenizer::StreamDecoder;
 use sloserve_model::tokenizer::Tokenizer;
 use sloserve_model::ModelError;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn reference(name: &str) -> Vec<serde_json::Value> {
-    let path = repo_root().join("../shared/reference").join(name);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read reference file {}: {e}", path.display()));
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).expect("reference line is JSON"))
-        .collect()
-}
-
-fn load_content() -> Content {
-    let path = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    let mut file = std::fs::File::open(&path).unwrap_or_else(|e| {
-        panic!(
-            "model file {} is missing ({e}): run `make model` to fetch it",
-            path.display()
-        )
-    });
-    Content::read(&mut file).expect("model file is valid GGUF")
-}
 
 fn tokenizer() -> Tokenizer {
     Tokenizer::from_gguf(&load_content()).expect("tokenizer builds from GGUF")
@@ -92,7 +68,7 @@ fn metadata() {
 fn reproduces_llamacpp_tokenize_records() {
     let tok = tokenizer();
     let records = reference("llamacpp-tokenize-smollm2.jsonl");
-    assert!(records.len() >= 26);
+    let mut n = 0;
     for r in &records {
         let text = r["text"].as_str().expect("text");
         let want = ids(&r["token_ids"]);
@@ -107,12 +83,15 @@ fn reproduces_llamacpp_tokenize_records() {
             text,
             "streamed decode of {text:?}"
         );
+        n += 1;
     }
+    assert_eq!(n, 26, "tokenize records checked");
 }
 
 #[test]
 fn reproduces_greedy_record_prompts_and_outputs() {
     let tok = tokenizer();
+    let mut n = 0;
     for file in GREEDY_FILES {
         for r in reference(file) {
             let id = r["id"].as_str().unwrap_or("?");
@@ -122,6 +101,11 @@ fn reproduces_greedy_record_prompts_and_outputs() {
                 tok.encode(prompt, true).unwrap(),
                 want,
                 "{file} {id}: prompt tokens"
+            );
+            assert_eq!(
+                tok.encode_prompt(prompt).unwrap(),
+                want,
+                "{file} {id}: prompt tokens with the BOS rule"
             );
             assert_eq!(
                 tok.decode(&want, false).unwrap(),
@@ -136,8 +120,41 @@ fn reproduces_greedy_record_prompts_and_outputs() {
                 "{file} {id}: greedy decode"
             );
             assert_eq!(stream(&tok, &out, true), text, "{file} {id}: greedy stream");
+            n += 1;
         }
     }
+    assert_eq!(n, 10 + 10 + 3, "greedy records checked");
+}
+
+#[test]
+fn encode_prompt_adds_bos_once_iff_the_model_asks() {
+    let mut content = load_content();
+    // SmolLM2 does not ask for BOS: a prompt is its plain tokenization.
+    let tok = Tokenizer::from_gguf(&content).unwrap();
+    assert!(!tok.add_bos());
+    let hello = tok.encode("Hello", true).unwrap();
+    assert_eq!(tok.encode_prompt("Hello").unwrap(), hello);
+
+    content
+        .metadata
+        .insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(true));
+    let tok = Tokenizer::from_gguf(&content).unwrap();
+    assert!(tok.add_bos());
+    let bos = tok.bos_id().expect("SmolLM2 names a BOS token");
+    let with_bos = |ids: &[u32]| [&[bos][..], ids].concat();
+    assert_eq!(tok.encode_prompt("Hello").unwrap(), with_bos(&hello));
+    assert_eq!(tok.encode_prompt("").unwrap(), vec![bos]);
+    // A text that already starts with the BOS token keeps only its own.
+    let chat = "<|im_start|>user\nhi<|im_end|>";
+    let ids = tok.encode(chat, true).unwrap();
+    assert_eq!(ids[0], bos);
+    assert_eq!(tok.encode_prompt(chat).unwrap(), ids);
+    // The BOS token further in does not count.
+    let late = " <|im_start|>";
+    assert_eq!(
+        tok.encode_prompt(late).unwrap(),
+        with_bos(&tok.encode(late, true).unwrap())
+    );
 }
 
 #[test]

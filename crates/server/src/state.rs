@@ -154,24 +154,11 @@ impl AppState {
         format!("{prefix}-{:x}{n:06x}", self.created)
     }
 
-    /// Tokenizes prompt text (special-token texts recognised); BOS first iff the
-    /// model asks for it and the text does not already start with it.
+    /// Tokenizes prompt text with the tokenizer's one BOS rule (`Tokenizer::encode_prompt`).
     pub fn encode(&self, text: &str, param: &str) -> Result<Vec<u32>, ServerError> {
-        let mut ids = Vec::new();
-        if self.tokenizer.add_bos() {
-            if let Some(bos) = self.tokenizer.bos_id() {
-                let bos_text = String::from_utf8_lossy(self.tokenizer.token_bytes_ref(bos));
-                if bos_text.is_empty() || !text.starts_with(bos_text.as_ref()) {
-                    ids.push(bos);
-                }
-            }
-        }
-        let enc = self
-            .tokenizer
-            .encode(text, true)
-            .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")))?;
-        ids.extend(enc);
-        Ok(ids)
+        self.tokenizer
+            .encode_prompt(text)
+            .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")).into())
     }
 
     /// `encode` off the async workers when the text is large.

@@ -230,12 +230,20 @@ fn stop_string_across_tokens_is_never_emitted() {
         chunks.last().unwrap()["choices"][0]["finish_reason"],
         "stop"
     );
-    // Chat with a single stop string.
-    let chat = json!({"messages": [{"role": "user", "content": "Count from 1 to 20 with commas."}],
-        "max_tokens": 40, "temperature": 0, "stop": ","});
+    // Chat with a single stop string: the unstopped reply has it, the stopped one ends
+    // just before it.
+    let mut chat = json!({"messages": [{"role": "user", "content": "Count from 1 to 20 with commas."}],
+        "max_tokens": 40, "temperature": 0});
     let v = post(s.addr, "/v1/chat/completions", &chat).json();
-    let text = v["choices"][0]["message"]["content"].as_str().unwrap();
-    assert!(!text.contains(','), "{text}");
+    let unstopped = v["choices"][0]["message"]["content"].as_str().unwrap();
+    let stop = "5.";
+    let at = unstopped
+        .find(stop)
+        .unwrap_or_else(|| panic!("unstopped reply {unstopped:?} lacks {stop:?}"));
+    chat["stop"] = json!(stop);
+    let v = post(s.addr, "/v1/chat/completions", &chat).json();
+    assert_eq!(v["choices"][0]["message"]["content"], unstopped[..at]);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
 }
 
 #[test]
@@ -246,6 +254,15 @@ fn seed_reproduces_sampling_at_temperature_1() {
     let a = post(s.addr, "/v1/completions", &body).json();
     let b = post(s.addr, "/v1/completions", &body).json();
     assert_eq!(a["choices"][0]["text"], b["choices"][0]["text"]);
+    // Another seed samples another text (greedy decoding would not).
+    let mut other = body.clone();
+    other["seed"] = json!(4321);
+    let c = post(s.addr, "/v1/completions", &other).json();
+    assert!(c["choices"][0]["text"].is_string());
+    assert_ne!(
+        a["choices"][0]["text"], c["choices"][0]["text"],
+        "seeds 1234 and 4321 gave the same text"
+    );
     let mut stream = body.clone();
     stream["stream"] = json!(true);
     let (chunks, _) = stream_all(s, "/v1/completions", &stream);
@@ -422,23 +439,42 @@ fn slo_class_from_body_or_header() {
     assert_eq!(post(s.addr, "/v1/completions", &b).status, 200);
 }
 
+/// A streamed completion splits no character: each chunk is valid UTF-8 on its own
+/// (`next_event` checks), and the chunks add up to the non-streamed text of the same
+/// seed, which a U+FFFD from a split multi-byte character would break. The outputs hold
+/// tokens that are only part of a character, so a split was possible.
 #[test]
 fn utf8_emoji_and_cjk_stream_whole_characters() {
-    let s = server();
+    // Exact mode is batch-invariant: the streamed and the whole run sample alike.
+    let s = exact_server();
     let prompts = [
         "😀😃😄😁😆😅🤣😂🙂🙃😉😊😇🥰😍🤩😘😗😚😙😋😛😜🤪😝🤑🤗🤭",
         "日本語の文章です。東京、大阪、京都、名古屋、札幌、福岡、神戸、横浜、",
         "🍎🍊🍋🍌🍉🍇🍓 苹果 橘子 柠檬 香蕉 西瓜 葡萄 草莓 🍎🍊🍋🍌",
     ];
-    let mut non_ascii = false;
+    let mut partial_tokens = 0;
     for p in prompts {
-        let body = json!({"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": true, "stream": true});
+        let body = json!({"prompt": p, "max_tokens": 24, "temperature": 0.7, "seed": 11,
+            "ignore_eos": true});
+        let mut whole_body = body.clone();
+        whole_body["logprobs"] = json!(0);
+        let whole = post(s.addr, "/v1/completions", &whole_body).json();
+        let text = whole["choices"][0]["text"].as_str().unwrap().to_string();
+        // A token that is not a whole character shows as U+FFFD in logprobs.tokens.
+        partial_tokens += whole["choices"][0]["logprobs"]["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t.as_str().unwrap().contains('\u{FFFD}'))
+            .count();
+        let mut stream_body = body.clone();
+        stream_body["stream"] = json!(true);
         let mut st = send(
             s.addr,
             "POST",
             "/v1/completions",
             &[],
-            body.to_string().as_bytes(),
+            stream_body.to_string().as_bytes(),
         );
         assert_eq!(st.status, 200);
         let mut pieces = Vec::new();
@@ -446,20 +482,18 @@ fn utf8_emoji_and_cjk_stream_whole_characters() {
         while let Some(v) = st.next_json() {
             pieces.push(v["choices"][0]["text"].as_str().unwrap_or("").to_string());
         }
-        let full: String = pieces.concat();
-        non_ascii |= !full.is_ascii();
-        if !full.contains('\u{FFFD}') {
-            assert!(pieces.iter().all(|p| !p.contains('\u{FFFD}')), "{pieces:?}");
+        for piece in &pieces {
+            assert!(
+                !piece.contains('\u{FFFD}') || text.contains('\u{FFFD}'),
+                "chunk {piece:?} holds a U+FFFD the whole text {text:?} lacks"
+            );
         }
-        let whole = post(
-            s.addr,
-            "/v1/completions",
-            &json!({"prompt": p, "max_tokens": 24, "temperature": 0, "ignore_eos": true}),
-        )
-        .json();
-        assert!(whole["choices"][0]["text"].is_string());
+        assert_eq!(pieces.concat(), text, "streamed vs whole text of {p:?}");
     }
-    assert!(non_ascii, "the continuations should contain emoji or CJK");
+    assert!(
+        partial_tokens > 0,
+        "no generated token was part of a character: nothing could be split"
+    );
 }
 
 #[test]

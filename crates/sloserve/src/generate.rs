@@ -84,11 +84,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         }
         _ => bail!("give --prompt TEXT or --chat MESSAGE"),
     };
-    let mut prompt = Vec::new();
-    if m.tokenizer.add_bos() {
-        prompt.extend(m.tokenizer.bos_id());
-    }
-    prompt.extend(m.tokenizer.encode(&text, true)?);
+    let prompt = m.tokenizer.encode_prompt(&text)?;
     let gen = GenerateOptions {
         sampling: SamplingParams {
             temperature: a.temperature,

@@ -34,7 +34,7 @@ impl Drop for Server {
 
 impl Server {
     fn start() -> Server {
-        let model = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        let model = root().join(sloserve_model::DEFAULT_MODEL_PATH);
         assert!(
             model.exists(),
             "{} is missing: run `make model`",

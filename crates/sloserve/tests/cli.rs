@@ -9,7 +9,7 @@ fn root() -> PathBuf {
 }
 
 fn model() -> PathBuf {
-    let p = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = root().join(sloserve_model::DEFAULT_MODEL_PATH);
     assert!(
         p.exists(),
         "{} is missing: run `make model` first",
@@ -81,6 +81,12 @@ fn generate_chat_stops_at_end_of_turn_and_seeded_sampling_repeats() {
         "the end-of-turn token is not printed: {out1}"
     );
     assert_eq!(out1, out2, "same seed, same text");
+    // Another seed samples another text (greedy decoding would not).
+    let mut other = args;
+    other[args.len() - 1] = "8";
+    let (ok3, out3, err3) = sloserve(&other);
+    assert!(ok3, "{err3}");
+    assert_ne!(out1, out3, "seeds 7 and 8 gave the same text");
 }
 
 #[test]

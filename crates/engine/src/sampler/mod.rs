@@ -222,7 +222,9 @@ impl Sampler {
     }
 
     /// Records a generated token (for presence/frequency penalties). `sample` calls
-    /// this itself; the engine calls it when it replays tokens after preemption.
+    /// this itself. The engine never calls it: a preempted sequence keeps its
+    /// generated tokens and this sampler (counts and RNG), and recomputing its KV
+    /// samples nothing, so no token is observed twice.
     pub fn observe(&mut self, token: u32) {
         *self.counts.entry(token).or_insert(0) += 1;
     }

@@ -204,6 +204,7 @@ mod tests {
     #[test]
     fn matches_naive_on_ragged_shapes() {
         if !has_avx2() {
+            eprintln!("skipped: no AVX2/FMA/F16C");
             return;
         }
         // Rows past a tile, a chunk, columns past a panel, K past a block.
@@ -229,6 +230,7 @@ mod tests {
     #[test]
     fn rows_do_not_depend_on_the_batch() {
         if !has_avx2() {
+            eprintln!("skipped: no AVX2/FMA/F16C");
             return;
         }
         let (k, n) = (600, 48);

@@ -1,19 +1,20 @@
-//! Shared helpers for the model tests: paths to the default model and the llama.cpp
-//! reference records, and a plain greedy loop straight on a runner.
+//! Shared helpers for the model tests: paths to the default model and to the llama.cpp
+//! reference records in `tests/data/`, and a plain greedy loop straight on a runner.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
+use candle_core::quantized::gguf_file::Content;
 use serde::Deserialize;
 use sloserve_engine::{Batch, Logits, ModelRunner};
-use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
+use sloserve_model::{LlamaRunner, Precision, RunnerOptions, DEFAULT_MODEL_PATH};
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
 pub fn model_path() -> PathBuf {
-    let p = repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = repo_root().join(DEFAULT_MODEL_PATH);
     assert!(
         p.exists(),
         "{} is missing: run `make model` first",
@@ -22,14 +23,28 @@ pub fn model_path() -> PathBuf {
     p
 }
 
+/// The default model's GGUF metadata (no tensors loaded).
+pub fn load_content() -> Content {
+    let mut file = std::fs::File::open(model_path()).expect("open the default model");
+    Content::read(&mut file).expect("model file is valid GGUF")
+}
+
+/// A reference file in this crate's `tests/data/` (see its README.md).
 pub fn reference_path(name: &str) -> PathBuf {
-    let p = repo_root().join("../shared/reference").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing (shared/reference must lie beside the repo)",
-        p.display()
-    );
-    p
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+/// The JSON lines of a reference file; panics if it cannot be read.
+pub fn reference_json(name: &str) -> Vec<serde_json::Value> {
+    let path = reference_path(name);
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read reference file {}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).expect("reference line is JSON"))
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -49,11 +64,9 @@ pub struct GreedyRecord {
 }
 
 pub fn read_records(name: &str) -> Vec<GreedyRecord> {
-    std::fs::read_to_string(reference_path(name))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap())
+    reference_json(name)
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("a greedy record"))
         .collect()
 }
 

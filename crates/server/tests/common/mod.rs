@@ -14,7 +14,8 @@ use sloserve_server::{AppState, ServeArgs};
 
 pub fn model_path() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf");
+        .join("../..")
+        .join(sloserve_model::DEFAULT_MODEL_PATH);
     assert!(
         p.exists(),
         "{} is missing: run `make model` first",
