@@ -124,6 +124,11 @@ pub struct EngineConfig {
     /// A batch sequence left out of this many consecutive steps joins the next
     /// one whatever it costs (no batch sequence starves).
     pub batch_max_skip_steps: u64,
+    /// With `step_budget = "time"`: for this long after the last step that
+    /// carried interactive work, steps without any are bounded as if they carried
+    /// it (an interactive client's next request does not wait behind a full batch
+    /// step). 0: full batch steps at once.
+    pub interactive_linger_ms: u64,
     /// Reuse cached KV of shared prompt prefixes.
     pub enable_prefix_cache: bool,
     /// Serve interactive before batch requests. Off: every request is
@@ -165,6 +170,7 @@ impl Default for EngineConfig {
             max_batch_interference: 0.2,
             slo_margin: 0.2,
             batch_max_skip_steps: 32,
+            interactive_linger_ms: 1000,
             enable_prefix_cache: true,
             slo_classes: true,
             enable_preemption: true,

@@ -84,6 +84,9 @@ pub struct ServeArgs {
     /// A batch sequence skipped this many steps in a row joins the next.
     #[arg(long)]
     pub batch_max_skip_steps: Option<u64>,
+    /// For this long after interactive work, steps without it stay bounded (ms).
+    #[arg(long)]
+    pub interactive_linger_ms: Option<u64>,
     /// Refuse an interactive request whose predicted TTFT exceeds its SLO times this (0: never).
     #[arg(long)]
     pub ttft_reject_factor: Option<f64>,
@@ -163,6 +166,7 @@ impl ServeArgs {
         set!(max_batch_interference => max_batch_interference);
         set!(slo_margin => slo_margin);
         set!(batch_max_skip_steps => batch_max_skip_steps);
+        set!(interactive_linger_ms => interactive_linger_ms);
         if self.default_tpot_slo_ms.is_some() {
             cfg.default_tpot_slo_ms = self.default_tpot_slo_ms;
         }

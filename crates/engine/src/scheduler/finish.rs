@@ -73,7 +73,18 @@ impl Scheduler {
 
     /// Feeds the measured seconds of the step just run into the step-time model.
     pub fn observe_step_time(&mut self, secs: f64) {
-        self.cost.observe(&self.planned.shape, secs);
+        let p = &self.planned;
+        tracing::trace!(
+            step = self.step,
+            prefill = p.shape.prefill_tokens,
+            decode = p.shape.decode_rows,
+            context = p.shape.context_tokens,
+            predicted_ms = p.predicted_s * 1e3,
+            limit_ms = p.limit_s.unwrap_or(0.0) * 1e3,
+            measured_ms = secs * 1e3,
+            "step"
+        );
+        self.cost.observe(&p.shape, secs);
     }
 
     /// The runner failed the planned step: its sequences fail with `msg`.

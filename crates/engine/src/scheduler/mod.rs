@@ -17,7 +17,10 @@
 //!    online [`StepCostModel`]) fits; the rest skip the step in rotation, and a row
 //!    skipped `batch_max_skip_steps` times joins regardless. Batch prefill chunks
 //!    are sized to the time left. With no interactive work, steps are as large as
-//!    the token budget allows. With `step_budget = "tokens"` (the earlier policy)
+//!    the token budget allows, except within `interactive_linger_ms` of the last
+//!    interactive work: then a step is bounded as if it carried that work, so
+//!    the next interactive arrival waits no longer for the step in flight than
+//!    beside it. With `step_budget = "tokens"` (the earlier policy)
 //!    every decode joins and batch prefill fills up to
 //!    `interactive_max_batched_tokens`.
 //!
@@ -87,6 +90,9 @@ pub(crate) struct Scheduler {
     order: Vec<usize>,
     /// The latest step that ran any batch prefill (starvation guard).
     last_batch_prefill_step: u64,
+    /// When the latest step with interactive work was planned, and the predicted
+    /// time of that work (bounds the steps just after it: `linger_limit`).
+    last_interactive: Option<(Instant, f64)>,
 }
 
 impl Scheduler {
@@ -113,6 +119,7 @@ impl Scheduler {
             planned: PlannedStep::default(),
             order: Vec::new(),
             last_batch_prefill_step: 0,
+            last_interactive: None,
         }
     }
 
@@ -152,6 +159,10 @@ impl Scheduler {
         }
         self.requeue_preempted();
         self.build(now, batch, &budget);
+        if batch.is_empty() {
+            // Steps count only when they run (rotation and starvation are in steps).
+            self.step -= 1;
+        }
     }
 
     /// Writes the planned sequences into `batch`.

@@ -1,7 +1,7 @@
 //! Planning a step: which decodes and prefill chunks run, in what order, within
 //! the step's token and time budget.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Scheduler;
 use crate::budget::StepBudget;
@@ -36,7 +36,31 @@ impl Scheduler {
         self.plan_decodes(SloClass::Interactive, budget);
         self.plan_prefills(SloClass::Interactive, budget);
         self.admit(now, budget, true);
-        budget.set_limit(self.time_limit(now, budget));
+        let limit = match self.time_limit(now, budget) {
+            Some((limit, base)) => {
+                self.last_interactive = Some((now, base));
+                Some(limit)
+            }
+            None => self.linger_limit(now),
+        };
+        budget.set_limit(limit);
+        self.plan_batch_decodes(budget);
+        self.plan_prefills(SloClass::Batch, budget);
+        self.admit(now, budget, false);
+        if budget.used() == 0 {
+            self.plan_one_batch_unit(now, budget);
+        }
+    }
+
+    /// Nothing fit the step's time limit: one unit of batch work runs (a decode
+    /// row, else a prefill chunk of at most a block), so the engine always moves.
+    fn plan_one_batch_unit(&mut self, now: Instant, budget: &mut StepBudget) {
+        let decoding = self
+            .running
+            .iter()
+            .any(|s| s.is_active() && s.rank() == SloClass::Batch && s.is_decoding());
+        budget.set_limit(None);
+        budget.cap(if decoding { 1 } else { self.pool.block_size() });
         self.plan_batch_decodes(budget);
         self.plan_prefills(SloClass::Batch, budget);
         self.admit(now, budget, false);
@@ -57,7 +81,7 @@ impl Scheduler {
 
     /// Plans batch decode rows in rotation (least recently run first) while the
     /// step's time limit allows; a row skipped `batch_max_skip_steps` steps in a
-    /// row joins regardless.
+    /// row joins regardless (one such row a step).
     fn plan_batch_decodes(&mut self, budget: &mut StepBudget) {
         self.order.clear();
         for (i, s) in self.running.iter().enumerate() {
@@ -68,6 +92,7 @@ impl Scheduler {
         let running = &self.running;
         self.order
             .sort_unstable_by_key(|&i| (running[i].last_run_step, running[i].start_order));
+        let mut forced = false;
         for k in 0..self.order.len() {
             if budget.remaining() == 0 {
                 break;
@@ -78,7 +103,12 @@ impl Scheduler {
                 continue; // preempted while planning an earlier row
             }
             let row = StepShape::of_seq(1, s.num_computed, true);
-            if self.is_starving(s.last_run_step) || budget.fits(&self.cost, row) {
+            if budget.fits(&self.cost, row) {
+                self.plan_running(i, 1, budget);
+            } else if !forced && self.is_starving(s.last_run_step) {
+                // One starving row a step: rows skipped together are forced on
+                // consecutive steps, and stay staggered after.
+                forced = true;
                 self.plan_running(i, 1, budget);
             } else {
                 self.counters.batch_rows_deferred += 1;
@@ -115,8 +145,8 @@ impl Scheduler {
     }
 
     /// How many of `n` prefill tokens (after `cached` tokens of context) of a batch
-    /// sequence last run at `last` fit the step's time limit: 0 rather than less
-    /// than a block, at least a block when batch prefill is starving.
+    /// sequence last run at `last` fit the step's time limit; at least a block
+    /// when batch prefill is starving.
     pub(super) fn fit_batch_prefill(
         &mut self,
         cached: usize,
@@ -143,24 +173,30 @@ impl Scheduler {
         }
         let block = self.pool.block_size().min(n);
         let starving = self.is_starving(last) || self.is_starving(self.last_batch_prefill_step);
-        let k = if lo >= block {
-            lo
-        } else if starving {
-            block
-        } else {
-            0
-        };
+        let k = if starving { lo.max(block) } else { lo };
         if k > 0 {
             self.last_batch_prefill_step = self.step;
         }
         k
     }
 
+    /// Just after interactive work (within `interactive_linger_ms`), a step with
+    /// none is bounded as if it carried the last interactive step's work, so an
+    /// interactive request arriving now waits for no longer a step than beside
+    /// that work. `None` otherwise (a full step: throughput).
+    fn linger_limit(&self, now: Instant) -> Option<f64> {
+        let (at, base) = self.last_interactive?;
+        let linger = Duration::from_millis(self.cfg.interactive_linger_ms);
+        (now.saturating_duration_since(at) < linger)
+            .then(|| base * (1.0 + self.cfg.max_batch_interference * (1.0 - self.cfg.slo_margin)))
+    }
+
     /// The step's time limit while interactive work runs or waits (`None`
-    /// otherwise): the tightest bound of its interactive requests, less the margin
-    /// of the allowance over the interactive work alone. Never below the predicted
-    /// time of the interactive work itself (which always runs).
-    fn time_limit(&self, now: Instant, budget: &StepBudget) -> Option<f64> {
+    /// otherwise), and the predicted time of that interactive work: the tightest
+    /// bound of its interactive requests, less the margin of the allowance over
+    /// the interactive work alone. Never below the predicted time of the
+    /// interactive work itself (which always runs).
+    fn time_limit(&self, now: Instant, budget: &StepBudget) -> Option<(f64, f64)> {
         if !self.interactive_present() {
             return None;
         }
@@ -195,6 +231,6 @@ impl Scheduler {
             return None;
         }
         let allowance = (bound - base).max(0.0) * (1.0 - self.cfg.slo_margin);
-        Some(base + allowance)
+        Some((base + allowance, base))
     }
 }

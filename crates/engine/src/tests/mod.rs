@@ -50,11 +50,13 @@ pub(crate) fn prompt(seed: u64, len: usize) -> Vec<u32> {
     (0..len).map(|_| r.below(VOCAB) as u32).collect()
 }
 
-/// A config with the given pool, for step-driven tests.
+/// A config with the given pool, for step-driven tests (no linger after
+/// interactive work: the mock's steps take microseconds of real time).
 pub(crate) fn cfg(num_blocks: usize) -> EngineConfig {
     EngineConfig {
         num_kv_blocks: Some(num_blocks),
         kv_watermark: 0.0,
+        interactive_linger_ms: 0,
         ..EngineConfig::default()
     }
 }
