@@ -35,7 +35,7 @@ WORDS = ("time river stone light market garden window paper music winter city "
 
 PORT = 8091
 URL = f"http://127.0.0.1:{PORT}"
-INTERACTIVE_REQUESTS = 16
+INTERACTIVE_REQUESTS = 32
 FLOOD_ALONE_REQUESTS = 48
 MAX_FLOOD_BESIDE_S = 600.0
 

@@ -129,6 +129,10 @@ pub struct EngineConfig {
     /// it (an interactive client's next request does not wait behind a full batch
     /// step). 0: full batch steps at once.
     pub interactive_linger_ms: u64,
+    /// With `step_budget = "time"`: the longest a step without interactive work
+    /// may be predicted to take (ms), so an interactive arrival never waits
+    /// behind a longer one. `None`: as large as the token budget allows.
+    pub max_step_ms: Option<f64>,
     /// Reuse cached KV of shared prompt prefixes.
     pub enable_prefix_cache: bool,
     /// Serve interactive before batch requests. Off: every request is
@@ -171,6 +175,7 @@ impl Default for EngineConfig {
             slo_margin: 0.2,
             batch_max_skip_steps: 32,
             interactive_linger_ms: 1000,
+            max_step_ms: None,
             enable_prefix_cache: true,
             slo_classes: true,
             enable_preemption: true,
@@ -274,6 +279,7 @@ impl EngineConfig {
             return Err(bad("batch_max_skip_steps must be > 0"));
         }
         for (name, v) in [
+            ("max_step_ms", self.max_step_ms),
             ("default_ttft_slo_ms", self.default_ttft_slo_ms),
             ("default_tpot_slo_ms", self.default_tpot_slo_ms),
         ] {

@@ -87,6 +87,9 @@ pub struct ServeArgs {
     /// For this long after interactive work, steps without it stay bounded (ms).
     #[arg(long)]
     pub interactive_linger_ms: Option<u64>,
+    /// Longest predicted step without interactive work (ms).
+    #[arg(long)]
+    pub max_step_ms: Option<f64>,
     /// Refuse an interactive request whose predicted TTFT exceeds its SLO times this (0: never).
     #[arg(long)]
     pub ttft_reject_factor: Option<f64>,
@@ -167,6 +170,9 @@ impl ServeArgs {
         set!(slo_margin => slo_margin);
         set!(batch_max_skip_steps => batch_max_skip_steps);
         set!(interactive_linger_ms => interactive_linger_ms);
+        if self.max_step_ms.is_some() {
+            cfg.max_step_ms = self.max_step_ms;
+        }
         if self.default_tpot_slo_ms.is_some() {
             cfg.default_tpot_slo_ms = self.default_tpot_slo_ms;
         }

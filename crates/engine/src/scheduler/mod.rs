@@ -15,7 +15,10 @@
 //!    work, plus `max_batch_interference`), less `slo_margin` of the allowance.
 //!    Batch decode rows join oldest-run first while the predicted step time (the
 //!    online [`StepCostModel`]) fits; the rest skip the step in rotation, and a row
-//!    skipped `batch_max_skip_steps` times joins regardless. Batch prefill chunks
+//!    skipped `batch_max_skip_steps` times joins regardless. The allowance a step
+//!    leaves unused carries over (up to 4 steps' worth), so work larger than one
+//!    step's allowance (a batch row beside a short interactive step) still runs,
+//!    and the bound holds on average rather than per step. Batch prefill chunks
 //!    are sized to the time left. With no interactive work, steps are as large as
 //!    the token budget allows, except within `interactive_linger_ms` of the last
 //!    interactive work: then a step is bounded as if it carried that work, so
@@ -93,6 +96,10 @@ pub(crate) struct Scheduler {
     /// When the latest step with interactive work was planned, and the predicted
     /// time of that work (bounds the steps just after it: `linger_limit`).
     last_interactive: Option<(Instant, f64)>,
+    /// Seconds of interference allowance earlier bounded steps left unused.
+    interference_credit: f64,
+    /// The planned step's own time bound (before carried-over allowance).
+    step_bound: Option<f64>,
 }
 
 impl Scheduler {
@@ -120,6 +127,8 @@ impl Scheduler {
             order: Vec::new(),
             last_batch_prefill_step: 0,
             last_interactive: None,
+            interference_credit: 0.0,
+            step_bound: None,
         }
     }
 
@@ -153,6 +162,7 @@ impl Scheduler {
         self.step_seqs.clear();
         self.reap_cancelled(now);
         let mut budget = StepBudget::new(self.cfg.max_num_batched_tokens);
+        self.step_bound = None;
         match (self.cfg.slo_classes, self.cfg.step_budget) {
             (true, StepBudgetPolicy::Time) => self.plan_slo_aware(now, &mut budget),
             _ => self.plan_token_capped(now, &mut budget),
@@ -187,7 +197,7 @@ impl Scheduler {
         self.planned = PlannedStep {
             shape: *budget.shape(),
             predicted_s: self.cost.predict(budget.shape()),
-            limit_s: budget.limit(),
+            limit_s: self.step_bound,
         };
         debug_assert_eq!(batch.num_tokens(), budget.used());
         debug_assert!(batch.num_tokens() <= self.cfg.max_num_batched_tokens);

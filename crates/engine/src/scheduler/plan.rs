@@ -8,6 +8,9 @@ use crate::budget::StepBudget;
 use crate::request::SloClass;
 use crate::step_cost::StepShape;
 
+/// Unused interference allowance carries over for at most this many steps' worth.
+const CREDIT_STEPS: f64 = 4.0;
+
 impl Scheduler {
     /// The earlier policy (`step_budget = "tokens"`, and FCFS without classes):
     /// every decode, interactive prefill and admission, then batch prefill up to
@@ -36,12 +39,28 @@ impl Scheduler {
         self.plan_decodes(SloClass::Interactive, budget);
         self.plan_prefills(SloClass::Interactive, budget);
         self.admit(now, budget, true);
-        let limit = match self.time_limit(now, budget) {
+        let bounded = self.time_limit(now, budget);
+        let limit = match bounded {
             Some((limit, base)) => {
                 self.last_interactive = Some((now, base));
-                Some(limit)
+                // This step's allowance joins what earlier steps left unused, so
+                // batch work too large for one step's allowance still runs, at the
+                // bound on average.
+                self.step_bound = Some(limit);
+                let allowance = limit - base;
+                let cap = allowance * CREDIT_STEPS;
+                self.interference_credit = (self.interference_credit + allowance).min(cap);
+                Some(base + self.interference_credit)
             }
-            None => self.linger_limit(now),
+            None => {
+                self.interference_credit = 0.0;
+                let cap = self.cfg.max_step_ms.map(|ms| ms / 1e3);
+                self.step_bound = match (self.linger_limit(now), cap) {
+                    (Some(l), Some(c)) => Some(l.min(c)),
+                    (l, c) => l.or(c),
+                };
+                self.step_bound
+            }
         };
         budget.set_limit(limit);
         self.plan_batch_decodes(budget);
@@ -49,6 +68,10 @@ impl Scheduler {
         self.admit(now, budget, false);
         if budget.used() == 0 {
             self.plan_one_batch_unit(now, budget);
+        }
+        if let Some((_, base)) = bounded {
+            let extra = (self.cost.predict(budget.shape()) - base).max(0.0);
+            self.interference_credit = (self.interference_credit - extra).max(0.0);
         }
     }
 

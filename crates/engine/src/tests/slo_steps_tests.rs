@@ -248,17 +248,15 @@ fn the_limit_follows_the_tightest_target() {
         (limit - 0.030).abs() < 1e-9,
         "tightest target 30 ms: limit {limit}"
     );
-    assert!(
-        core.sched().last_predicted() <= limit,
-        "planned {} within the limit {limit}: {:?}",
-        core.sched().last_predicted(),
-        core.sched().planned_shape()
-    );
-    let actual = cost(core.sched().planned_shape());
-    assert!(
-        actual <= 0.030 * 1.05,
-        "actual {actual} s (model error under 5%)"
-    );
+    // On average within the target (allowance left unused carries over for a few
+    // steps, so single steps may go over).
+    let mut total = 0.0;
+    for _ in 0..20 {
+        core.step();
+        total += cost(core.sched().planned_shape());
+    }
+    let mean = total / 20.0;
+    assert!(mean <= 0.030 * 1.05, "mean step {mean} s (model error under 5%)");
     let _relative = submit(
         &mut core,
         2,
@@ -314,10 +312,12 @@ fn batch_prefill_is_sized_to_the_time_left() {
     for _ in 0..2 {
         core.step();
     }
-    // Interactive decode: 15 ms; bound 22.5 ms: a batch prefill chunk of 3 tokens.
+    // Interactive decode: 15 ms; bound 22.5 ms: a batch prefill chunk of 3 tokens
+    // (one more when allowance left over from the step before carries over).
     let before = log.lock().unwrap().len();
     core.step();
-    assert_eq!(log.lock().unwrap()[before].num_tokens(), 1 + 3);
+    let n = log.lock().unwrap()[before].num_tokens() - 1;
+    assert!((3..=4).contains(&n), "batch prefill chunk of {n} tokens");
     let mut c = slo_cfg(3.0);
     c.batch_max_skip_steps = 1000;
     let (mut core, log) = core_with_cost(c);
