@@ -38,6 +38,8 @@ URL = f"http://127.0.0.1:{PORT}"
 INTERACTIVE_REQUESTS = 32
 FLOOD_ALONE_REQUESTS = 48
 MAX_FLOOD_BESIDE_S = 600.0
+# The second interactive client starts this much later (half a request).
+STAGGER_S = 0.25
 
 POLICIES = {
     "slo": "",
@@ -111,13 +113,16 @@ def one(body, t_origin):
     }
 
 
-def closed_loop(make_body, concurrency, t_origin, n_requests=None, stop=None):
+def closed_loop(make_body, concurrency, t_origin, n_requests=None, stop=None, stagger_s=0.0):
     """`concurrency` clients, each sending its next request when the last ends,
-    until `n_requests` were sent or `stop` is set (and at most MAX_FLOOD_BESIDE_S)."""
+    until `n_requests` were sent or `stop` is set (and at most MAX_FLOOD_BESIDE_S).
+    Client k starts `k * stagger_s` late (equal-length requests from clients that
+    start together stay in lockstep and prefill together)."""
     out, lock, sent = [], threading.Lock(), [0]
     deadline = time.perf_counter() + MAX_FLOOD_BESIDE_S
 
-    def worker():
+    def worker(k):
+        time.sleep(k * stagger_s)
         while time.perf_counter() < deadline:
             with lock:
                 if (n_requests is not None and sent[0] >= n_requests) or (stop and stop.is_set()):
@@ -128,14 +133,15 @@ def closed_loop(make_body, concurrency, t_origin, n_requests=None, stop=None):
             with lock:
                 out.append(rec)
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
     for t in threads:
         t.start()
     return threads, out
 
 
-def run_loop(make_body, concurrency, t_origin, n_requests):
-    threads, out = closed_loop(make_body, concurrency, t_origin, n_requests=n_requests)
+def run_loop(make_body, concurrency, t_origin, n_requests, stagger_s=0.0):
+    threads, out = closed_loop(make_body, concurrency, t_origin, n_requests=n_requests,
+                               stagger_s=stagger_s)
     for t in threads:
         t.join()
     return out
@@ -222,7 +228,7 @@ def measure_alone(args, w, log):
     try:
         warm(w)
         t0 = time.perf_counter()
-        inter = run_loop(w.interactive, 2, t0, INTERACTIVE_REQUESTS)
+        inter = run_loop(w.interactive, 2, t0, INTERACTIVE_REQUESTS, STAGGER_S)
         t1 = time.perf_counter()
         flood = run_loop(w.batch, 16, t1, FLOOD_ALONE_REQUESTS)
         ok = [r for r in flood if r["ok"]]
@@ -241,7 +247,7 @@ def measure_beside(args, w, policy_toml, log):
         fthreads, flood = closed_loop(lambda i: w.batch(50_000 + i), 16, t0, stop=stop)
         time.sleep(4.0)  # the flood fills the engine first
         a = time.perf_counter() - t0
-        inter = run_loop(w.interactive, 2, t0, INTERACTIVE_REQUESTS)
+        inter = run_loop(w.interactive, 2, t0, INTERACTIVE_REQUESTS, STAGGER_S)
         b = time.perf_counter() - t0
         stop.set()
         for t in fthreads:

@@ -84,7 +84,7 @@ impl EngineCore {
             info.vocab_size,
         );
         Ok(EngineCore {
-            sched: Scheduler::new(cfg, info.num_kv_blocks, info.block_size),
+            sched: Scheduler::new(cfg, &info),
             runner,
             batch: Batch::default(),
             logits: Logits::default(),

@@ -56,6 +56,7 @@ impl MockRunner {
                 vocab_size,
                 max_model_len,
                 kv_bytes_per_token: 1,
+                small_batch_max_tokens: 0,
             },
             slots: vec![None; num_kv_blocks * block_size],
             log: None,

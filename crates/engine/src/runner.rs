@@ -16,6 +16,10 @@ pub struct RunnerInfo {
     pub max_model_len: usize,
     /// Bytes of KV cache one token occupies (all layers, keys and values).
     pub kv_bytes_per_token: usize,
+    /// Batches of at most this many tokens take a cheaper path (e.g. streaming
+    /// quantized weights instead of a dense GEMM), so a step's cost jumps past it;
+    /// the step-time model learns the jump. 0: no such path.
+    pub small_batch_max_tokens: usize,
 }
 
 /// One sequence's slice of a [`Batch`].

@@ -2,9 +2,11 @@
 //! ran, so the scheduler can predict the time of a candidate step.
 //!
 //! A step's time is modelled as linear in its shape ([`StepShape`]):
-//! `t = fixed + per_prefill_token * P + per_decode_row * D + per_context_ktoken * C`,
-//! where `P` is prefill tokens, `D` decode rows and `C` the attention work in
-//! thousands of (query token, context token) pairs. The coefficients start from a
+//! `t = fixed + per_prefill_token * P + per_decode_row * D + per_context_ktoken * C
+//!  + large_batch * [P + D > small]`, where `P` is prefill tokens, `D` decode rows,
+//! `C` the attention work in thousands of (query token, context token) pairs, and
+//! the last term the jump where the runner leaves its small-batch path
+//! (`RunnerInfo::small_batch_max_tokens`; none when 0). The coefficients start from a
 //! conservative prior (no calibration run needed) and follow a recursive
 //! least-squares fit with exponential forgetting (the newest ~`1/(1-FORGET)`
 //! steps count most), regularised toward the prior so that shapes never seen yet
@@ -14,9 +16,15 @@
 use serde::Serialize;
 
 /// Number of terms of the model.
-pub const TERMS: usize = 4;
+pub const TERMS: usize = 5;
 /// Names of the terms, in coefficient order (for metrics and logs).
-pub const TERM_NAMES: [&str; TERMS] = ["fixed", "prefill_token", "decode_row", "context_ktoken"];
+pub const TERM_NAMES: [&str; TERMS] = [
+    "fixed",
+    "prefill_token",
+    "decode_row",
+    "context_ktoken",
+    "large_batch",
+];
 
 /// Weight of the previous evidence after each new step (forgetting factor).
 const FORGET: f64 = 0.99;
@@ -70,12 +78,14 @@ impl StepShape {
         self.prefill_tokens + self.decode_rows
     }
 
-    fn features(&self) -> [f64; TERMS] {
+    /// The model's features; `small`: the runner's small-batch token limit.
+    fn features(&self, small: usize) -> [f64; TERMS] {
         [
             1.0,
             self.prefill_tokens as f64,
             self.decode_rows as f64,
             self.context_tokens as f64 / 1000.0,
+            f64::from(u8::from(small > 0 && self.tokens() > small)),
         ]
     }
 }
@@ -120,6 +130,8 @@ pub struct StepCostFigures {
 /// The online step-time model.
 #[derive(Debug, Clone)]
 pub struct StepCostModel {
+    /// The runner's small-batch token limit (0: none).
+    small: usize,
     prior: [f64; TERMS],
     /// Feature scales (so the regularisation is even across terms).
     scale: [f64; TERMS],
@@ -136,7 +148,7 @@ impl Default for StepCostModel {
     fn default() -> Self {
         // A conservative prior (slower than any machine sloserve ran on): it
         // over-predicts until the first steps are measured.
-        Self::with_prior([0.02, 0.005, 0.008, 0.0005])
+        Self::with_prior([0.02, 0.005, 0.008, 0.0005, 0.01])
     }
 }
 
@@ -144,8 +156,9 @@ impl StepCostModel {
     /// A model starting from `prior` (seconds per unit of each term).
     pub fn with_prior(prior: [f64; TERMS]) -> Self {
         // Typical magnitudes of the terms in one step.
-        let scale = [1.0, 64.0, 16.0, 16.0];
+        let scale = [1.0, 64.0, 16.0, 16.0, 1.0];
         StepCostModel {
+            small: 0,
             prior,
             scale,
             xtx: [[0.0; TERMS]; TERMS],
@@ -156,12 +169,19 @@ impl StepCostModel {
         }
     }
 
+    /// The same model for a runner whose batches of at most `tokens` tokens take
+    /// a cheaper path (`RunnerInfo::small_batch_max_tokens`).
+    pub fn with_small_batch(mut self, tokens: usize) -> Self {
+        self.small = tokens;
+        self
+    }
+
     /// Predicted seconds of a step of this shape (0 for an empty step).
     pub fn predict(&self, shape: &StepShape) -> f64 {
         if shape.is_empty() {
             return 0.0;
         }
-        let x = shape.features();
+        let x = shape.features(self.small);
         (0..TERMS).map(|j| self.coef[j] * x[j]).sum()
     }
 
@@ -178,7 +198,7 @@ impl StepCostModel {
             0.95 * self.err + 0.05 * rel
         };
         self.steps += 1;
-        let x = shape.features();
+        let x = shape.features(self.small);
         let z: [f64; TERMS] = std::array::from_fn(|j| x[j] / self.scale[j]);
         // Relative error is what matters (bounds are ratios of step times): weight
         // each step by 1/secs^2, normalised to a step of REF_SECS.
@@ -305,7 +325,7 @@ mod tests {
 
     #[test]
     fn prior_before_any_step() {
-        let m = StepCostModel::with_prior([0.01, 0.001, 0.002, 0.0]);
+        let m = StepCostModel::with_prior([0.01, 0.001, 0.002, 0.0, 0.0]);
         assert_eq!(m.predict(&StepShape::default()), 0.0);
         assert!((m.predict(&shape(10, 2, 0)) - (0.01 + 0.01 + 0.004)).abs() < 1e-12);
     }
@@ -313,14 +333,15 @@ mod tests {
     /// The fit converges on a synthetic linear cost with noise, from a prior far off.
     #[test]
     fn converges_on_a_synthetic_cost() {
-        let truth = [0.012, 0.0042, 0.0055, 0.0003];
+        let truth = [0.012, 0.0042, 0.0055, 0.0003, 0.009];
         let cost = |s: &StepShape| {
             truth[0]
                 + truth[1] * s.prefill_tokens as f64
                 + truth[2] * s.decode_rows as f64
                 + truth[3] * s.context_tokens as f64 / 1000.0
+                + truth[4] * f64::from(u8::from(s.tokens() > 2))
         };
-        let mut m = StepCostModel::default();
+        let mut m = StepCostModel::default().with_small_batch(2);
         let mut rng = Rng::new(7);
         for _ in 0..400 {
             let p = if rng.chance(0.4) { rng.below(300) } else { 0 };

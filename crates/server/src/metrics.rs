@@ -302,7 +302,7 @@ impl Metrics {
         family(
             "sloserve:step_cost_seconds",
             "gauge",
-            "The online step-time model: seconds per unit of each term (fixed per step, per prefill token, per decode row, per 1000 attention context tokens).",
+            "The online step-time model: seconds per unit of each term (fixed per step, per prefill token, per decode row, per 1000 attention context tokens, and the jump past the runner's small-batch path).",
             sloserve_engine::step_cost::TERM_NAMES
                 .iter()
                 .zip(cost.coefficients)

@@ -89,7 +89,13 @@ fn body_and_header_targets_are_reported_with_attainment() {
             >= 1.0
     );
     assert!(m.contains("sloserve:batch_rows_deferred_total"));
-    for term in ["fixed", "prefill_token", "decode_row", "context_ktoken"] {
+    for term in [
+        "fixed",
+        "prefill_token",
+        "decode_row",
+        "context_ktoken",
+        "large_batch",
+    ] {
         let v = metric(
             &m,
             &format!("sloserve:step_cost_seconds{{model_name=\"smol\",term=\"{term}\"}}"),

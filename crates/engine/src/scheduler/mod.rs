@@ -16,7 +16,7 @@
 //!    Batch decode rows join oldest-run first while the predicted step time (the
 //!    online [`StepCostModel`]) fits; the rest skip the step in rotation, and a row
 //!    skipped `batch_max_skip_steps` times joins regardless. The allowance a step
-//!    leaves unused carries over (up to 4 steps' worth), so work larger than one
+//!    leaves unused carries over (4 steps' worth, or one interactive step's time), so work larger than one
 //!    step's allowance (a batch row beside a short interactive step) still runs,
 //!    and the bound holds on average rather than per step. Batch prefill chunks
 //!    are sized to the time left. With no interactive work, steps are as large as
@@ -54,7 +54,7 @@ use crate::budget::StepBudget;
 use crate::config::{EngineConfig, StepBudgetPolicy};
 use crate::prefix_cache::PrefixCache;
 use crate::request::SloClass;
-use crate::runner::Batch;
+use crate::runner::{Batch, RunnerInfo};
 use crate::sequence::Sequence;
 use crate::stats::{Counters, EngineStats, PerClass};
 use crate::step_cost::{StepCostModel, StepShape};
@@ -103,7 +103,8 @@ pub(crate) struct Scheduler {
 }
 
 impl Scheduler {
-    pub fn new(cfg: EngineConfig, num_blocks: usize, block_size: usize) -> Self {
+    pub fn new(cfg: EngineConfig, info: &RunnerInfo) -> Self {
+        let (num_blocks, block_size) = (info.num_kv_blocks, info.block_size);
         let pool = BlockPool::new(num_blocks, block_size);
         let cache = cfg
             .enable_prefix_cache
@@ -122,7 +123,7 @@ impl Scheduler {
             next_start: 0,
             watermark_blocks,
             preempt_buf: Vec::new(),
-            cost: StepCostModel::default(),
+            cost: StepCostModel::default().with_small_batch(info.small_batch_max_tokens),
             planned: PlannedStep::default(),
             order: Vec::new(),
             last_batch_prefill_step: 0,
@@ -277,9 +278,6 @@ impl Scheduler {
     }
     pub fn step_no(&self) -> u64 {
         self.step
-    }
-    pub fn last_predicted(&self) -> f64 {
-        self.planned.predicted_s
     }
     pub fn last_limit(&self) -> Option<f64> {
         self.planned.limit_s

@@ -8,7 +8,7 @@ use crate::budget::StepBudget;
 use crate::request::SloClass;
 use crate::step_cost::StepShape;
 
-/// Unused interference allowance carries over for at most this many steps' worth.
+/// Unused interference allowance carries over for at least this many steps' worth.
 const CREDIT_STEPS: f64 = 4.0;
 
 impl Scheduler {
@@ -48,7 +48,10 @@ impl Scheduler {
                 // bound on average.
                 self.step_bound = Some(limit);
                 let allowance = limit - base;
-                let cap = allowance * CREDIT_STEPS;
+                // Enough to pay, now and then, for batch work that costs more than
+                // one step's allowance (a row that moves the runner off its
+                // small-batch path costs about a whole small step).
+                let cap = (allowance * CREDIT_STEPS).max(base);
                 self.interference_credit = (self.interference_credit + allowance).min(cap);
                 Some(base + self.interference_credit)
             }

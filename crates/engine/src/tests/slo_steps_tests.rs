@@ -256,7 +256,10 @@ fn the_limit_follows_the_tightest_target() {
         total += cost(core.sched().planned_shape());
     }
     let mean = total / 20.0;
-    assert!(mean <= 0.030 * 1.05, "mean step {mean} s (model error under 5%)");
+    assert!(
+        mean <= 0.030 * 1.05,
+        "mean step {mean} s (model error under 5%)"
+    );
     let _relative = submit(
         &mut core,
         2,
