@@ -172,7 +172,7 @@ impl Default for EngineConfig {
             interactive_max_batched_tokens: None,
             step_budget: StepBudgetPolicy::Time,
             max_batch_interference: 0.2,
-            slo_margin: 0.2,
+            slo_margin: 0.5,
             batch_max_skip_steps: 32,
             interactive_linger_ms: 1000,
             max_step_ms: None,
