@@ -266,6 +266,9 @@ pub fn handle_event(data: &str, t: f64, rec: &mut RequestRecord) -> anyhow::Resu
     if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
         rec.prompt_tokens = u["prompt_tokens"].as_u64().or(rec.prompt_tokens);
         rec.completion_tokens = u["completion_tokens"].as_u64().or(rec.completion_tokens);
+        let slo = &u["sloserve"];
+        rec.server_ttft_met = slo["ttft_met"].as_bool().or(rec.server_ttft_met);
+        rec.server_tpot_met = slo["tpot_met"].as_bool().or(rec.server_tpot_met);
     }
     Ok(false)
 }

@@ -126,6 +126,36 @@ pub struct ErrorCount {
     pub count: usize,
 }
 
+/// Requests that met or missed the targets the server judged them by (sloserve
+/// reports them in `usage.sloserve` when a request carries targets).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerTargets {
+    pub ttft_met: usize,
+    pub ttft_missed: usize,
+    pub tpot_met: usize,
+    pub tpot_missed: usize,
+}
+
+impl ServerTargets {
+    /// Counts the verdicts of `records`; `None` when the server gave none.
+    pub fn count(records: &[&RequestRecord]) -> Option<ServerTargets> {
+        let mut t = ServerTargets::default();
+        for r in records {
+            match r.server_ttft_met {
+                Some(true) => t.ttft_met += 1,
+                Some(false) => t.ttft_missed += 1,
+                None => {}
+            }
+            match r.server_tpot_met {
+                Some(true) => t.tpot_met += 1,
+                Some(false) => t.tpot_missed += 1,
+                None => {}
+            }
+        }
+        (t != ServerTargets::default()).then_some(t)
+    }
+}
+
 /// Everything measured at one load point (or for one SLO class of it).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
@@ -155,6 +185,9 @@ pub struct Summary {
     pub slo_checks: Vec<SloCheck>,
     /// Failed requests grouped by error message, most frequent first.
     pub errors: Vec<ErrorCount>,
+    /// The server's own verdicts on per-request targets (`None`: it gave none).
+    #[serde(default)]
+    pub server_targets: Option<ServerTargets>,
 }
 
 /// Whether one successful request meets every per-request target of `slo`.
@@ -218,6 +251,7 @@ pub fn summarize(records: &[RequestRecord], duration_s: f64, slo: &SloSpec) -> S
         itl_ms: Stats::from_seconds(&itl_all),
         e2el_ms: Stats::from_seconds(&e2els),
         errors,
+        server_targets: ServerTargets::count(&ok),
         ..Summary::default()
     };
     if !slo.is_empty() {

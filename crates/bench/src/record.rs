@@ -30,6 +30,12 @@ pub struct RequestRecord {
     pub finish_reason: Option<String>,
     /// Why the request failed (HTTP status and body, error JSON, transport error, timeout).
     pub error: Option<String>,
+    /// Whether the request met the TTFT / TPOT target the server judged it by
+    /// (sloserve's `usage.sloserve.ttft_met` / `tpot_met`; `None` without one).
+    #[serde(default)]
+    pub server_ttft_met: Option<bool>,
+    #[serde(default)]
+    pub server_tpot_met: Option<bool>,
 }
 
 impl RequestRecord {

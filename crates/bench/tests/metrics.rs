@@ -216,3 +216,44 @@ fn only_chunks_with_text_are_timestamped() {
     assert!(e.to_string().contains("out of KV cache"), "{e}");
     assert!(handle_event("not json", 0.07, &mut r).is_err());
 }
+
+/// The server's verdicts on per-request targets (sloserve's `usage.sloserve`)
+/// are counted over completed requests; none reported gives `None`.
+#[test]
+fn server_target_verdicts_are_counted() {
+    let slo = SloSpec::default();
+    assert_eq!(summarize(&trace(), 1.0, &slo).server_targets, None);
+    let mut recs = trace();
+    recs[0].server_ttft_met = Some(true);
+    recs[0].server_tpot_met = Some(false);
+    recs[1].server_ttft_met = Some(false);
+    recs[3].server_ttft_met = Some(true); // failed: not counted
+    let t = summarize(&recs, 1.0, &slo).server_targets.unwrap();
+    assert_eq!(
+        (t.ttft_met, t.ttft_missed, t.tpot_met, t.tpot_missed),
+        (1, 1, 0, 1)
+    );
+}
+
+#[test]
+fn usage_chunk_carries_the_servers_target_verdicts() {
+    let mut r = RequestRecord::default();
+    handle_event(
+        r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"sloserve":{"ttft_met":true,"tpot_met":false}}}"#,
+        0.1,
+        &mut r,
+    )
+    .unwrap();
+    assert_eq!(
+        (r.server_ttft_met, r.server_tpot_met),
+        (Some(true), Some(false))
+    );
+    let mut plain = RequestRecord::default();
+    handle_event(
+        r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}"#,
+        0.1,
+        &mut plain,
+    )
+    .unwrap();
+    assert_eq!((plain.server_ttft_met, plain.server_tpot_met), (None, None));
+}

@@ -1,17 +1,16 @@
 //! `StepCostModel`: what one engine step costs, learned online from the steps that
 //! ran, so the scheduler can predict the time of a candidate step.
 //!
-//! A step's time is modelled as linear in its shape ([`StepShape`]):
-//! `t = fixed + per_prefill_token * P + per_decode_row * D + per_context_ktoken * C
-//!  + large_batch * [P + D > small]`, where `P` is prefill tokens, `D` decode rows,
-//! `C` the attention work in thousands of (query token, context token) pairs, and
-//! the last term the jump where the runner leaves its small-batch path
-//! (`RunnerInfo::small_batch_max_tokens`; none when 0). The coefficients start from a
-//! conservative prior (no calibration run needed) and follow a recursive
-//! least-squares fit with exponential forgetting (the newest ~`1/(1-FORGET)`
-//! steps count most), regularised toward the prior so that shapes never seen yet
-//! are still predicted sensibly. Coefficients are kept non-negative. Fixed-size
-//! arrays only: observing and predicting allocate nothing.
+//! A step's time is modelled as linear in its shape ([`StepShape`]): a fixed part,
+//! plus seconds per prefill token, per decode row and per thousand (query token,
+//! context token) pairs of attention, plus a jump when the step has more tokens
+//! than the runner's small-batch path takes (`RunnerInfo::small_batch_max_tokens`;
+//! none when 0). The coefficients start from a conservative prior (no calibration
+//! run needed) and follow a recursive least-squares fit of the relative error with
+//! exponential forgetting (the newest ~`1/(1-FORGET)` steps count most), pulled
+//! weakly toward the prior so that shapes never seen yet are still predicted
+//! sensibly. Coefficients are kept non-negative. Fixed-size arrays only: observing
+//! and predicting allocate nothing.
 
 use serde::Serialize;
 

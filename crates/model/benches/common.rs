@@ -8,7 +8,7 @@ pub fn repo_root() -> PathBuf {
 }
 
 pub fn model_path() -> PathBuf {
-    repo_root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    repo_root().join(sloserve_model::DEFAULT_MODEL_PATH)
 }
 
 /// Where results go: `$CARGO_TARGET_DIR`, else the workspace's `target/`.

@@ -237,7 +237,7 @@ fn main() {
 
     let json = serde_json::json!({
         "bench": "forward",
-        "model": "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "model": sloserve_model::DEFAULT_MODEL_PATH,
         "threads": threads,
         "quick": quick,
         "block_size": BLOCK,

@@ -23,7 +23,7 @@ fn root() -> PathBuf {
 }
 
 fn model() -> PathBuf {
-    let p = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let p = root().join(sloserve_model::DEFAULT_MODEL_PATH);
     assert!(
         p.exists(),
         "{} is missing: run `make model` first",

@@ -40,6 +40,16 @@ fn summary_md(out: &mut String, s: &Summary) {
             pct(a)
         );
     }
+    if let Some(t) = &s.server_targets {
+        let _ = writeln!(
+            out,
+            "| server targets met: TTFT | {} of {} |\n| server targets met: TPOT | {} of {} |",
+            t.ttft_met,
+            t.ttft_met + t.ttft_missed,
+            t.tpot_met,
+            t.tpot_met + t.tpot_missed
+        );
+    }
     if s.usage_missing > 0 {
         let _ = writeln!(
             out,

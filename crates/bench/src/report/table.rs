@@ -52,6 +52,19 @@ pub fn summary_text(title: &str, s: &Summary) -> String {
         kv(&mut out, "Request goodput (req/s):", format!("{g:.2}"));
         kv(&mut out, "SLO attainment:", pct(a));
     }
+    if let Some(t) = &s.server_targets {
+        let of = |met: usize, missed: usize| format!("{met} of {}", met + missed);
+        kv(
+            &mut out,
+            "Server TTFT targets met:",
+            of(t.ttft_met, t.ttft_missed),
+        );
+        kv(
+            &mut out,
+            "Server TPOT targets met:",
+            of(t.tpot_met, t.tpot_missed),
+        );
+    }
     if s.usage_missing > 0 {
         kv(
             &mut out,

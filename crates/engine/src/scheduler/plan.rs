@@ -213,8 +213,8 @@ impl Scheduler {
     fn linger_limit(&self, now: Instant) -> Option<f64> {
         let (at, base) = self.last_interactive?;
         let linger = Duration::from_millis(self.cfg.interactive_linger_ms);
-        (now.saturating_duration_since(at) < linger)
-            .then(|| base * (1.0 + self.cfg.max_batch_interference * (1.0 - self.cfg.slo_margin)))
+        let bound = base * (1.0 + self.cfg.max_batch_interference * (1.0 - self.cfg.slo_margin));
+        (now.saturating_duration_since(at) < linger).then_some(bound)
     }
 
     /// The step's time limit while interactive work runs or waits (`None`

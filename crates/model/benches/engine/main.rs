@@ -499,7 +499,7 @@ fn main() {
     }
     let json = json!({
         "bench": "engine",
-        "model": "models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "model": sloserve_model::DEFAULT_MODEL_PATH,
         "precision": "fast",
         "threads": threads,
         "quick": quick,
