@@ -53,7 +53,13 @@ impl Scheduler {
                 // small-batch path costs about a whole small step).
                 let cap = (allowance * CREDIT_STEPS).max(base);
                 self.interference_credit = (self.interference_credit + allowance).min(cap);
-                Some(base + self.interference_credit)
+                if budget.shape().prefill_tokens > 0 {
+                    // An interactive prefill is its request's TTFT: no carried-over
+                    // allowance is spent on it.
+                    Some(limit)
+                } else {
+                    Some(base + self.interference_credit)
+                }
             }
             None => {
                 self.interference_credit = 0.0;
