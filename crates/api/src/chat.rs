@@ -107,6 +107,10 @@ pub struct ChatCompletionRequest {
     /// sloserve: this request's TPOT target (time per output token).
     #[serde(default)]
     pub tpot_slo_ms: Option<f64>,
+    /// vLLM's scheduling priority (an integer; accepted for compatibility, SLO
+    /// classes decide the order here).
+    #[serde(default)]
+    pub priority: Option<i64>,
 }
 
 impl ChatCompletionRequest {

@@ -106,6 +106,10 @@ pub struct CompletionRequest {
     /// sloserve: this request's TPOT target (time per output token).
     #[serde(default)]
     pub tpot_slo_ms: Option<f64>,
+    /// vLLM's scheduling priority (an integer; accepted for compatibility, SLO
+    /// classes decide the order here).
+    #[serde(default)]
+    pub priority: Option<i64>,
 }
 
 /// OpenAI's default `max_tokens` for legacy completions.

@@ -100,6 +100,8 @@ pub struct EngineStats {
     /// Sequences running, per class (original class, also when promoted by aging).
     pub running: PerClass<usize>,
     pub kv_blocks_total: usize,
+    /// Tokens per KV block.
+    pub kv_block_size: usize,
     /// Blocks held by running sequences.
     pub kv_blocks_used: usize,
     /// Blocks only the prefix cache holds (reclaimable).

@@ -21,6 +21,22 @@ pub mod weights;
 /// The default model file, relative to the repository root (`make model` fetches it).
 pub const DEFAULT_MODEL_PATH: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// Sizes the compute pool the kernels run on to `threads` workers (`None` or 0:
+/// one per core). Call before loading a model; a pool that was already built
+/// (e.g. by an earlier call in the same process) is kept, with a warning.
+pub fn set_compute_threads(threads: Option<usize>) {
+    let Some(n) = threads.filter(|&n| n > 0) else {
+        return;
+    };
+    if let Err(e) = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .thread_name(|i| format!("sloserve-compute-{i}"))
+        .build_global()
+    {
+        tracing::warn!(threads = n, error = %e, "compute pool already built; --threads ignored");
+    }
+}
+
 pub use config::ModelConfig;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;

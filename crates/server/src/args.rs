@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// Caps the model's context length.
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    /// Compute threads for the model (default: one per core); several replicas
+    /// can share a machine without oversubscribing it.
+    #[arg(long)]
+    pub threads: Option<usize>,
     /// Tokens per KV block.
     #[arg(long)]
     pub block_size: Option<usize>,

@@ -112,6 +112,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         print!("{}", args.engine_config()?.to_toml_string());
         return Ok(());
     }
+    sloserve_model::set_compute_threads(args.threads);
     let state = AppState::load(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -345,6 +345,18 @@ impl Metrics {
             "KV cache usage, 0-1 (vLLM name, for inference gateways).",
             one(st.kv_usage),
         );
+        family(
+            "vllm:cache_config_info",
+            "gauge",
+            "The KV cache's configuration (vLLM name and labels, for inference gateways).",
+            vec![(
+                format!(
+                    "{m},block_size=\"{}\",num_gpu_blocks=\"{}\"",
+                    st.kv_block_size, st.kv_blocks_total
+                ),
+                1.0,
+            )],
+        );
         out
     }
 }
@@ -378,6 +390,8 @@ mod tests {
         m.observe_itl(SloClass::Batch, Duration::from_millis(7));
         let st = EngineStats {
             kv_usage: 0.25,
+            kv_block_size: 16,
+            kv_blocks_total: 300,
             ..Default::default()
         };
         let s = m.render(&st);
@@ -393,6 +407,12 @@ mod tests {
             "{s}"
         );
         assert!(s.contains("# TYPE sloserve:requests_rejected_total counter"));
+        assert!(
+            s.contains(
+                "vllm:cache_config_info{model_name=\"smol\",block_size=\"16\",num_gpu_blocks=\"300\"} 1"
+            ),
+            "{s}"
+        );
         assert!(s.contains("finished_reason=\"length\"} 1"));
     }
 }

@@ -125,3 +125,25 @@ fn bad_targets_are_400s_naming_the_field() {
         assert_eq!(r.openai_error(400)["param"], header);
     }
 }
+
+/// What an inference gateway's endpoint picker reads and sends: vLLM's
+/// `cache_config_info` and the integer request field `priority`.
+#[test]
+fn gateway_metrics_and_priority() {
+    let s = server();
+    let mut b = body();
+    b["priority"] = json!(-1);
+    assert_eq!(post(s.addr, "/v1/completions", &b).status, 200);
+    b["priority"] = json!("high");
+    assert_eq!(post(s.addr, "/v1/completions", &b).status, 400);
+    let m = get(s.addr, "/metrics").text();
+    let line = m
+        .lines()
+        .find(|l| l.starts_with("vllm:cache_config_info{"))
+        .expect("vllm:cache_config_info");
+    assert!(
+        line.contains("block_size=\"16\"") && line.contains("num_gpu_blocks=\""),
+        "{line}"
+    );
+    assert!(line.ends_with(" 1"), "{line}");
+}

@@ -52,9 +52,13 @@ pub struct GenerateArgs {
     /// Prefill the prompt in chunks of this many tokens (0: one piece).
     #[arg(long, default_value_t = 0)]
     prefill_chunk: usize,
+    /// Compute threads (default: one per core).
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
+    sloserve_model::set_compute_threads(a.threads);
     let opts = RunnerOptions {
         precision: a.precision,
         ..Default::default()

@@ -44,6 +44,9 @@ fn generate_exact_greedy_prints_the_reference_continuation_and_timings() {
         "Once upon a time, there was a little",
         "--max-tokens",
         "32",
+        // One compute thread: the same exact output as with one per core.
+        "--threads",
+        "1",
     ]);
     assert!(ok, "{err}");
     let expected = " girl named Emma who loved to play in the sun. She would often go to the beach and play with her friends. One day, she decided to go to";

@@ -231,6 +231,7 @@ impl Scheduler {
             waiting,
             running,
             kv_blocks_total: total,
+            kv_block_size: pool.block_size(),
             kv_blocks_used: used,
             kv_blocks_cached_idle: pool.num_cached_idle(),
             kv_blocks_free: pool.num_free(),
