@@ -82,7 +82,8 @@ impl RequestLimits {
     /// checks above, its class and its targets. The one place these are decided.
     pub fn decide(&self, cfg: &EngineConfig, req: &Request) -> Result<Admitted, EngineError> {
         let max_tokens = self.validate(req)?;
-        let class = match (cfg.slo_classes, req.slo_class) {
+        let objective = req.objective.as_ref().and_then(|o| cfg.objectives.get(o));
+        let class = match (cfg.slo_classes, req.slo_class.or(objective.copied())) {
             (true, Some(c)) => c,
             _ => cfg.default_slo_class,
         };
@@ -261,6 +262,16 @@ mod tests {
             .unwrap();
         assert_eq!(b.class, SloClass::Batch);
         assert_eq!(b.targets, SloTargets::default(), "batch has no targets");
+        // The gateway's objective maps to a class; a class named outright wins.
+        cfg.objectives.insert("offline".into(), SloClass::Batch);
+        let mut o = Request::greedy(vec![1; 4], 3);
+        o.objective = Some("offline".into());
+        assert_eq!(l.decide(&cfg, &o).unwrap().class, SloClass::Batch);
+        o.objective = Some("unknown".into());
+        assert_eq!(l.decide(&cfg, &o).unwrap().class, SloClass::Interactive);
+        o.objective = Some("offline".into());
+        o.slo_class = Some(SloClass::Interactive);
+        assert_eq!(l.decide(&cfg, &o).unwrap().class, SloClass::Interactive);
         cfg.slo_classes = false;
         cfg.default_slo_class = SloClass::Batch;
         let c = l

@@ -157,6 +157,11 @@ pub struct EngineConfig {
     /// sequences can grow without immediate preemption.
     pub kv_watermark: f64,
     pub admission: AdmissionConfig,
+    /// Inference objectives (the gateway's `x-llm-d-inference-objective` header)
+    /// and the class each runs as, e.g. `chat = "interactive"`, `offline = "batch"`.
+    /// A request that names its class itself keeps it; an unknown objective gets
+    /// the default class.
+    pub objectives: std::collections::BTreeMap<String, SloClass>,
 }
 
 impl Default for EngineConfig {
@@ -185,6 +190,7 @@ impl Default for EngineConfig {
             default_tpot_slo_ms: None,
             kv_watermark: 0.01,
             admission: AdmissionConfig::default(),
+            objectives: Default::default(),
         }
     }
 }

@@ -106,6 +106,9 @@ pub struct Request {
     /// `None`: the engine's `default_slo_class`. Ignored (everything is the default
     /// class, served first-come first-served) when the engine runs without SLO classes.
     pub slo_class: Option<SloClass>,
+    /// The inference objective the request came with (a gateway header); mapped
+    /// to a class by the config's `objectives` when `slo_class` is `None`.
+    pub objective: Option<String>,
     /// Target time to first token; an interactive request whose predicted TTFT
     /// exceeds it by `ttft_reject_factor` is refused at submit, and the scheduler
     /// sizes steps so that it is met. `None`: the engine's `default_ttft_slo_ms`.
@@ -125,6 +128,7 @@ impl Request {
             sampling: SamplingParams::greedy(),
             stop: StopConditions::max_tokens(max_tokens),
             slo_class: None,
+            objective: None,
             ttft_slo_ms: None,
             tpot_slo_ms: None,
         }

@@ -223,6 +223,11 @@ impl AppState {
         headers: &HeaderMap,
     ) -> Result<Request, ServerError> {
         let slo_class = self.asked_class(headers, params)?;
+        let objective = OBJECTIVE_HEADERS
+            .iter()
+            .find_map(|h| headers.get(*h))
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.trim().to_owned());
         let ttft_slo_ms = match params.ttft_slo_ms {
             Some(t) => Some(t),
             None => header_ms(headers, TTFT_HEADERS)?,
@@ -250,12 +255,18 @@ impl AppState {
                 ignore_eos: params.ignore_eos,
             },
             slo_class,
+            objective,
             ttft_slo_ms,
             tpot_slo_ms,
         })
     }
 }
 
+/// Gateway headers naming a request's inference objective (llm-d's, then the older name).
+const OBJECTIVE_HEADERS: [&str; 2] = [
+    "x-llm-d-inference-objective",
+    "x-gateway-inference-objective",
+];
 /// Gateway headers carrying a request's TTFT target (llm-d's, then the older name).
 const TTFT_HEADERS: [&str; 2] = ["x-llm-d-slo-ttft-ms", "x-slo-ttft-ms"];
 /// Gateway headers carrying a request's TPOT target.

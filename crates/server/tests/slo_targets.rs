@@ -147,3 +147,59 @@ fn gateway_metrics_and_priority() {
     );
     assert!(line.ends_with(" 1"), "{line}");
 }
+
+/// The gateway's objective header maps to a class through the config's
+/// `[objectives]`; a class named in the request wins; unknown objectives get the
+/// default class.
+#[test]
+fn objective_header_maps_to_a_class() {
+    let dir = std::env::temp_dir().join(format!("sloserve-objectives-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("objectives.toml");
+    std::fs::write(
+        &cfg,
+        "[objectives]\nchat = \"interactive\"\noffline = \"batch\"\n",
+    )
+    .unwrap();
+    let mut args = test_args();
+    args.config = Some(cfg);
+    let s = TestServer::start(args);
+    let class = |headers: &[(&str, &str)], b: &serde_json::Value| {
+        let r = request(
+            s.addr,
+            "POST",
+            "/v1/completions",
+            headers,
+            b.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()["usage"]["sloserve"]["slo_class"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        class(&[("x-llm-d-inference-objective", "offline")], &body()),
+        "batch"
+    );
+    assert_eq!(
+        class(&[("x-gateway-inference-objective", "offline")], &body()),
+        "batch"
+    );
+    assert_eq!(
+        class(&[("x-llm-d-inference-objective", "chat")], &body()),
+        "interactive"
+    );
+    assert_eq!(
+        class(&[("x-llm-d-inference-objective", "other")], &body()),
+        "interactive"
+    );
+    let mut b = body();
+    b["slo_class"] = json!("interactive");
+    assert_eq!(
+        class(&[("x-llm-d-inference-objective", "offline")], &b),
+        "interactive"
+    );
+    s.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+}
