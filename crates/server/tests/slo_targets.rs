@@ -1,4 +1,5 @@
-//! Per-request latency targets against the real server: body fields and the
+//! SLO classes and per-request latency targets against the real server: the class
+//! from the body, `X-SLO-Class` or the gateway's objective header; body fields and the
 //! gateway's headers become the request's TTFT / TPOT targets (reported in
 //! `usage.sloserve` with whether they were met), bad targets are 400s naming the
 //! field or header, and attainment, deferred batch rows and the step-time model
@@ -18,6 +19,40 @@ fn server() -> &'static TestServer {
 
 fn body() -> serde_json::Value {
     json!({"prompt": "The capital of France is", "max_tokens": 6, "temperature": 0, "ignore_eos": true})
+}
+
+#[test]
+fn slo_class_from_body_or_header() {
+    let s = server();
+    let body = json!({"prompt": "Hi", "max_tokens": 1});
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("X-SLO-Class", "batch")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["usage"]["sloserve"]["slo_class"], "batch");
+    let mut b = body.clone();
+    b["slo_class"] = json!("interactive");
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("X-SLO-Class", "batch")],
+        b.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["usage"]["sloserve"]["slo_class"], "interactive");
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("X-SLO-Class", "bulk")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.openai_error(400)["param"], "X-SLO-Class");
+    b["ttft_slo_ms"] = json!(60000);
+    assert_eq!(post(s.addr, "/v1/completions", &b).status, 200);
 }
 
 #[test]
