@@ -118,15 +118,16 @@ impl EngineCore {
         self.synthetic_cost = Some(f);
     }
 
-    /// The step's seconds: measured, or the synthetic cost (advancing the clock).
-    fn step_secs(&mut self, t0: Instant) -> f64 {
+    /// Tests with a synthetic cost: the step's seconds, moving the engine's clock
+    /// by them (before the step's tokens are stamped). `None`: measure the step.
+    fn synthetic_step_secs(&mut self) -> Option<f64> {
         #[cfg(test)]
         if let Some(f) = self.synthetic_cost {
             let secs = f(self.sched.planned_shape());
             self.clock_offset += Duration::from_secs_f64(secs);
-            return secs;
+            return Some(secs);
         }
-        t0.elapsed().as_secs_f64()
+        None
     }
 
     /// The scheduler, for the engine's scenario tests.
@@ -182,7 +183,7 @@ impl EngineCore {
         if !self.batch.is_empty() {
             let t0 = Instant::now();
             let res = self.runner.execute(&self.batch, &mut self.logits);
-            let exec_secs = self.step_secs(t0);
+            let synthetic = self.synthetic_step_secs();
             let t = self.now();
             let res = res.map_err(|e| e.0).and_then(|()| {
                 let want = self.batch.num_logit_rows();
@@ -202,11 +203,7 @@ impl EngineCore {
                 Ok(()) => {
                     report.outcome = self.sched.postprocess(&self.batch, &self.logits, t);
                     // Sampling is part of what a step costs a stream.
-                    report.outcome.secs = exec_secs.max(t0.elapsed().as_secs_f64());
-                    #[cfg(test)]
-                    if self.synthetic_cost.is_some() {
-                        report.outcome.secs = exec_secs;
-                    }
+                    report.outcome.secs = synthetic.unwrap_or_else(|| t0.elapsed().as_secs_f64());
                     self.sched.observe_step_time(report.outcome.secs);
                 }
                 Err(msg) => {

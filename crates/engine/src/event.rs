@@ -121,6 +121,16 @@ impl SloReport {
             None => {}
         }
     }
+
+    /// The targets missed, for log lines: "" or e.g. "ttft,tpot".
+    pub fn missed(&self) -> &'static str {
+        match (self.ttft_met == Some(false), self.tpot_met == Some(false)) {
+            (false, false) => "",
+            (true, false) => "ttft",
+            (false, true) => "tpot",
+            (true, true) => "ttft,tpot",
+        }
+    }
 }
 
 /// A request's timeline on the engine's clock (`Instant`s), plus derived durations.

@@ -64,17 +64,9 @@ impl Accounting {
         self.slo = info.slo;
     }
 
-    /// The targets the request missed, for its log line: "" or e.g. "ttft,tpot".
+    /// The targets the request missed, for its log line.
     pub fn missed_targets(&self) -> &'static str {
-        match (
-            self.slo.ttft_met == Some(false),
-            self.slo.tpot_met == Some(false),
-        ) {
-            (false, false) => "",
-            (true, false) => "ttft",
-            (false, true) => "tpot",
-            (true, true) => "ttft,tpot",
-        }
+        self.slo.missed()
     }
 
     /// Time since submission (for a request the engine never finished).
