@@ -143,6 +143,22 @@ fn request(prompt: &[u32], max_tokens: usize) -> Request {
     r
 }
 
+/// Submits a `MAX_TOKENS` request of `class` for each prompt.
+fn submit_all(
+    engine: &EngineHandle,
+    prompts: &[Vec<u32>],
+    class: SloClass,
+) -> Vec<sloserve_engine::RequestStream> {
+    prompts
+        .iter()
+        .map(|p| {
+            engine
+                .submit(request(p, MAX_TOKENS).with_class(class))
+                .unwrap()
+        })
+        .collect()
+}
+
 /// What one request produced: its tokens and, per step, the top-2 (id, logprob).
 #[derive(Debug, Clone)]
 struct Out {
@@ -435,14 +451,7 @@ fn interactive_arrivals_over_running_batch_equal_each_alone() {
         ..chunky()
     });
     let (batch, interactive) = prompts.split_at(10);
-    let mut batch_streams: Vec<_> = batch
-        .iter()
-        .map(|p| {
-            engine
-                .submit(request(p, MAX_TOKENS).with_class(SloClass::Batch))
-                .unwrap()
-        })
-        .collect();
+    let mut batch_streams = submit_all(&engine, batch, SloClass::Batch);
     // Wait for the first batch token (the engine is busy), consuming it ourselves.
     let mut first = batch_streams.remove(0);
     let ev = first.blocking_recv().expect("a first event");
@@ -506,23 +515,9 @@ fn batch_rows_skipping_steps_equal_each_alone() {
         ..chunky()
     });
     let (batch, interactive) = prompts.split_at(8);
-    let batch_streams: Vec<_> = batch
-        .iter()
-        .map(|p| {
-            engine
-                .submit(request(p, MAX_TOKENS).with_class(SloClass::Batch))
-                .unwrap()
-        })
-        .collect();
+    let batch_streams = submit_all(&engine, batch, SloClass::Batch);
     std::thread::sleep(Duration::from_millis(300));
-    let inter_streams: Vec<_> = interactive
-        .iter()
-        .map(|p| {
-            engine
-                .submit(request(p, MAX_TOKENS).with_class(SloClass::Interactive))
-                .unwrap()
-        })
-        .collect();
+    let inter_streams = submit_all(&engine, interactive, SloClass::Interactive);
     let mut got: Vec<Out> = batch_streams.into_iter().map(collect).collect();
     got.extend(inter_streams.into_iter().map(collect));
     let st = final_stats(&engine, prompts.len() * MAX_TOKENS);
