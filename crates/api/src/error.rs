@@ -61,6 +61,16 @@ impl ApiError {
         .with_code("model_not_found")
     }
 
+    /// 404 for an object (file, batch) that does not exist.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(404, "invalid_request_error", message).with_code("not_found")
+    }
+
+    /// 409: the object is in a state that does not allow the operation.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(409, "invalid_request_error", message).with_code("conflict")
+    }
+
     /// 404 for an unknown path.
     pub fn route_not_found(method: &str, path: &str) -> Self {
         Self::new(

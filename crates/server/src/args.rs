@@ -112,6 +112,8 @@ pub struct ServeArgs {
     /// Print the effective engine configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
+    #[command(flatten)]
+    pub batch: crate::batch::BatchApiArgs,
 }
 
 /// "512MiB" -> 536870912.

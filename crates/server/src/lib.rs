@@ -9,6 +9,7 @@
 //! listener and a shutdown signal), [`spawn`] (in-process, for tests).
 
 pub mod args;
+pub mod batch;
 pub mod chat;
 pub mod completions;
 pub mod error;
@@ -37,9 +38,10 @@ pub use args::ServeArgs;
 pub use error::ServerError;
 pub use state::AppState;
 
-/// Every route, with the body limit.
+/// Every route, with the body limit (the Batch API's file upload has its own).
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let batch = state.batch().cloned();
+    let app = Router::new()
         .route("/v1/completions", post(completions::handle))
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/models", get(routes::models))
@@ -52,7 +54,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
-        .with_state(state)
+        .with_state(state);
+    match batch {
+        Some(b) => app.merge(sloserve_batch::http::routes(b)),
+        None => app,
+    }
 }
 
 /// Serves `listener` until `shutdown` resolves, then drains (see [`shutdown::drain`]),
@@ -63,6 +69,10 @@ pub async fn serve_on(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    if let Some(b) = state.batch() {
+        b.start()
+            .map_err(|e| anyhow::anyhow!("cannot resume batches: {e}"))?;
+    }
     // No Nagle delay: SSE chunks are small and must leave at once.
     let listener = listener.tap_io(|tcp| {
         if let Err(e) = tcp.set_nodelay(true) {

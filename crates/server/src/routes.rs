@@ -132,7 +132,10 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let text = state.metrics.render(&state.engine.stats());
+    let mut text = state.metrics.render(&state.engine.stats());
+    if let Some(b) = state.batch() {
+        b.counters().render(b.files(), &mut text);
+    }
     (
         [(
             header::CONTENT_TYPE,

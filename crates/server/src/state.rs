@@ -4,12 +4,13 @@
 //! encoding, SLO class, building and submitting the engine `Request`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use axum::http::HeaderMap;
 use sloserve_api::{ApiError, GenParams};
+use sloserve_batch::BatchService;
 use sloserve_engine::{
     Engine, EngineConfig, EngineHandle, Request, SamplingParams, SloClass, StopConditions,
 };
@@ -34,6 +35,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     pub shutdown_timeout: Duration,
     pub metrics: Metrics,
+    /// The Batch API (absent with `--no-batch-api`).
+    batch: OnceLock<Arc<BatchService>>,
     draining: AtomicBool,
     inflight: AtomicUsize,
     next_id: AtomicU64,
@@ -61,7 +64,16 @@ impl AppState {
             secs = format!("{:.2}", t0.elapsed().as_secs_f64()),
             "model loaded"
         );
-        Self::from_model(args, model, cfg)
+        let state = Self::from_model(args, model, cfg)?;
+        if let Some(b) = crate::batch::open(&args.batch, &state)? {
+            let _ = state.batch.set(b);
+        }
+        Ok(state)
+    }
+
+    /// The Batch API, when served.
+    pub fn batch(&self) -> Option<&Arc<BatchService>> {
+        self.batch.get()
     }
 
     pub fn from_model(
@@ -103,6 +115,7 @@ impl AppState {
             created: unix_now(),
             max_body_bytes: args.max_body_bytes,
             shutdown_timeout: args.shutdown_timeout(),
+            batch: OnceLock::new(),
             draining: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
@@ -117,6 +130,9 @@ impl AppState {
     /// finishes what it has.
     pub fn begin_drain(&self) {
         self.draining.store(true, Ordering::Release);
+        if let Some(b) = self.batch() {
+            b.stop_feeding();
+        }
         self.engine.shutdown();
     }
 

@@ -1,4 +1,4 @@
-//! The `sloserve` command: `generate`, `serve`, `bench`, `tune` and `inspect`.
+//! The `sloserve` command: `generate`, `serve`, `batch`, `bench`, `tune` and `inspect`.
 
 mod generate;
 
@@ -26,6 +26,9 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (SSE streaming, SLO classes, metrics).
     Serve(sloserve_server::ServeArgs),
+    /// Batch jobs: run a batch file offline, or submit and follow one on any server with OpenAI's Batch API.
+    #[command(subcommand)]
+    Batch(BatchCommand),
     /// Drive an OpenAI-compatible server with streaming load; report TTFT/TPOT/ITL and goodput.
     Bench(sloserve_bench::BenchArgs),
     /// Measure the engine at a sequence of batch sizes under a bench workload; recommend interactive and batch configs.
@@ -36,6 +39,24 @@ enum Command {
         #[arg(long, default_value = DEFAULT_MODEL)]
         model: PathBuf,
     },
+}
+
+#[derive(Subcommand)]
+enum BatchCommand {
+    /// Run a batch file through the model in-process (no server), resuming a partial output.
+    Run(Box<sloserve_server::batch::BatchRunArgs>),
+    #[command(flatten)]
+    Client(sloserve_batch::cli::ClientCommand),
+}
+
+fn run_batch(cmd: BatchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BatchCommand::Run(args) => sloserve_server::batch::run_offline(*args),
+        BatchCommand::Client(c) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(sloserve_batch::cli::run(c)),
+    }
 }
 
 fn main() -> ExitCode {
@@ -49,6 +70,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => sloserve_server::run(args),
+        Command::Batch(cmd) => run_batch(cmd),
         Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
         Command::Tune(args) => sloserve_tune::run_tune_blocking(args).map(|_| ()),
         Command::Inspect { model } => sloserve_model::GgufFile::open(&model)

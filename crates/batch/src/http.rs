@@ -1,0 +1,266 @@
+//! The HTTP routes of the Batch API: `/v1/files` (multipart upload streamed to
+//! disk, list, get, content, delete) and `/v1/batches` (create, get, list, cancel).
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use sloserve_api::{parse_json, ApiError};
+use tokio::io::AsyncWriteExt;
+
+use crate::error::Error;
+use crate::line::new_id;
+use crate::service::BatchService;
+use crate::types::{CreateBatch, Deleted, FileObject, ListObject};
+use crate::unix_now;
+
+type Svc = State<Arc<BatchService>>;
+
+/// The Batch API's routes, ready to merge into the server's router.
+pub fn routes(svc: Arc<BatchService>) -> Router {
+    Router::new()
+        .route(
+            "/v1/files",
+            // The upload enforces `--max-batch-file-bytes` itself while streaming.
+            post(upload)
+                .get(list_files)
+                .layer(DefaultBodyLimit::disable()),
+        )
+        .route("/v1/files/{id}", get(get_file).delete(delete_file))
+        .route("/v1/files/{id}/content", get(file_content))
+        .route("/v1/batches", post(create_batch).get(list_batches))
+        .route("/v1/batches/{id}", get(get_batch))
+        .route("/v1/batches/{id}/cancel", post(cancel_batch))
+        .with_state(svc)
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        if let Error::Storage(m) = &self {
+            tracing::error!(error = %m, "batch API request failed");
+        }
+        api_error(&self.to_api())
+    }
+}
+
+fn api_error(e: &ApiError) -> Response {
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, Json(e.body())).into_response()
+}
+
+fn bad(param: &'static str, m: impl Into<String>) -> Error {
+    Error::invalid(param, m)
+}
+
+async fn upload(
+    State(svc): Svc,
+    mp: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+) -> Result<Json<FileObject>, Error> {
+    let mut mp = mp.map_err(|e| {
+        bad(
+            "file",
+            format!("expected a multipart/form-data body with `file` and `purpose`: {e}"),
+        )
+    })?;
+    let limit = svc.config().max_file_bytes;
+    let id = new_id("file-");
+    let path = svc.files().file_path(&id);
+    let (mut purpose, mut stored) = (None, None);
+    let result: Result<(), Error> = async {
+        while let Some(mut field) = mp
+            .next_field()
+            .await
+            .map_err(|e| bad("file", format!("malformed multipart body: {e}")))?
+        {
+            match field.name() {
+                Some("purpose") => {
+                    purpose = Some(
+                        field
+                            .text()
+                            .await
+                            .map_err(|e| bad("purpose", e.to_string()))?,
+                    )
+                }
+                Some("file") => {
+                    let name = field.file_name().unwrap_or("upload.jsonl").to_string();
+                    let mut f = tokio::fs::File::create(&path).await?;
+                    let mut bytes = 0u64;
+                    while let Some(chunk) = field
+                        .chunk()
+                        .await
+                        .map_err(|e| bad("file", format!("upload interrupted: {e}")))?
+                    {
+                        bytes += chunk.len() as u64;
+                        if bytes > limit {
+                            return Err(Error::TooLarge { limit });
+                        }
+                        f.write_all(&chunk).await?;
+                    }
+                    f.sync_all().await?;
+                    stored = Some((name, bytes));
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let cleanup = || {
+        let _ = std::fs::remove_file(&path);
+    };
+    if let Err(e) = result {
+        cleanup();
+        return Err(e);
+    }
+    let Some((filename, bytes)) = stored else {
+        cleanup();
+        return Err(bad("file", "file: missing (multipart field `file`)"));
+    };
+    match purpose.as_deref() {
+        Some("batch") => {}
+        Some(p) => {
+            cleanup();
+            return Err(bad(
+                "purpose",
+                format!("purpose: only \"batch\" is supported, got {p:?}"),
+            ));
+        }
+        None => {
+            cleanup();
+            return Err(bad(
+                "purpose",
+                "purpose: missing (multipart field `purpose`)",
+            ));
+        }
+    }
+    let now = unix_now();
+    let obj = FileObject {
+        id,
+        object: "file".into(),
+        bytes,
+        created_at: now,
+        expires_at: svc.config().retention.map(|r| now + r.as_secs()),
+        filename,
+        purpose: "batch".into(),
+        status: "processed".into(),
+        status_details: None,
+    };
+    if let Err(e) = svc.files().insert_file(&obj) {
+        cleanup();
+        return Err(e);
+    }
+    tracing::info!(file = %obj.id, bytes, "file uploaded");
+    Ok(Json(obj))
+}
+
+#[derive(Deserialize)]
+struct ListFiles {
+    purpose: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+    order: Option<String>,
+}
+
+async fn list_files(
+    State(svc): Svc,
+    q: Result<Query<ListFiles>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<ListObject<FileObject>>, Error> {
+    let Query(q) = q.map_err(|e| bad("query", format!("invalid query: {e}")))?;
+    let limit = q.limit.unwrap_or(10_000);
+    if !(1..=10_000).contains(&limit) {
+        return Err(bad("limit", "limit: must be between 1 and 10000"));
+    }
+    let asc = match q.order.as_deref() {
+        None | Some("desc") => false,
+        Some("asc") => true,
+        Some(o) => {
+            return Err(bad(
+                "order",
+                format!("order: must be asc or desc, got {o:?}"),
+            ))
+        }
+    };
+    let (data, more) =
+        svc.files()
+            .list_files(q.purpose.as_deref(), q.after.as_deref(), limit, asc)?;
+    Ok(Json(ListObject::new(data, more, |f| f.id.clone())))
+}
+
+fn file_or_404(svc: &BatchService, id: &str) -> Result<FileObject, Error> {
+    svc.files().get_file(id)?.ok_or_else(|| Error::NotFound {
+        kind: "file",
+        id: id.into(),
+    })
+}
+
+async fn get_file(State(svc): Svc, Path(id): Path<String>) -> Result<Json<FileObject>, Error> {
+    Ok(Json(file_or_404(&svc, &id)?))
+}
+
+async fn delete_file(State(svc): Svc, Path(id): Path<String>) -> Result<Json<Deleted>, Error> {
+    file_or_404(&svc, &id)?;
+    if svc.file_in_use(&id)? {
+        return Err(Error::Conflict(format!(
+            "file {id} is the input of a batch that has not finished"
+        )));
+    }
+    let deleted = svc.files().delete_file(&id)?;
+    Ok(Json(Deleted {
+        id,
+        object: "file".into(),
+        deleted,
+    }))
+}
+
+async fn file_content(State(svc): Svc, Path(id): Path<String>) -> Result<Response, Error> {
+    let f = file_or_404(&svc, &id)?;
+    let file = tokio::fs::File::open(svc.files().file_path(&id)).await?;
+    let stream = tokio_util::io::ReaderStream::new(file);
+    let mut resp = Body::from_stream(stream).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/jsonl"),
+    );
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(f.bytes));
+    Ok(resp)
+}
+
+async fn create_batch(State(svc): Svc, body: Bytes) -> Result<Response, Error> {
+    let req: CreateBatch = parse_json(&body).map_err(|e| Error::Invalid {
+        param: "body",
+        message: e.message,
+    })?;
+    Ok(Json(svc.create_batch(req)?).into_response())
+}
+
+async fn get_batch(State(svc): Svc, Path(id): Path<String>) -> Result<Response, Error> {
+    Ok(Json(svc.get_batch(&id)?).into_response())
+}
+
+#[derive(Deserialize)]
+struct ListBatches {
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+async fn list_batches(
+    State(svc): Svc,
+    q: Result<Query<ListBatches>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, Error> {
+    let Query(q) = q.map_err(|e| bad("query", format!("invalid query: {e}")))?;
+    let limit = q.limit.unwrap_or(20);
+    if !(1..=100).contains(&limit) {
+        return Err(bad("limit", "limit: must be between 1 and 100"));
+    }
+    Ok(Json(svc.list_batches(q.after.as_deref(), limit)?).into_response())
+}
+
+async fn cancel_batch(State(svc): Svc, Path(id): Path<String>) -> Result<Response, Error> {
+    Ok(Json(svc.cancel_batch(&id)?).into_response())
+}

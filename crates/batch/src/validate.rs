@@ -1,0 +1,267 @@
+//! Reading and checking a batch input file: JSONL lines `{custom_id, method, url,
+//! body}`, unique `custom_id`s, the batch's endpoint, POST only. A file that fails
+//! here runs nothing; a body the endpoint refuses is the endpoint's business.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::types::{BatchError, InputLine, ENDPOINTS};
+
+/// Most validation errors reported for one file.
+const MAX_ERRORS: usize = 100;
+
+/// A line that passed validation (`line`: its 1-based number in the file).
+#[derive(Debug, Clone)]
+pub struct ParsedLine {
+    pub line: u64,
+    pub custom_id: String,
+    pub url: String,
+    pub body: Value,
+}
+
+/// What a valid file holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileSummary {
+    pub total: u64,
+    /// The `model` of the first body that names one.
+    pub model: Option<String>,
+}
+
+fn err(code: &str, line: Option<u64>, param: Option<&str>, message: String) -> BatchError {
+    BatchError {
+        code: code.into(),
+        message,
+        param: param.map(Into::into),
+        line,
+    }
+}
+
+/// Parses line `line` of a file; `endpoint`: the batch's (None: either endpoint).
+pub fn parse_line(line: u64, text: &str, endpoint: Option<&str>) -> Result<ParsedLine, BatchError> {
+    let parsed: InputLine = serde_json::from_str(text).map_err(|e| {
+        err(
+            "invalid_json_line",
+            Some(line),
+            None,
+            format!("line {line}: not a JSON object with custom_id, method, url and body: {e}"),
+        )
+    })?;
+    if parsed.method != "POST" {
+        return Err(err(
+            "invalid_method",
+            Some(line),
+            Some("method"),
+            format!("line {line}: method must be POST, got {:?}", parsed.method),
+        ));
+    }
+    let url_ok = match endpoint {
+        Some(e) => parsed.url == e,
+        None => ENDPOINTS.contains(&parsed.url.as_str()),
+    };
+    if !url_ok {
+        let want = endpoint.map_or_else(|| ENDPOINTS.join(" or "), str::to_string);
+        return Err(err(
+            "invalid_url",
+            Some(line),
+            Some("url"),
+            format!(
+                "line {line}: url must be {want} (the batch's endpoint), got {:?}",
+                parsed.url
+            ),
+        ));
+    }
+    if !parsed.body.is_object() {
+        return Err(err(
+            "invalid_json_line",
+            Some(line),
+            Some("body"),
+            format!("line {line}: body must be a JSON object"),
+        ));
+    }
+    Ok(ParsedLine {
+        line,
+        custom_id: parsed.custom_id,
+        url: parsed.url,
+        body: parsed.body,
+    })
+}
+
+/// The non-blank lines of `path` with their 1-based numbers.
+pub fn read_lines(
+    path: &Path,
+) -> std::io::Result<impl Iterator<Item = std::io::Result<(u64, String)>>> {
+    let reader = BufReader::new(File::open(path)?);
+    Ok(reader.lines().enumerate().filter_map(|(i, l)| match l {
+        Ok(s) if s.trim().is_empty() => None,
+        Ok(s) => Some(Ok((i as u64 + 1, s))),
+        Err(e) => Some(Err(e)),
+    }))
+}
+
+/// Checks the whole file: every line parses, `custom_id`s are unique, at most
+/// `max_lines` lines. Returns the summary, or every error found (up to 100).
+pub fn validate_file(
+    path: &Path,
+    endpoint: Option<&str>,
+    max_lines: u64,
+) -> Result<FileSummary, Vec<BatchError>> {
+    let io = |e: std::io::Error| {
+        vec![err(
+            "invalid_file",
+            None,
+            None,
+            format!("cannot read the input file: {e}"),
+        )]
+    };
+    let mut seen = HashSet::new();
+    let mut errors = Vec::new();
+    let mut summary = FileSummary {
+        total: 0,
+        model: None,
+    };
+    for item in read_lines(path).map_err(io)? {
+        let (line, text) = item.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => vec![err(
+                "invalid_json_line",
+                None,
+                None,
+                "the input file is not UTF-8 text".into(),
+            )],
+            _ => io(e),
+        })?;
+        summary.total += 1;
+        if summary.total > max_lines {
+            errors.push(err(
+                "too_many_tasks",
+                Some(line),
+                None,
+                format!("the input file has more than {max_lines} requests"),
+            ));
+            break;
+        }
+        match parse_line(line, &text, endpoint) {
+            Ok(p) => {
+                if !seen.insert(p.custom_id.clone()) {
+                    errors.push(err(
+                        "duplicate_custom_id",
+                        Some(line),
+                        Some("custom_id"),
+                        format!(
+                            "line {line}: custom_id {:?} appears more than once",
+                            p.custom_id
+                        ),
+                    ));
+                }
+                if summary.model.is_none() {
+                    summary.model = p.body.get("model").and_then(Value::as_str).map(Into::into);
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+        if errors.len() >= MAX_ERRORS {
+            break;
+        }
+    }
+    if summary.total == 0 && errors.is_empty() {
+        errors.push(err(
+            "empty_file",
+            None,
+            None,
+            "the input file has no requests".into(),
+        ));
+    }
+    if errors.is_empty() {
+        Ok(summary)
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    fn line(id: &str, url: &str) -> String {
+        format!(
+            r#"{{"custom_id":"{id}","method":"POST","url":"{url}","body":{{"model":"m","prompt":"hi"}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_good_file_is_counted_and_names_its_model() {
+        let f = file(&format!(
+            "{}\n\n{}\n",
+            line("a", "/v1/completions"),
+            line("b", "/v1/completions")
+        ));
+        let s = validate_file(f.path(), Some("/v1/completions"), 10).unwrap();
+        assert_eq!(
+            s,
+            FileSummary {
+                total: 2,
+                model: Some("m".into())
+            }
+        );
+    }
+
+    #[test]
+    fn errors_carry_line_numbers() {
+        let text = [
+            line("a", "/v1/completions"),
+            line("a", "/v1/completions"),
+            line("b", "/v1/chat/completions"),
+            "not json".to_string(),
+            line("c", "/v1/completions").replace("POST", "GET"),
+        ]
+        .join("\n");
+        let errs = validate_file(file(&text).path(), Some("/v1/completions"), 10).unwrap_err();
+        let got: Vec<(&str, Option<u64>)> =
+            errs.iter().map(|e| (e.code.as_str(), e.line)).collect();
+        assert_eq!(
+            got,
+            [
+                ("duplicate_custom_id", Some(2)),
+                ("invalid_url", Some(3)),
+                ("invalid_json_line", Some(4)),
+                ("invalid_method", Some(5)),
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_and_oversized_files_fail() {
+        let e = validate_file(file("\n\n").path(), None, 10).unwrap_err();
+        assert_eq!(e[0].code, "empty_file");
+        let text = (0..3)
+            .map(|i| line(&i.to_string(), "/v1/completions"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let e = validate_file(file(&text).path(), None, 2).unwrap_err();
+        assert_eq!((e[0].code.as_str(), e[0].line), ("too_many_tasks", Some(3)));
+    }
+
+    #[test]
+    fn offline_files_may_mix_the_two_endpoints() {
+        let text = format!(
+            "{}\n{}",
+            line("a", "/v1/completions"),
+            line("b", "/v1/chat/completions")
+        );
+        assert_eq!(
+            validate_file(file(&text).path(), None, 10).unwrap().total,
+            2
+        );
+        assert!(parse_line(1, &line("a", "/v1/embeddings"), None).is_err());
+    }
+}

@@ -1,0 +1,201 @@
+//! The Batch API in `sloserve serve` and `sloserve batch run`: its flags, the
+//! dispatcher that runs a batch line through the same handler as the synchronous
+//! endpoint (so the body is exactly what that endpoint gives), and the offline run.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::body::{to_bytes, Bytes};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::IntoResponse;
+use clap::Args;
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+use sloserve_batch::offline::{self, OfflineRun};
+use sloserve_batch::{BatchConfig, BatchService, Dispatch, Reply};
+
+use crate::state::AppState;
+use crate::{chat, completions, ServeArgs};
+
+/// Flags of the Batch API (`/v1/files`, `/v1/batches`).
+#[derive(Args, Debug, Clone)]
+pub struct BatchApiArgs {
+    /// Where batch files and jobs are kept (SQLite + files); created if absent.
+    #[arg(long, default_value = "sloserve-data")]
+    pub data_dir: PathBuf,
+    /// Serve no Batch API (no /v1/files, /v1/batches; nothing written to --data-dir).
+    #[arg(long)]
+    pub no_batch_api: bool,
+    /// Largest batch input file in bytes (suffixes KiB, MiB, GiB accepted).
+    #[arg(long, default_value = "200MiB", value_parser = crate::args::parse_bytes)]
+    pub max_batch_file_bytes: u64,
+    /// Most requests in one batch input file.
+    #[arg(long, default_value_t = 50_000)]
+    pub max_batch_lines: u64,
+    /// Batch lines in flight at once, over all batches (default: max_num_seqs,
+    /// at most half the batch class's waiting-queue bound).
+    #[arg(long)]
+    pub batch_max_inflight: Option<usize>,
+    /// Delete ended batches and unused files older than this (e.g. 30d, 12h, 90m, 3600s).
+    #[arg(long, value_parser = parse_duration)]
+    pub batch_retention: Option<Duration>,
+    /// Price of the machine per hour: batch objects report cost per million output tokens.
+    #[arg(long)]
+    pub machine_cost_per_hour: Option<f64>,
+}
+
+/// "30d" / "12h" / "90m" / "3600s" / "3600".
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, mult) = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)]
+        .iter()
+        .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
+        .unwrap_or((t, 1));
+    num.trim()
+        .parse::<u64>()
+        .map(|n| Duration::from_secs(n * mult))
+        .map_err(|_| format!("'{s}' is not a duration (e.g. 30d, 12h, 90m, 3600s)"))
+}
+
+/// Runs a line through the synchronous handlers of a server's state.
+pub struct HandlerDispatch {
+    state: Weak<AppState>,
+}
+
+impl HandlerDispatch {
+    pub fn new(state: &Arc<AppState>) -> Self {
+        HandlerDispatch {
+            state: Arc::downgrade(state),
+        }
+    }
+}
+
+impl Dispatch for HandlerDispatch {
+    fn call(&self, url: &str, body: Value) -> BoxFuture<'_, Reply> {
+        let url = url.to_string();
+        Box::pin(async move {
+            let Some(state) = self.state.upgrade() else {
+                return unavailable();
+            };
+            let mut headers = HeaderMap::new();
+            headers.insert("x-slo-class", HeaderValue::from_static("batch"));
+            let body = Ok(Bytes::from(body.to_string()));
+            let resp = match url.as_str() {
+                "/v1/chat/completions" => chat::handle(State(state), headers, body).await,
+                _ => completions::handle(State(state), headers, body).await,
+            }
+            .into_response();
+            let status = resp.status().as_u16();
+            let retry_after = resp
+                .headers()
+                .get(header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok()?.parse().ok());
+            let bytes = to_bytes(resp.into_body(), usize::MAX)
+                .await
+                .unwrap_or_default();
+            let body = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+            Reply {
+                status,
+                body,
+                retry_after,
+            }
+        })
+    }
+}
+
+fn unavailable() -> Reply {
+    Reply {
+        status: 503,
+        body: Value::Null,
+        retry_after: None,
+    }
+}
+
+/// The in-flight bound of batch lines for the server's engine.
+fn max_inflight(args: &BatchApiArgs, state: &AppState) -> usize {
+    args.batch_max_inflight.unwrap_or_else(|| {
+        let cfg = state.engine.config();
+        cfg.max_num_seqs
+            .min(cfg.admission.batch.max_waiting_requests / 2)
+            .max(1)
+    })
+}
+
+/// Opens the Batch API's store for `state` (None with `--no-batch-api`).
+pub fn open(
+    args: &BatchApiArgs,
+    state: &Arc<AppState>,
+) -> anyhow::Result<Option<Arc<BatchService>>> {
+    if args.no_batch_api {
+        return Ok(None);
+    }
+    let cfg = BatchConfig {
+        data_dir: args.data_dir.clone(),
+        max_file_bytes: args.max_batch_file_bytes,
+        max_lines: args.max_batch_lines,
+        max_inflight: max_inflight(args, state),
+        retention: args.batch_retention,
+        machine_cost_per_hour: args.machine_cost_per_hour,
+    };
+    let svc = BatchService::open(cfg, Box::new(HandlerDispatch::new(state)))
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .with_context(|| format!("cannot open the batch store in {}", args.data_dir.display()))?;
+    Ok(Some(svc))
+}
+
+/// `sloserve batch run`: a batch file through the model in-process.
+#[derive(Args, Debug, Clone)]
+pub struct BatchRunArgs {
+    /// Input file: one `{custom_id, method, url, body}` per line.
+    #[arg(short, long)]
+    pub input: PathBuf,
+    /// Output file (appended to: a partial file from an interrupted run is resumed).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Error lines go here (default: into the output file, as vLLM's run-batch).
+    #[arg(long)]
+    pub errors: Option<PathBuf>,
+    /// Requests in flight at once (default: the engine's max_num_seqs).
+    #[arg(long)]
+    pub concurrency: Option<usize>,
+    #[command(flatten)]
+    pub serve: ServeArgs,
+}
+
+pub fn run_offline(args: BatchRunArgs) -> anyhow::Result<()> {
+    let mut serve = args.serve.clone();
+    serve.batch.no_batch_api = true;
+    sloserve_model::set_compute_threads(serve.threads);
+    let state = AppState::load(&serve)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    let run = OfflineRun {
+        input: args.input,
+        output: args.output,
+        errors: args.errors,
+        concurrency: args
+            .concurrency
+            .unwrap_or_else(|| state.engine.config().max_num_seqs),
+        max_lines: serve.batch.max_batch_lines,
+        progress: true,
+    };
+    let s = rt.block_on(offline::run(&run, Arc::new(HandlerDispatch::new(&state))))?;
+    eprintln!(
+        "{} completed, {} failed, {} already done; {} output tokens in {:.1} s ({:.1} tok/s)",
+        s.completed,
+        s.failed,
+        s.skipped,
+        s.output_tokens,
+        s.secs,
+        s.output_tokens as f64 / s.secs.max(1e-9)
+    );
+    state.begin_drain();
+    Ok(())
+}
