@@ -76,6 +76,9 @@ pub struct SloTimings {
     pub tpot_ms: Option<f64>,
     pub cached_prompt_tokens: u32,
     pub preemptions: u32,
+    /// Its share of the engine steps it ran in (machine time, for pricing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine_ms: Option<f64>,
     /// The TTFT target the request ran under (given or the server's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttft_target_ms: Option<f64>,

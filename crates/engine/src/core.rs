@@ -204,7 +204,8 @@ impl EngineCore {
                     report.outcome = self.sched.postprocess(&self.batch, &self.logits, t);
                     // Sampling is part of what a step costs a stream.
                     report.outcome.secs = synthetic.unwrap_or_else(|| t0.elapsed().as_secs_f64());
-                    self.sched.observe_step_time(report.outcome.secs);
+                    self.sched
+                        .observe_step_time(&self.batch, report.outcome.secs);
                 }
                 Err(msg) => {
                     tracing::error!(error = %msg, "model runner failed; failing the batch");

@@ -150,6 +150,9 @@ pub struct RequestTimings {
     pub max_inter_token: Duration,
     /// Times it was preempted (its KV freed and recomputed later).
     pub preemptions: u32,
+    /// Its share of the engine steps it ran in (each step's time split by tokens):
+    /// the machine time it used, for pricing.
+    pub engine_time: Duration,
 }
 
 fn since(later: Option<Instant>, earlier: Option<Instant>) -> Option<Duration> {
@@ -166,6 +169,7 @@ impl RequestTimings {
             finish: None,
             max_inter_token: Duration::ZERO,
             preemptions: 0,
+            engine_time: Duration::ZERO,
         }
     }
 

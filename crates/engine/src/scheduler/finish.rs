@@ -2,7 +2,7 @@
 //! checks, prefix-cache inserts, the step-time observation; and the ways requests
 //! leave (finished, cancelled by the client, failed).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Scheduler;
 use crate::event::{Event, FinishReason};
@@ -71,8 +71,14 @@ impl Scheduler {
         out
     }
 
-    /// Feeds the measured seconds of the step just run into the step-time model.
-    pub fn observe_step_time(&mut self, secs: f64) {
+    /// Feeds the measured seconds of the step just run into the step-time model,
+    /// and charges each of its sequences its share (by tokens) of the step.
+    pub fn observe_step_time(&mut self, batch: &Batch, secs: f64) {
+        let total = batch.tokens.len().max(1) as f64;
+        for (k, &i) in self.step_seqs.iter().enumerate() {
+            let share = batch.seqs[k].num_tokens as f64 / total;
+            self.running[i].timings.engine_time += Duration::from_secs_f64(secs * share);
+        }
         let p = &self.planned;
         tracing::trace!(
             step = self.step,

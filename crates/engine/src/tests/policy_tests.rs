@@ -417,6 +417,32 @@ fn timings_are_ordered_and_counted() {
     assert_eq!((t.preemptions, f.completion_tokens), (0, 6));
 }
 
+/// Each step's time is split among its sequences by tokens: a request's
+/// `engine_time` is its machine time, and the shares add up to the steps' time.
+#[test]
+fn step_time_is_charged_to_requests_by_tokens() {
+    let (mut core, _) = new_core(cfg(100));
+    let mut long = submit(&mut core, 0, greedy(prompt(0, 60), 4, SloClass::Batch));
+    let mut short = submit(&mut core, 1, greedy(prompt(1, 6), 4, SloClass::Batch));
+    let mut total = 0.0;
+    for _ in 0..100 {
+        if !core.has_work() {
+            break;
+        }
+        total += core.step().outcome.secs;
+    }
+    long.poll();
+    short.poll();
+    let (l, s) = (
+        long.finish.unwrap().timings.engine_time.as_secs_f64(),
+        short.finish.unwrap().timings.engine_time.as_secs_f64(),
+    );
+    assert!(total > 0.0 && s > 0.0);
+    assert!((l + s - total).abs() < 1e-6 * 20.0, "{l} + {s} != {total}");
+    // The 60-token prompt took most of the prefill steps it shared.
+    assert!(l > 2.0 * s, "long {l} short {s}");
+}
+
 /// An interactive request arriving while a long batch prompt is being prefilled in
 /// chunks is admitted and prefilled at the next step, ahead of the batch prompt's
 /// remaining chunks; without SLO classes it waits for the budget the batch prompt

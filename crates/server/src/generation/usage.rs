@@ -96,6 +96,7 @@ impl Accounting {
                 tpot_ms: ms(t.mean_inter_token(self.timed_tokens)),
                 cached_prompt_tokens: cached,
                 preemptions: t.preemptions,
+                engine_ms: ms(Some(t.engine_time)),
                 ttft_target_ms: self.slo.targets.ttft_ms,
                 tpot_target_ms: self.slo.targets.tpot_ms,
                 ttft_met: self.slo.ttft_met,
