@@ -39,6 +39,7 @@ $(VENV)/.requirements-installed: $(PY_REQUIREMENTS)
 test-python: model $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
+	$(VENV)/bin/python tests/python/test_batch_api.py --bin "$(TARGET_DIR)/debug/sloserve"
 
 fmt:
 	$(CARGO) fmt --all

@@ -97,7 +97,7 @@ async fn drive(svc: &Arc<BatchService>, id: &str, ctl: &Arc<JobControl>) -> Resu
         }
         tracing::info!(batch = %id, lines = batch.request_counts.total, "batch in progress");
     }
-    let end = match batch.status {
+    let mut end = match batch.status {
         BatchStatus::InProgress => {
             feed(svc, id, &batch.endpoint, &input, batch.expires_at, ctl).await?
         }
@@ -107,6 +107,16 @@ async fn drive(svc: &Arc<BatchService>, id: &str, ctl: &Arc<JobControl>) -> Resu
     };
     if end == End::Stopping {
         return Ok(());
+    }
+    // A cancel that came after the last line was handed out (or before a crash
+    // during finalizing) still counts.
+    let cancelled = ctl.is_cancelled()
+        || svc
+            .store()
+            .get_batch(id)?
+            .is_some_and(|b| b.cancelling_at.is_some());
+    if end == End::AllFed && cancelled {
+        end = End::Cancelled;
     }
     finalize(svc, id, &input, &batch.endpoint, end).await
 }
@@ -167,7 +177,12 @@ async fn feed(
         });
         while tasks.try_join_next().is_some() {}
     }
-    // Running lines finish (also on cancel and expiry); their results count.
+    // On cancel and expiry the running lines are stopped (their engine requests
+    // cancelled as their futures drop): each either committed its result or is
+    // written as not run. Otherwise they finish.
+    if matches!(end, End::Cancelled | End::Expired) {
+        tasks.abort_all();
+    }
     while tasks.join_next().await.is_some() {}
     if svc.is_stopping() {
         return Ok(End::Stopping);
