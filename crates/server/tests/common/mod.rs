@@ -38,7 +38,21 @@ pub fn test_args() -> ServeArgs {
     a.max_model_len = Some(1024);
     a.kv_cache_memory = Some(64 << 20);
     a.served_model_name = Some("smol".into());
+    a.batch.data_dir = temp_data_dir();
     a
+}
+
+/// A fresh directory for the Batch API's store (under the system's temp dir).
+pub fn temp_data_dir() -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "sloserve-test-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    d
 }
 
 impl TestServer {

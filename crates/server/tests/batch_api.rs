@@ -1,0 +1,136 @@
+//! The Batch API's HTTP edges on the real server: upload limits and fields, unknown
+//! ids, a file in use, a batch that runs to the end and its metrics, and a restart
+//! on the same --data-dir that keeps files and batches.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+fn multipart(purpose: Option<&str>, file: Option<&[u8]>) -> (String, Vec<u8>) {
+    let b = "XbatchX";
+    let mut body = Vec::new();
+    if let Some(p) = purpose {
+        body.extend(
+            format!("--{b}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\n{p}\r\n")
+                .bytes(),
+        );
+    }
+    if let Some(f) = file {
+        body.extend(format!("--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"in.jsonl\"\r\n\r\n").bytes());
+        body.extend_from_slice(f);
+        body.extend(b"\r\n");
+    }
+    body.extend(format!("--{b}--\r\n").bytes());
+    (format!("multipart/form-data; boundary={b}"), body)
+}
+
+fn upload(srv: &TestServer, purpose: Option<&str>, file: Option<&[u8]>) -> Resp {
+    let (ct, body) = multipart(purpose, file);
+    request(
+        srv.addr,
+        "POST",
+        "/v1/files",
+        &[("Content-Type", &ct)],
+        &body,
+    )
+}
+
+fn line(id: &str) -> String {
+    format!(
+        r#"{{"custom_id":"{id}","method":"POST","url":"/v1/completions","body":{{"prompt":"Hello","max_tokens":2,"temperature":0}}}}"#
+    )
+}
+
+#[test]
+fn uploads_are_checked_and_batches_run_and_survive_a_restart() {
+    let mut args = test_args();
+    args.batch.max_batch_file_bytes = 4096;
+    let data_dir = args.batch.data_dir.clone();
+    let srv = TestServer::start(args.clone());
+    // Limits and fields.
+    upload(&srv, Some("batch"), Some(&[b'x'; 5000])).openai_error(413);
+    let e = upload(&srv, Some("fine-tune"), Some(b"{}")).openai_error(400);
+    assert_eq!(e["param"], "purpose");
+    assert_eq!(
+        upload(&srv, Some("batch"), None).openai_error(400)["param"],
+        "file"
+    );
+    let r = request(srv.addr, "POST", "/v1/files", &[], b"{}");
+    assert_eq!(r.openai_error(400)["param"], "file");
+    request(srv.addr, "GET", "/v1/files/file-nope", &[], b"").openai_error(404);
+    request(srv.addr, "GET", "/v1/batches/batch_nope", &[], b"").openai_error(404);
+    request(srv.addr, "POST", "/v1/batches/batch_nope/cancel", &[], b"").openai_error(404);
+    let e = request(srv.addr, "GET", "/v1/batches?limit=0", &[], b"").openai_error(400);
+    assert_eq!(e["param"], "limit");
+    let e = request(
+        srv.addr,
+        "POST",
+        "/v1/batches",
+        &[],
+        br#"{"input_file_id":"file-nope","endpoint":"/v1/completions","completion_window":"24h"}"#,
+    )
+    .openai_error(404);
+    assert!(e["message"].as_str().unwrap().contains("file-nope"), "{e}");
+    // A small batch runs to the end.
+    let text = format!("{}\n{}\n", line("a"), line("b"));
+    let f = upload(&srv, Some("batch"), Some(text.as_bytes()));
+    assert_eq!(f.status, 200, "{}", f.text());
+    let fid = f.json()["id"].as_str().unwrap().to_string();
+    let create = format!(
+        r#"{{"input_file_id":"{fid}","endpoint":"/v1/completions","completion_window":"24h"}}"#
+    );
+    let b = request(srv.addr, "POST", "/v1/batches", &[], create.as_bytes()).json();
+    let bid = b["id"].as_str().unwrap().to_string();
+    let mut done = Value::Null;
+    for _ in 0..600 {
+        done = request(srv.addr, "GET", &format!("/v1/batches/{bid}"), &[], b"").json();
+        if done["status"] == "completed" {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(done["request_counts"]["completed"], 2);
+    assert!(
+        done["sloserve"]["machine_seconds"].as_f64().unwrap() > 0.0,
+        "{done}"
+    );
+    let metrics = request(srv.addr, "GET", "/metrics", &[], b"").text();
+    assert!(
+        metrics.contains("sloserve:batch_requests_total{status=\"completed\"} 2"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("sloserve:batch_jobs{status=\"completed\"} 1"));
+    // Restart on the same directory: the batch and its output are still there.
+    srv.shutdown();
+    srv.wait(std::time::Duration::from_secs(60)).unwrap();
+    let srv = TestServer::start(args);
+    let again = request(srv.addr, "GET", &format!("/v1/batches/{bid}"), &[], b"").json();
+    assert_eq!(again["status"], "completed");
+    let out = request(
+        srv.addr,
+        "GET",
+        &format!(
+            "/v1/files/{}/content",
+            again["output_file_id"].as_str().unwrap()
+        ),
+        &[],
+        b"",
+    );
+    let ids: Vec<String> = out
+        .text()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["custom_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(ids, ["a", "b"]);
+    let del = request(srv.addr, "DELETE", &format!("/v1/files/{fid}"), &[], b"").json();
+    assert_eq!(del["deleted"], true);
+    srv.shutdown();
+    let _ = std::fs::remove_dir_all(data_dir);
+}
