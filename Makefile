@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model build release serve test test-rust test-python fmt clippy clean
+.PHONY: all model build release serve test test-rust test-python test-batch-large fmt clippy clean
 
 all: build
 
@@ -40,6 +40,11 @@ test-python: model $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_batch_api.py --bin "$(TARGET_DIR)/debug/sloserve"
+
+# A 1,000-line batch job on the server against `sloserve batch run` on the same file (minutes; not in `make test`).
+test-batch-large: model $(VENV)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV)/bin/python tests/python/test_batch_api.py --large --bin "$(TARGET_DIR)/debug/sloserve"
 
 fmt:
 	$(CARGO) fmt --all
