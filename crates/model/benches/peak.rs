@@ -3,6 +3,11 @@
 //! that decodes batches), the rate of an 8-bit block dot product (maddubs, madd,
 //! convert, scale: the arithmetic of a Q4_1 x Q8_1 kernel) on data in L1, and the
 //! decode ceiling they imply: no kernel decodes faster than peak / FLOPs per token.
+//! Beside them the memory ceiling: sustained read bandwidth of all cores from DRAM
+//! (a buffer far larger than any cache) and from cache (a working set the size of
+//! one layer of the model), and the batch-1 decode ceiling it implies: bytes read
+//! per token (every weight matrix once in the file's format, the output matrix, and
+//! the f16 KV cache at the forward bench's context) over the DRAM bandwidth.
 //! Median of 5 runs; writes `target/bench/peak.json`.
 
 use std::time::Instant;
@@ -14,6 +19,30 @@ mod common;
 use common::{median, model_path, target_dir};
 
 const RUNS: usize = 5;
+/// The forward bench's mean decode context (its steps run from 64 to 96).
+const BENCH_CONTEXT: usize = 80;
+/// The DRAM buffer: far larger than the last-level cache.
+const DRAM_BYTES: usize = 1 << 30;
+
+/// Bytes per second of `threads` threads each reading its share of `buf` `reps` times.
+fn bandwidth(threads: usize, buf: &[u8], reps: usize) -> f64 {
+    let chunk = buf.len() / threads;
+    let t0 = Instant::now();
+    let bytes: f64 = std::thread::scope(|s| {
+        let hs: Vec<_> = buf
+            .chunks(chunk)
+            .take(threads)
+            .map(|c| s.spawn(move || kernels::read(c, reps)))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    bytes / t0.elapsed().as_secs_f64()
+}
+
+/// Bytes of a tensor in the file's format.
+fn tensor_bytes(t: &candle_core::quantized::gguf_file::TensorInfo) -> usize {
+    t.shape.elem_count() / t.ggml_dtype.block_size() * t.ggml_dtype.type_size()
+}
 
 /// Multiply-adds per second of `kernel` run on `threads` threads at once.
 fn rate(threads: usize, kernel: fn() -> f64) -> f64 {
@@ -52,6 +81,33 @@ mod kernels {
         }
         black_box(a);
         (ITERS * 12 * 8) as f64
+    }
+
+    /// Reads `buf` `reps` times (32-byte loads, four independent chains); returns
+    /// the bytes read.
+    pub fn read(buf: &[u8], reps: usize) -> f64 {
+        // SAFETY: callers check AVX2.
+        unsafe { read_inner(buf, reps) }
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn read_inner(buf: &[u8], reps: usize) -> f64 {
+        let mut acc = [_mm256_setzero_si256(); 4];
+        let n = buf.len() / 128 * 128;
+        for _ in 0..reps {
+            let p = black_box(buf.as_ptr());
+            let mut i = 0;
+            while i < n {
+                for (j, a) in acc.iter_mut().enumerate() {
+                    // SAFETY: i + 32 * j + 32 <= n <= buf.len().
+                    let v = unsafe { _mm256_loadu_si256(p.add(i + 32 * j) as *const __m256i) };
+                    *a = _mm256_xor_si256(*a, v);
+                }
+                i += 128;
+            }
+        }
+        black_box(acc);
+        (n * reps) as f64
     }
 
     /// One 4-bit weight block (unpacked once) against 8 rows of 8-bit activations,
@@ -130,6 +186,62 @@ fn main() {
                 all / macs
             );
         }
+        // Memory: DRAM, then a one-layer working set that stays in cache.
+        let layer0: usize = file
+            .content
+            .tensor_infos
+            .iter()
+            .filter(|(n, _)| n.starts_with("blk.0."))
+            .map(|(_, t)| tensor_bytes(t))
+            .sum();
+        let weights: usize = file
+            .content
+            .tensor_infos
+            .iter()
+            .filter(|(n, _)| n.starts_with("blk."))
+            .map(|(_, t)| tensor_bytes(t))
+            .sum();
+        let output = file
+            .tensor_info("output.weight")
+            .or_else(|| file.tensor_info("token_embd.weight"))
+            .map_or(0, tensor_bytes);
+        let kv = c.kv_bytes_per_token(2) * BENCH_CONTEXT;
+        let per_token = (weights + output + kv) as f64;
+        let dram: Vec<u8> = (0..DRAM_BYTES).map(|i| i as u8).collect();
+        let layer: Vec<u8> = (0..layer0.max(1 << 16)).map(|i| i as u8).collect();
+        let layer_reps = (4 << 30) / layer.len();
+        let (dram_1, dram_n) = (
+            median(&(0..RUNS).map(|_| bandwidth(1, &dram, 2)).collect::<Vec<_>>()),
+            median(&(0..RUNS).map(|_| bandwidth(threads, &dram, 2)).collect::<Vec<_>>()),
+        );
+        let (cache_1, cache_n) = (
+            median(&(0..RUNS).map(|_| bandwidth(1, &layer, layer_reps)).collect::<Vec<_>>()),
+            median(&(0..RUNS).map(|_| bandwidth(threads, &layer, layer_reps)).collect::<Vec<_>>()),
+        );
+        println!(
+            "{:<34} {:>12} {:>12} {:>20}",
+            "read bandwidth (GB/s)", "1 core", "all cores", "batch-1 ceiling"
+        );
+        for (name, one, all) in [
+            ("DRAM (1 GiB buffer)", dram_1, dram_n),
+            ("cache (one layer's bytes)", cache_1, cache_n),
+        ] {
+            println!(
+                "{name:<34} {:>12.1} {:>12.1} {:>14.0} tok/s",
+                one / 1e9,
+                all / 1e9,
+                all / per_token
+            );
+        }
+        println!(
+            "bytes per batch-1 token: {:.1} MB (weights {:.1} MB, output matrix {:.1} MB, f16 KV at context {BENCH_CONTEXT} {:.2} MB; one layer {:.2} MB); load {}",
+            per_token / 1e6,
+            weights as f64 / 1e6,
+            output as f64 / 1e6,
+            kv as f64 / 1e6,
+            layer0 as f64 / 1e6,
+            common::load_avg()
+        );
         let json = serde_json::json!({
             "bench": "peak",
             "threads": threads,
@@ -137,6 +249,13 @@ fn main() {
             "f32_fma_gflops": {"one": 2.0 * f32_1 / 1e9, "all": 2.0 * f32_n / 1e9},
             "q4_block_dot_gflops": {"one": 2.0 * q4_1 / 1e9, "all": 2.0 * q4_n / 1e9},
             "decode_ceiling_tok_s": {"f32": f32_n / macs, "q4": q4_n / macs},
+            "read_bandwidth_gb_s": {
+                "dram": {"one": dram_1 / 1e9, "all": dram_n / 1e9},
+                "one_layer_in_cache": {"one": cache_1 / 1e9, "all": cache_n / 1e9, "bytes": layer0},
+            },
+            "batch1_bytes_per_token": per_token,
+            "batch1_decode_ceiling_tok_s": {"dram": dram_n / per_token, "cache": cache_n / per_token},
+            "load": common::load_avg(),
         });
         let dir = target_dir().join("bench");
         std::fs::create_dir_all(&dir).expect("create target/bench");
