@@ -1,4 +1,4 @@
-//! The `sloserve` command: `generate`, `serve`, `bench`, `tune` and `inspect`.
+//! The `sloserve` command: `generate`, `serve`, `route`, `bench`, `tune` and `inspect`.
 
 mod generate;
 
@@ -26,6 +26,8 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Serve the model over an OpenAI-compatible HTTP API (SSE streaming, SLO classes, metrics).
     Serve(sloserve_server::ServeArgs),
+    /// Route OpenAI-compatible requests to fleets of replicas by SLO class (prefix affinity, health, failover).
+    Route(sloserve_router::RouteArgs),
     /// Drive an OpenAI-compatible server with streaming load; report TTFT/TPOT/ITL and goodput.
     Bench(sloserve_bench::BenchArgs),
     /// Measure the engine at a sequence of batch sizes under a bench workload; recommend interactive and batch configs.
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => sloserve_server::run(args),
+        Command::Route(args) => sloserve_router::run(args),
         Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
         Command::Tune(args) => sloserve_tune::run_tune_blocking(args).map(|_| ()),
         Command::Inspect { model } => sloserve_model::GgufFile::open(&model)
