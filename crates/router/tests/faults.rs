@@ -46,6 +46,15 @@ fn failure_before_the_first_byte_is_retried_elsewhere_and_ejects_the_replica() {
     .unwrap();
     cfg.health_interval = Duration::from_secs(600);
     let r = TestRouter::start(cfg);
+    // The first round of checks (at start) done, so it cannot re-admit a later.
+    let checked = || {
+        a.fake
+            .health_checks
+            .load(std::sync::atomic::Ordering::Acquire)
+            >= 2
+    };
+    assert!(wait_until(5.0, checked));
+    std::thread::sleep(Duration::from_millis(100));
     let resp = post(r.addr, "/v1/completions", &json!({"prompt": "hi"}));
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(resp.json()["backend"], "b", "a answered 500: retried on b");
@@ -92,8 +101,12 @@ fn failure_before_the_first_byte_is_retried_elsewhere_and_ejects_the_replica() {
         &json!({"prompt": "hi", "slo_class": "batch"}),
     );
     assert_eq!(resp.status, 500, "{}", resp.text());
+    // b is in both fleets, as two entries: the interactive one fails now too.
+    let resp = post(r.addr, "/v1/completions", &json!({"prompt": "hi"}));
+    assert_eq!(resp.status, 500, "{}", resp.text());
     let resp = post(r.addr, "/v1/completions", &json!({"prompt": "hi"}));
     assert_eq!(resp.status, 503, "no healthy replica left: {}", resp.text());
+    assert_eq!(resp.json()["error"]["code"], "no_healthy_replica");
     assert_eq!(get(r.addr, "/ready").status, 503);
 }
 

@@ -36,6 +36,8 @@ pub struct Fake {
     /// Completions answer 500.
     pub fail: AtomicBool,
     pub completions: AtomicUsize,
+    /// `/health` and `/ready` requests answered.
+    pub health_checks: AtomicUsize,
     /// Streams dropped before their end (the client went away).
     pub dropped_streams: AtomicUsize,
     files: Mutex<HashSet<String>>,
@@ -96,6 +98,7 @@ impl FakeServer {
 type St = State<Arc<Fake>>;
 
 async fn health(State(f): St) -> StatusCode {
+    f.health_checks.fetch_add(1, Ordering::AcqRel);
     if f.down.load(Ordering::Acquire) {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
