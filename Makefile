@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model build release serve test test-rust test-python test-batch-large fmt clippy clean
+.PHONY: all model build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean
 
 all: build
 
@@ -26,14 +26,15 @@ serve: model release
 test: model
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
+	$(MAKE) test-k8s
 
 # The real `openai` Python SDK (pinned in tests/python/requirements.txt) and the README's
 # curl examples against `sloserve serve`.
 VENV := .venv
-PY_REQUIREMENTS := tests/python/requirements.txt
+PY_REQUIREMENTS := tests/python/requirements.txt deploy/kubernetes/requirements.txt
 $(VENV)/.requirements-installed: $(PY_REQUIREMENTS)
 	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r $(PY_REQUIREMENTS)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(addprefix -r ,$(PY_REQUIREMENTS))
 	touch $@
 
 test-python: model $(VENV)/.requirements-installed
@@ -45,6 +46,21 @@ test-python: model $(VENV)/.requirements-installed
 test-batch-large: model $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_batch_api.py --large --bin "$(TARGET_DIR)/debug/sloserve"
+
+# deploy/kubernetes rendered and validated offline (kubernetes-validate, the CRDs'
+# schemas, the pieces' contract; each fleet's TOML loaded by the binary).
+test-k8s: $(VENV)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV)/bin/python scripts/validate-k8s.py --bin "$(TARGET_DIR)/debug/sloserve"
+
+# Two replicas (interactive, batch; one thread each) behind `sloserve route`, a mixed
+# bench through the router, a plot of per-fleet TTFT and throughput (needs matplotlib).
+fleet-demo: model release $(VENV)/.plots-installed
+	$(VENV)/bin/python scripts/fleet_demo.py --bin "$(TARGET_DIR)/release/sloserve" $(ARGS)
+
+$(VENV)/.plots-installed: $(VENV)/.requirements-installed scripts/requirements-plots.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements-plots.txt
+	touch $@
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,4 +1,4 @@
-//! The `sloserve` command: `generate`, `serve`, `batch`, `bench`, `tune` and `inspect`.
+//! The `sloserve` command: `generate`, `serve`, `batch`, `route`, `bench`, `tune` and `inspect`.
 
 mod generate;
 
@@ -29,6 +29,8 @@ enum Command {
     /// Batch jobs: run a batch file offline, or submit and follow one on any server with OpenAI's Batch API.
     #[command(subcommand)]
     Batch(BatchCommand),
+    /// Route OpenAI-compatible requests to fleets of replicas by SLO class (prefix affinity, health, failover).
+    Route(sloserve_router::RouteArgs),
     /// Drive an OpenAI-compatible server with streaming load; report TTFT/TPOT/ITL and goodput.
     Bench(sloserve_bench::BenchArgs),
     /// Measure the engine at a sequence of batch sizes under a bench workload; recommend interactive and batch configs.
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => sloserve_server::run(args),
         Command::Batch(cmd) => run_batch(cmd),
+        Command::Route(args) => sloserve_router::run(args),
         Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
         Command::Tune(args) => sloserve_tune::run_tune_blocking(args).map(|_| ()),
         Command::Inspect { model } => sloserve_model::GgufFile::open(&model)

@@ -135,3 +135,15 @@ fn bad_model_file_is_a_clear_error() {
     ]);
     assert!(!ok && err.contains("/nonexistent/model.gguf"), "{err}");
 }
+
+#[test]
+fn route_rejects_bad_fleets_and_config_files_clearly() {
+    let (ok, _, err) = sloserve(&["route", "--fleet", "interactive"]);
+    assert!(!ok && err.contains("NAME=URL"), "{err}");
+    let (ok, _, err) = sloserve(&["route", "--fleet", "batch=https://a:1"]);
+    assert!(!ok && err.contains("only http://"), "{err}");
+    let (ok, _, err) = sloserve(&["route"]);
+    assert!(!ok && err.contains("no fleets"), "{err}");
+    let (ok, _, err) = sloserve(&["route", "--config", "/nonexistent/router.toml"]);
+    assert!(!ok && err.contains("/nonexistent/router.toml"), "{err}");
+}

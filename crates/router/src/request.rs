@@ -1,0 +1,215 @@
+//! What the router reads from a generation request: its class (body `slo_class`,
+//! `X-SLO-Class`, or the gateway's objective header through `[objectives]`), the
+//! prefix key (hash of the prompt's first aligned chunk) and its work estimate.
+
+use axum::http::HeaderMap;
+use serde_json::Value;
+use sloserve_api::ApiError;
+use sloserve_engine::SloClass;
+
+use crate::backend::hash_str;
+use crate::config::RouterConfig;
+use crate::picker::Demand;
+
+/// Gateway headers naming the inference objective (llm-d's, then the older name).
+pub const OBJECTIVE_HEADERS: [&str; 2] = [
+    "x-llm-d-inference-objective",
+    "x-gateway-inference-objective",
+];
+pub const CLASS_HEADER: &str = "x-slo-class";
+/// Work assumed for a request that gives no `max_tokens`.
+const DEFAULT_MAX_TOKENS: u64 = 256;
+/// Characters per token assumed for the work estimate.
+const CHARS_PER_TOKEN: u64 = 4;
+
+/// A parsed generation request, as far as routing needs it.
+#[derive(Debug)]
+pub struct Routed {
+    pub demand: Demand,
+    pub stream: bool,
+}
+
+/// Reads class, prefix key and work from a completions or chat body.
+pub fn classify(cfg: &RouterConfig, headers: &HeaderMap, body: &[u8]) -> Result<Routed, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request("the body must be a JSON object"));
+    }
+    let class = class_of(cfg, headers, &v)?;
+    let text = prompt_text(&v);
+    let aligned = aligned_prefix(&text, cfg.prefix_chars, cfg.prefix_align);
+    let key = (!aligned.is_empty()).then(|| hash_str(aligned));
+    let max_tokens = ["max_tokens", "max_completion_tokens"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(Value::as_u64))
+        .unwrap_or(DEFAULT_MAX_TOKENS);
+    let work = (text.chars().count() as u64).div_ceil(CHARS_PER_TOKEN) + max_tokens;
+    Ok(Routed {
+        demand: Demand { class, key, work },
+        stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
+    })
+}
+
+/// The body's `slo_class`, else `X-SLO-Class`, else the objective header mapped
+/// through the config, else the default class.
+fn class_of(cfg: &RouterConfig, headers: &HeaderMap, v: &Value) -> Result<SloClass, ApiError> {
+    if let Some(c) = v.get("slo_class").filter(|c| !c.is_null()) {
+        return c
+            .as_str()
+            .ok_or_else(|| "must be a string".to_string())
+            .and_then(str::parse)
+            .map_err(|e| ApiError::invalid("slo_class", format!("slo_class: {e}")));
+    }
+    if let Some(h) = headers.get(CLASS_HEADER) {
+        return h
+            .to_str()
+            .map_err(|_| "not ASCII".to_string())
+            .and_then(str::parse)
+            .map_err(|e| ApiError::invalid("X-SLO-Class", format!("X-SLO-Class header: {e}")));
+    }
+    let objective = OBJECTIVE_HEADERS
+        .iter()
+        .find_map(|h| headers.get(*h))
+        .and_then(|h| h.to_str().ok())
+        .and_then(|o| cfg.objectives.get(o.trim()));
+    Ok(objective.copied().unwrap_or(cfg.default_class))
+}
+
+/// The text a prefix cache would see first: a completion's prompt, or a chat's
+/// messages in order (role and content).
+fn prompt_text(v: &Value) -> String {
+    let mut out = String::new();
+    if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
+        for m in msgs {
+            out.push_str(m.get("role").and_then(Value::as_str).unwrap_or(""));
+            out.push('\n');
+            match m.get("content") {
+                Some(Value::String(s)) => out.push_str(s),
+                Some(Value::Array(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.get("text").and_then(Value::as_str))
+                    .for_each(|t| out.push_str(t)),
+                _ => {}
+            }
+            out.push('\n');
+        }
+        return out;
+    }
+    match v.get("prompt") {
+        Some(Value::String(s)) => out.push_str(s),
+        // A batch of prompts or token ids: the first prompt decides.
+        Some(Value::Array(a)) => match a.first() {
+            Some(Value::String(s)) => out.push_str(s),
+            Some(Value::Array(ids)) => ids.iter().for_each(|i| out.push_str(&format!("{i},"))),
+            Some(Value::Number(_)) => a.iter().for_each(|i| out.push_str(&format!("{i},"))),
+            _ => {}
+        },
+        _ => {}
+    }
+    out
+}
+
+/// The first `min(max_chars, whole chunks of align chars)` characters; empty when
+/// the text is shorter than one chunk.
+fn aligned_prefix(text: &str, max_chars: usize, align: usize) -> &str {
+    let n = text.chars().count().min(max_chars);
+    let n = n - n % align.max(1);
+    let end = text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
+    &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg() -> RouterConfig {
+        let mut c = RouterConfig::with_fleets(&[("interactive", &["http://a:1".into()])]).unwrap();
+        c.objectives.insert("offline".into(), SloClass::Batch);
+        c
+    }
+
+    fn route(h: &[(&str, &str)], body: Value) -> Result<Routed, ApiError> {
+        let mut headers = HeaderMap::new();
+        for (k, v) in h {
+            let name = axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap();
+            headers.insert(name, v.parse().unwrap());
+        }
+        classify(&cfg(), &headers, body.to_string().as_bytes())
+    }
+
+    #[test]
+    fn class_comes_from_body_then_header_then_objective() {
+        let b = json!({"prompt": "hi"});
+        assert_eq!(
+            route(&[], b.clone()).unwrap().demand.class,
+            SloClass::Interactive
+        );
+        let r = route(&[("x-llm-d-inference-objective", "offline")], b.clone()).unwrap();
+        assert_eq!(r.demand.class, SloClass::Batch);
+        let r = route(&[("x-gateway-inference-objective", "offline")], b.clone()).unwrap();
+        assert_eq!(r.demand.class, SloClass::Batch);
+        let r = route(
+            &[
+                ("X-SLO-Class", "interactive"),
+                ("x-llm-d-inference-objective", "offline"),
+            ],
+            b,
+        );
+        assert_eq!(r.unwrap().demand.class, SloClass::Interactive);
+        let b = json!({"prompt": "hi", "slo_class": "batch"});
+        assert_eq!(
+            route(&[("X-SLO-Class", "interactive")], b)
+                .unwrap()
+                .demand
+                .class,
+            SloClass::Batch
+        );
+        let e = route(&[], json!({"prompt": "hi", "slo_class": "bulk"})).unwrap_err();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("slo_class")));
+        let e = route(&[("X-SLO-Class", "x")], json!({"prompt": "hi"})).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("X-SLO-Class"));
+        assert_eq!(
+            classify(&cfg(), &HeaderMap::new(), b"{")
+                .unwrap_err()
+                .status,
+            400
+        );
+    }
+
+    #[test]
+    fn prefix_key_covers_the_first_aligned_chunk_only() {
+        let shared = "s".repeat(300);
+        let a = route(
+            &[],
+            json!({"prompt": format!("{shared} question one"), "max_tokens": 8}),
+        )
+        .unwrap();
+        let b = route(
+            &[],
+            json!({"prompt": format!("{shared} another"), "stream": true}),
+        )
+        .unwrap();
+        assert_eq!(a.demand.key, b.demand.key);
+        assert!(a.demand.key.is_some() && b.stream && !a.stream);
+        assert_eq!(a.demand.work, 313usize.div_ceil(4) as u64 + 8);
+        assert!(route(&[], json!({"prompt": "short"}))
+            .unwrap()
+            .demand
+            .key
+            .is_none());
+        let chat = |sys: &str| {
+            route(&[], json!({"messages": [{"role": "system", "content": sys}, {"role": "user", "content": "q"}]}))
+                .unwrap()
+                .demand
+                .key
+        };
+        assert_eq!(
+            chat(&"x".repeat(200)),
+            chat(&format!("{}y", "x".repeat(199)))
+        );
+        assert_ne!(chat(&"x".repeat(200)), chat(&"z".repeat(200)));
+        assert_eq!(aligned_prefix("héllo wörld", 100, 4), "héllo wö");
+    }
+}
