@@ -8,6 +8,7 @@ pub mod detokenizer;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod gguf_header;
 pub mod inspect;
 pub mod kernels;
 pub mod kv_cache;
