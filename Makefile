@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model build release serve test test-rust test-python fmt clippy clean
+.PHONY: all model build release serve test test-rust test-python fmt clippy clean fuzz
 
 all: build
 
@@ -39,6 +39,12 @@ $(VENV)/.requirements-installed: $(PY_REQUIREMENTS)
 test-python: model $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
+
+# Every cargo-fuzz target in fuzz/ for FUZZ_SECS seconds each (README "Fuzzing").
+FUZZ_SECS ?= 60
+FUZZ_TARGETS := api_requests gguf_header tokenizer_roundtrip detok_stop chat_template
+fuzz: model
+	./scripts/fuzz.sh $(FUZZ_SECS) $(FUZZ_TARGETS)
 
 fmt:
 	$(CARGO) fmt --all

@@ -411,7 +411,7 @@ fn truncations_and_byte_corruptions_never_panic() {
 #[test]
 #[ignore]
 fn write_fuzz_seeds() {
-    let out = common::repo_root().join("fuzz/corpus/gguf");
+    let out = common::repo_root().join("fuzz/corpus/gguf_header");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("seed-synthetic-llama.gguf"), Gguf::valid().bytes()).unwrap();
     let mut g = Gguf::valid();
