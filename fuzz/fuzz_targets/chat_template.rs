@@ -21,7 +21,10 @@ fuzz_target!(|data: &[u8]| {
         .filter_map(|m| {
             let (&r, text) = m.split_first()?;
             let role = ROLES[r as usize % ROLES.len()];
-            Some(ChatMessage::new(role, String::from_utf8_lossy(text)))
+            Some(ChatMessage::new(
+                role,
+                f.encodable(&String::from_utf8_lossy(text)),
+            ))
         })
         .collect();
     let gen = head & 1 != 0;

@@ -9,6 +9,18 @@ use sloserve_model::tokenizer::Tokenizer;
 pub struct Fixture {
     pub tokenizer: Tokenizer,
     pub template: ChatTemplate,
+    /// ASCII characters the vocabulary has no token for (SmolLM2 lacks bytes 0x04,
+    /// 0x06, 0x13, 0x14, 0x16, 0x1d): encoding drops them, as Hugging Face's does.
+    pub unencodable: Vec<char>,
+}
+
+impl Fixture {
+    /// `text` without the characters encoding drops.
+    pub fn encodable(&self, text: &str) -> String {
+        text.chars()
+            .filter(|c| !self.unencodable.contains(c))
+            .collect()
+    }
 }
 
 /// The default model (`make model` fetches it) read with the checked header reader.
@@ -28,9 +40,14 @@ pub fn fixture() -> &'static Fixture {
         let template = ChatTemplate::from_gguf(&content, &tokenizer)
             .unwrap()
             .expect("the default model has a chat template");
+        let unencodable = (0u8..0x80)
+            .map(char::from)
+            .filter(|c| tokenizer.encode(&c.to_string(), false).unwrap().is_empty())
+            .collect();
         Fixture {
             tokenizer,
             template,
+            unencodable,
         }
     })
 }

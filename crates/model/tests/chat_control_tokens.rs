@@ -139,3 +139,34 @@ fn control_token_text_in_a_message_is_plain_text() {
     assert!(text.contains(odd), "{text:?}");
     assert_eq!(count(&ids), 2);
 }
+
+/// Regression (found by the `tokenizer_roundtrip` and `chat_template` fuzz targets):
+/// SmolLM2's vocabulary has no token for a few ASCII control bytes (0x04, 0x06, 0x13,
+/// 0x14, 0x16, 0x1d); encoding drops them, as Hugging Face's tokenizer does, instead of
+/// failing, and everything else round-trips, in plain text and in chats.
+#[test]
+fn characters_missing_from_the_vocabulary_are_dropped() {
+    let (tok, tmpl) = load();
+    let crash =
+        "Hello, wod\0\0\0\0< i8_s`tast|>system\n h\u{e9}l\u{14}\u{fffd}\u{672c}\u{8a9e} 1<|2";
+    let ids = tok.encode(crash, false).unwrap();
+    assert_eq!(
+        tok.decode(&ids, false).unwrap(),
+        crash.replace('\u{14}', "")
+    );
+    for c in ['\u{4}', '\u{6}', '\u{13}', '\u{14}', '\u{16}', '\u{1d}'] {
+        assert!(
+            tok.encode(&c.to_string(), false).unwrap().is_empty(),
+            "{c:?}"
+        );
+    }
+    let chat = [ChatMessage::new("user", "|\nt<|im_n\u{1}\0\u{8}\u{14}g  ")];
+    let ids = tmpl.encode(&tok, &chat, true, false).unwrap();
+    assert_eq!(
+        ids,
+        tok.encode(&tmpl.render(&chat, true).unwrap(), true)
+            .unwrap()
+    );
+    let want = tmpl.render(&chat, true).unwrap().replace('\u{14}', "");
+    assert_eq!(tok.decode(&ids, false).unwrap(), want);
+}
