@@ -141,8 +141,8 @@ fn control_token_text_in_a_message_is_plain_text() {
 }
 
 /// Regression (found by the `tokenizer_roundtrip` and `chat_template` fuzz targets):
-/// SmolLM2's vocabulary has no token for a few ASCII control bytes (0x04, 0x06, 0x13,
-/// 0x14, 0x16, 0x1d); encoding drops them, as Hugging Face's tokenizer does, instead of
+/// SmolLM2's vocabulary has no token for a few bytes (ASCII 0x04, 0x06, 0x13, 0x14,
+/// 0x16, 0x1d and the UTF-8 lead bytes 0xf1, 0xf2); encoding drops them, as Hugging Face's tokenizer does, instead of
 /// failing, and everything else round-trips, in plain text and in chats.
 #[test]
 fn characters_missing_from_the_vocabulary_are_dropped() {
@@ -153,6 +153,12 @@ fn characters_missing_from_the_vocabulary_are_dropped() {
     assert_eq!(
         tok.decode(&ids, false).unwrap(),
         crash.replace('\u{14}', "")
+    );
+    // U+71C71's UTF-8 lead byte 0xf1 is missing too: the character decodes as U+FFFD.
+    let ids = tok.encode("e \u{71c71}+", false).unwrap();
+    assert_eq!(
+        tok.decode(&ids, false).unwrap(),
+        "e \u{fffd}\u{fffd}\u{fffd}+"
     );
     for c in ['\u{4}', '\u{6}', '\u{13}', '\u{14}', '\u{16}', '\u{1d}'] {
         assert!(
