@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean
+.PHONY: all model build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz
 
 all: build
 
@@ -61,6 +61,12 @@ fleet-demo: model release $(VENV)/.plots-installed
 $(VENV)/.plots-installed: $(VENV)/.requirements-installed scripts/requirements-plots.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements-plots.txt
 	touch $@
+
+# Every cargo-fuzz target in fuzz/ for FUZZ_SECS seconds each (README "Fuzzing").
+FUZZ_SECS ?= 60
+FUZZ_TARGETS := api_requests gguf_header tokenizer_roundtrip detok_stop chat_template
+fuzz: model
+	./scripts/fuzz.sh $(FUZZ_SECS) $(FUZZ_TARGETS)
 
 fmt:
 	$(CARGO) fmt --all

@@ -106,6 +106,11 @@ pub struct CompletionRequest {
     /// sloserve: this request's TPOT target (time per output token).
     #[serde(default)]
     pub tpot_slo_ms: Option<f64>,
+    /// Control-token texts in a text prompt (`<|im_start|>`) are tokenized as plain
+    /// text when true; by default they become their ids, as in vLLM and llama-server
+    /// (the name is Hugging Face tokenizers' `split_special_tokens`).
+    #[serde(default)]
+    pub split_special_tokens: Option<bool>,
     /// vLLM's scheduling priority (an integer; accepted for compatibility, SLO
     /// classes decide the order here).
     #[serde(default)]

@@ -21,6 +21,9 @@ pub struct TokenizeRequest {
     pub add_generation_prompt: Option<bool>,
     #[serde(default)]
     pub return_token_strs: Option<bool>,
+    /// `prompt` only: control-token texts are tokenized as plain text when true.
+    #[serde(default)]
+    pub split_special_tokens: Option<bool>,
 }
 
 impl TokenizeRequest {

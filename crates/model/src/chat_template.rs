@@ -6,6 +6,7 @@
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 
+use crate::chat_prompt::{encode_chat, ControlTokens};
 use crate::error::{ModelError, Result};
 use crate::tokenizer::Tokenizer;
 
@@ -33,6 +34,8 @@ pub struct ChatTemplate {
     source: String,
     bos_token: String,
     eos_token: String,
+    /// The vocabulary's control-token texts, built on the first `encode`.
+    controls: std::sync::OnceLock<std::result::Result<ControlTokens, String>>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -85,6 +88,7 @@ impl ChatTemplate {
             source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            controls: std::sync::OnceLock::new(),
         })
     }
 
@@ -120,6 +124,25 @@ impl ChatTemplate {
             tools => Value::from(()),
         })
         .map_err(|e| ModelError::ChatTemplate(format!("cannot render: {}", describe(&e))))
+    }
+
+    /// Renders and tokenizes the conversation: control tokens come only from the
+    /// template's own text, message text is tokenized with them taken literally (see
+    /// `chat_prompt`). `tok` must be the tokenizer of the file the template came from.
+    pub fn encode(
+        &self,
+        tok: &Tokenizer,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        add_bos: bool,
+    ) -> Result<Vec<u32>> {
+        let controls = self
+            .controls
+            .get_or_init(|| ControlTokens::new(tok).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(|e| ModelError::Tokenizer(e.clone()))?;
+        let render = |m: &[ChatMessage]| self.render(m, add_generation_prompt);
+        encode_chat(controls, tok, messages, render, add_bos)
     }
 
     pub fn source(&self) -> &str {

@@ -77,7 +77,14 @@ impl ModelConfig {
             ));
         }
         let vocab_size = match f.tensor_info("token_embd.weight") {
-            Some(info) => info.shape.dims()[0],
+            Some(info) if info.shape.elem_count() > 0 => info.shape.dims()[0],
+            Some(info) => {
+                return Err(ModelError::BadTensor {
+                    path: f.path.clone(),
+                    tensor: "token_embd.weight".into(),
+                    reason: format!("zero-sized embedding {:?}", info.shape.dims()),
+                })
+            }
             None => {
                 return Err(ModelError::MissingTensor {
                     path: f.path.clone(),
@@ -86,7 +93,7 @@ impl ModelConfig {
             }
         };
         let rope_theta = f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0);
-        Ok(ModelConfig {
+        let c = ModelConfig {
             name: f.get_str("general.name").ok(),
             hidden_size,
             intermediate_size: f.get_usize(&k("feed_forward_length"))?,
@@ -106,7 +113,47 @@ impl ModelConfig {
             qkv_bias: f.has_tensor("blk.0.attn_q.bias"),
             tied_embeddings: !f.has_tensor("output.weight"),
             architecture: arch,
-        })
+        };
+        c.check_sizes()
+            .map_err(|(key, reason)| bad(&format!("{}.{key}", c.architecture), reason))?;
+        Ok(c)
+    }
+
+    /// The products the loader and the forward pass compute (tensor shapes, KV bytes
+    /// per token, multiply-adds per token) must not overflow: a hostile file could
+    /// otherwise wrap them. Errors name the metadata key (without the arch prefix).
+    fn check_sizes(&self) -> std::result::Result<(), (&'static str, String)> {
+        let mul = |key: &'static str, xs: &[usize]| {
+            xs.iter()
+                .try_fold(1usize, |a, &x| a.checked_mul(x))
+                .ok_or_else(|| (key, format!("the product {xs:?} overflows")))
+        };
+        if self.hidden_size == 0 {
+            return Err(("embedding_length", "must not be 0".into()));
+        }
+        let q = mul("attention.head_count", &[self.num_heads, self.head_dim])?;
+        let kv = mul(
+            "attention.head_count_kv",
+            &[self.num_kv_heads, self.head_dim],
+        )?;
+        mul("block_count", &[2, self.num_layers, kv, 4])?;
+        let h = self.hidden_size;
+        let per_layer = [
+            mul("attention.head_count", &[h, q, 2])?,
+            mul("attention.head_count_kv", &[h, kv, 2])?,
+            mul("feed_forward_length", &[h, self.intermediate_size, 3])?,
+        ];
+        let layer = per_layer
+            .iter()
+            .try_fold(0usize, |a, &x| a.checked_add(x))
+            .ok_or((
+                "feed_forward_length",
+                "the per-layer size overflows".to_string(),
+            ))?;
+        mul("block_count", &[self.num_layers, layer])?
+            .checked_add(mul("embedding_length", &[self.vocab_size, h])?)
+            .ok_or(("block_count", "the per-token size overflows".to_string()))?;
+        Ok(())
     }
 
     pub fn q_size(&self) -> usize {

@@ -1,5 +1,5 @@
-//! `GgufFile`: opens a GGUF file with candle's reader, turns every failure into a
-//! `ModelError` naming the file, and reads typed metadata and tensors.
+//! `GgufFile`: opens a GGUF file with the checked header reader (`gguf_header`), turns
+//! every failure into a `ModelError` naming the file, and reads typed metadata and tensors.
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -9,6 +9,7 @@ use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use candle_core::quantized::GgmlDType;
 
 use crate::error::{ModelError, Result};
+use crate::gguf_header::{read_header, tensor_nbytes};
 use crate::weights::WeightData;
 
 /// Tensor types the forward pass can run.
@@ -39,7 +40,6 @@ pub struct GgufFile {
     pub path: PathBuf,
     pub content: Content,
     reader: BufReader<File>,
-    file_size: u64,
 }
 
 impl GgufFile {
@@ -49,55 +49,27 @@ impl GgufFile {
             path: path.clone(),
             source,
         })?;
-        let file_size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let mut reader = BufReader::new(file);
-        let mut magic = [0u8; 4];
-        if reader.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
-            return Err(ModelError::NotGguf {
-                path,
-                reason: format!(
-                    "the file does not start with the GGUF magic (found {:?})",
-                    String::from_utf8_lossy(&magic)
-                ),
-            });
-        }
-        reader
-            .seek(SeekFrom::Start(0))
+        let file_size = file
+            .metadata()
             .map_err(|source| ModelError::Open {
                 path: path.clone(),
                 source,
-            })?;
-        let content = Content::read(&mut reader).map_err(|e| ModelError::NotGguf {
+            })?
+            .len();
+        let mut reader = BufReader::new(file);
+        let content = read_header(&mut reader, file_size).map_err(|e| ModelError::NotGguf {
             path: path.clone(),
-            reason: format!("cannot parse the header (truncated or corrupt?): {e}"),
+            reason: if e.contains("GGUF magic") {
+                e
+            } else {
+                format!("cannot parse the header: {e}")
+            },
         })?;
-        let file = GgufFile {
+        Ok(GgufFile {
             path,
             content,
             reader,
-            file_size,
-        };
-        file.check_tensors_fit()?;
-        Ok(file)
-    }
-
-    /// Every tensor's data must lie inside the file: catches truncated downloads at
-    /// load time rather than halfway through.
-    fn check_tensors_fit(&self) -> Result<()> {
-        for (name, info) in &self.content.tensor_infos {
-            let start = self.content.tensor_data_offset + info.offset;
-            let end = start + tensor_bytes(info) as u64;
-            if end > self.file_size {
-                return Err(ModelError::NotGguf {
-                    path: self.path.clone(),
-                    reason: format!(
-                        "file is truncated: tensor '{name}' ends at byte {end} but the file has {} bytes",
-                        self.file_size
-                    ),
-                });
-            }
-        }
-        Ok(())
+        })
     }
 
     pub fn meta(&self, key: &str) -> Option<&Value> {
@@ -194,14 +166,22 @@ impl GgufFile {
                 })?;
         let dims = info.shape.dims().to_vec();
         let dtype = info.ggml_dtype;
-        let nbytes = tensor_bytes(info);
-        let start = self.content.tensor_data_offset + info.offset;
         let path = self.path.clone();
-        let io_err = |e: std::io::Error| ModelError::BadTensor {
+        let bad = |reason: String| ModelError::BadTensor {
             path: path.clone(),
             tensor: name.to_string(),
-            reason: e.to_string(),
+            reason,
         };
+        // `read_header` checked that the data lies inside the file.
+        let nbytes = tensor_nbytes(dtype, info.shape.elem_count() as u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(|| bad("byte size overflows".into()))?;
+        let start = self
+            .content
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .ok_or_else(|| bad("data offset overflows".into()))?;
+        let io_err = |e: std::io::Error| bad(e.to_string());
         self.reader.seek(SeekFrom::Start(start)).map_err(io_err)?;
         let mut bytes = vec![0u8; nbytes];
         self.reader.read_exact(&mut bytes).map_err(io_err)?;
@@ -215,9 +195,4 @@ impl GgufFile {
         })?;
         Ok((data, dims))
     }
-}
-
-fn tensor_bytes(info: &TensorInfo) -> usize {
-    let elems = info.shape.elem_count();
-    elems / info.ggml_dtype.block_size() * info.ggml_dtype.type_size()
 }

@@ -84,7 +84,7 @@ impl KvCache {
         bytes_per_token: usize,
         block_size: usize,
     ) -> usize {
-        budget_bytes / (bytes_per_token * block_size).max(1)
+        budget_bytes / bytes_per_token.saturating_mul(block_size).max(1)
     }
 
     #[inline]

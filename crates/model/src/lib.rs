@@ -2,12 +2,14 @@
 //! Qwen2 forward pass over a paged KV cache on the CPU (`LlamaRunner`, the
 //! `ModelRunner`), with its hand-written kernels in `kernels`.
 
+pub mod chat_prompt;
 pub mod chat_template;
 pub mod config;
 pub mod detokenizer;
 pub mod error;
 pub mod generate;
 pub mod gguf;
+pub mod gguf_header;
 pub mod inspect;
 pub mod kernels;
 pub mod kv_cache;

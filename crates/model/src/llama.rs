@@ -88,7 +88,9 @@ impl Loader<'_> {
 }
 
 impl Llama {
-    pub fn load(file: &mut GgufFile, precision: Precision) -> Result<Self> {
+    /// Loads the weights; the RoPE table covers positions `0..max_positions` (the
+    /// served context, not the file's `context_length`).
+    pub fn load(file: &mut GgufFile, precision: Precision, max_positions: usize) -> Result<Self> {
         file.check_dtypes()?;
         let c = ModelConfig::from_gguf(file)?;
         let mut ld = Loader { file, precision };
@@ -103,7 +105,7 @@ impl Llama {
         } else {
             ld.linear("output", c.vocab_size, h, false)?
         };
-        let rope = Rope::new(c.rope_style, c.head_dim, c.rope_theta, c.context_length);
+        let rope = Rope::new(c.rope_style, c.head_dim, c.rope_theta, max_positions);
         Ok(Llama {
             config: c,
             token_embd,
@@ -112,6 +114,11 @@ impl Llama {
             output,
             rope,
         })
+    }
+
+    /// Positions the RoPE table covers.
+    pub fn rope_positions(&self) -> usize {
+        self.rope.max_pos()
     }
 
     /// Runs one flat batch: writes new keys/values into `cache` and fills `logits`

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
 
+use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvDtype};
@@ -48,8 +49,7 @@ impl LlamaRunner {
     }
 
     pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
-        let model = Llama::load(file, opts.precision)?;
-        let c = &model.config;
+        let c = &ModelConfig::from_gguf(file)?;
         let block_size = opts.block_size.max(1);
         let dtype = match opts.precision {
             Precision::Exact => KvDtype::F32,
@@ -58,10 +58,16 @@ impl LlamaRunner {
         let kv_bytes_per_token = c.kv_bytes_per_token(dtype.size());
         let num_blocks =
             KvCache::blocks_for_budget(opts.kv_cache_memory, kv_bytes_per_token, block_size).max(1);
-        let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks, dtype);
         let max_model_len = opts
             .max_model_len
             .map_or(c.context_length, |m| m.min(c.context_length));
+        // No sequence outgrows the KV pool (its blocks are distinct), so RoPE never
+        // needs more positions than the served context or the pool holds.
+        let max_positions = max_model_len.min(num_blocks.saturating_mul(block_size));
+        // The weights first: they prove the layer count and sizes before the cache is
+        // allocated from them.
+        let model = Llama::load(file, opts.precision, max_positions)?;
+        let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks, dtype);
         let info = RunnerInfo {
             block_size,
             num_kv_blocks: num_blocks,
@@ -100,11 +106,13 @@ impl LlamaRunner {
                 return err(format!("batch: sequence {i} has a bad token range"));
             }
             next += s.num_tokens;
-            if s.context_len() > info.max_model_len {
+            if s.context_len() > info.max_model_len || s.context_len() > self.model.rope_positions()
+            {
                 return err(format!(
-                    "batch: sequence {i} reaches {} tokens, past the context length {}",
+                    "batch: sequence {i} reaches {} tokens, past the context length {} (or the KV pool's {} positions)",
                     s.context_len(),
-                    info.max_model_len
+                    info.max_model_len,
+                    self.model.rope_positions()
                 ));
             }
             if s.block_table_start + s.block_table_len > batch.block_tables.len()

@@ -292,15 +292,19 @@ impl Tokenizer {
     /// template's leading BOS text before tokenizing for this reason; its raw tokenize
     /// path warns about the double BOS in `check_double_bos_eos`.)
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
-        let ids = self.encode(text, true)?;
+        Ok(self.with_bos(self.encode(text, true)?))
+    }
+
+    /// `ids` with BOS put first by `encode_prompt`'s rule.
+    pub fn with_bos(&self, ids: Vec<u32>) -> Vec<u32> {
         match self.bos {
             Some(bos) if self.add_bos && ids.first() != Some(&bos) => {
                 let mut with_bos = Vec::with_capacity(ids.len() + 1);
                 with_bos.push(bos);
                 with_bos.extend(ids);
-                Ok(with_bos)
+                with_bos
             }
-            _ => Ok(ids),
+            _ => ids,
         }
     }
 

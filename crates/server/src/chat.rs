@@ -1,5 +1,5 @@
-//! `POST /v1/chat/completions`: messages rendered with the model's chat template,
-//! then generated like a completion.
+//! `POST /v1/chat/completions`: messages rendered with the model's chat template and
+//! tokenized (control tokens only from the template), then generated like a completion.
 
 use std::sync::Arc;
 
@@ -10,18 +10,22 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage};
 use sloserve_model::chat_template::ChatMessage as TemplateMessage;
+use sloserve_model::ModelError;
 
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
 use crate::state::AppState;
 
-/// Renders `messages` with the model's template (the assistant header appended
-/// when `add_generation_prompt`).
-pub fn render(
+/// Renders `messages` with the model's template (the assistant header appended when
+/// `add_generation_prompt`) and tokenizes them: control tokens come only from the
+/// template, message text is tokenized with them taken literally. BOS by the
+/// tokenizer's rule when `add_bos`.
+pub fn encode_messages(
     state: &AppState,
     messages: &[ChatMessage],
     add_generation_prompt: bool,
-) -> Result<String, ServerError> {
+    add_bos: bool,
+) -> Result<Vec<u32>, ServerError> {
     let msgs = sloserve_api::chat::text_messages(messages)?;
     let Some(template) = &state.chat_template else {
         return Err(ApiError::invalid(
@@ -35,9 +39,15 @@ pub fn render(
         .map(|(role, content)| TemplateMessage::new(role, content))
         .collect();
     template
-        .render(&msgs, add_generation_prompt)
-        .map_err(|e| ServerError::Template(e.to_string()))
+        .encode(&state.tokenizer, &msgs, add_generation_prompt, add_bos)
+        .map_err(|e| match e {
+            ModelError::ChatTemplate(m) => ServerError::Template(m),
+            e => ApiError::invalid("messages", format!("messages: cannot tokenize: {e}")).into(),
+        })
 }
+
+/// Request bodies at or above this size render and tokenize off the async workers.
+const LARGE_MESSAGES: usize = 16 << 10;
 
 pub async fn handle(
     State(state): State<Arc<AppState>>,
@@ -49,11 +59,17 @@ pub async fn handle(
     let req: ChatCompletionRequest = parse_json(&body)?;
     state.check_model(req.model.as_deref())?;
     let params = req.params()?;
-    let text = render(
-        &state,
-        &req.messages,
-        req.add_generation_prompt.unwrap_or(true),
-    )?;
-    let prompt = state.encode_async(text, "messages").await?;
+    let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    let prompt = if body.len() < LARGE_MESSAGES {
+        encode_messages(&state, &req.messages, add_generation_prompt, true)?
+    } else {
+        let st = state.clone();
+        let messages = req.messages.clone();
+        tokio::task::spawn_blocking(move || {
+            encode_messages(&st, &messages, add_generation_prompt, true)
+        })
+        .await
+        .map_err(|e| ServerError::Internal(format!("tokenizer task failed: {e}")))??
+    };
     generate(state, &headers, prompt, params, Kind::Chat).await
 }

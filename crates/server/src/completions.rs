@@ -24,7 +24,10 @@ pub async fn handle(
     state.check_model(req.model.as_deref())?;
     let params = req.params()?;
     let prompt = match req.prompt {
-        Prompt::Text(text) => state.encode_async(text, "prompt").await?,
+        Prompt::Text(text) => {
+            let parse_special = !req.split_special_tokens.unwrap_or(false);
+            state.encode_async(text, parse_special, "prompt").await?
+        }
         Prompt::Tokens(ids) => {
             state.check_ids(&ids, "prompt")?;
             ids

@@ -15,7 +15,7 @@ use sloserve_api::{
     TokenizeRequest, TokenizeResponse,
 };
 
-use crate::chat::render;
+use crate::chat::encode_messages;
 use crate::error::{api_response, ServerError};
 use crate::state::AppState;
 
@@ -53,22 +53,27 @@ pub async fn tokenize(
     let req: TokenizeRequest = parse_json(&body)?;
     state.check_model(req.model.as_deref())?;
     req.validate()?;
-    let (text, add_special, param) = match (&req.prompt, &req.messages) {
-        (Some(p), _) => (p.clone(), req.add_special_tokens.unwrap_or(true), "prompt"),
-        (None, Some(m)) => (
-            render(&state, m, req.add_generation_prompt.unwrap_or(true))?,
+    let tokens = match (&req.prompt, &req.messages) {
+        (Some(p), _) => {
+            let ids = state
+                .tokenizer
+                .encode(p, !req.split_special_tokens.unwrap_or(false))
+                .map_err(|e| {
+                    ApiError::invalid("prompt", format!("prompt: cannot tokenize: {e}"))
+                })?;
+            if req.add_special_tokens.unwrap_or(true) {
+                state.tokenizer.with_bos(ids)
+            } else {
+                ids
+            }
+        }
+        (None, Some(m)) => encode_messages(
+            &state,
+            m,
+            req.add_generation_prompt.unwrap_or(true),
             req.add_special_tokens.unwrap_or(false),
-            "messages",
-        ),
+        )?,
         (None, None) => unreachable!("validated"),
-    };
-    let tokens = if add_special {
-        state.encode(&text, param)?
-    } else {
-        state
-            .tokenizer
-            .encode(&text, true)
-            .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")))?
     };
     let token_strs = req.return_token_strs.unwrap_or(false).then(|| {
         tokens

@@ -170,10 +170,17 @@ impl AppState {
         format!("{prefix}-{:x}{n:06x}", self.created)
     }
 
-    /// Tokenizes prompt text with the tokenizer's one BOS rule (`Tokenizer::encode_prompt`).
-    pub fn encode(&self, text: &str, param: &str) -> Result<Vec<u32>, ServerError> {
+    /// Tokenizes prompt text with the tokenizer's one BOS rule (`Tokenizer::with_bos`);
+    /// control-token texts become their ids when `parse_special`, else plain text.
+    pub fn encode(
+        &self,
+        text: &str,
+        parse_special: bool,
+        param: &str,
+    ) -> Result<Vec<u32>, ServerError> {
         self.tokenizer
-            .encode_prompt(text)
+            .encode(text, parse_special)
+            .map(|ids| self.tokenizer.with_bos(ids))
             .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")).into())
     }
 
@@ -181,13 +188,14 @@ impl AppState {
     pub async fn encode_async(
         self: &Arc<Self>,
         text: String,
+        parse_special: bool,
         param: &'static str,
     ) -> Result<Vec<u32>, ServerError> {
         if text.len() < LARGE_TEXT {
-            return self.encode(&text, param);
+            return self.encode(&text, parse_special, param);
         }
         let st = self.clone();
-        tokio::task::spawn_blocking(move || st.encode(&text, param))
+        tokio::task::spawn_blocking(move || st.encode(&text, parse_special, param))
             .await
             .map_err(|e| ServerError::Internal(format!("tokenizer task failed: {e}")))?
     }

@@ -64,8 +64,8 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let mut m = LoadedModel::load(&a.model, &opts)?;
-    let text = match (&a.prompt, &a.chat) {
-        (Some(p), None) => p.clone(),
+    let prompt = match (&a.prompt, &a.chat) {
+        (Some(p), None) => m.tokenizer.encode_prompt(p)?,
         (None, Some(c)) => {
             let Some(t) = &m.chat_template else {
                 bail!(
@@ -84,11 +84,10 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
                 role: "user".into(),
                 content: c.clone(),
             });
-            t.render(&msgs, true)?
+            t.encode(&m.tokenizer, &msgs, true, true)?
         }
         _ => bail!("give --prompt TEXT or --chat MESSAGE"),
     };
-    let prompt = m.tokenizer.encode_prompt(&text)?;
     let gen = GenerateOptions {
         sampling: SamplingParams {
             temperature: a.temperature,
