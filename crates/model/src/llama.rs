@@ -1,6 +1,7 @@
-//! `Llama`: the Llama-family transformer (llama, qwen2) read from GGUF tensors named
-//! as the checkpoint names them, with a forward pass over a flat batch: embed, the
-//! blocks in turn, final norm, logits.
+//! `Llama`: the Llama-family transformer (llama, qwen2, qwen3, gemma3) read from GGUF
+//! tensors named as the checkpoint names them, with a forward pass over a flat batch:
+//! embed, the blocks in turn, final norm, logits. What differs by architecture (q/k
+//! norms, post-norms, GEGLU, sliding windows, embedding scale) is in `ModelConfig`.
 
 mod attention;
 mod block;
@@ -39,7 +40,8 @@ struct Step<'a> {
     batch: &'a Batch,
     /// Each token's sequence (its index in `batch.seqs`).
     token_seq: &'a [u32],
-    rope: &'a Rope,
+    /// The global layers' RoPE, then (with sliding windows) the local layers'.
+    ropes: &'a [Rope],
     /// Tokens in the batch.
     num_tokens: usize,
 }
@@ -50,7 +52,7 @@ pub struct Llama {
     blocks: Vec<Block>,
     output_norm: Vec<f32>,
     output: Linear,
-    rope: Rope,
+    ropes: Vec<Rope>,
 }
 
 /// Loads named tensors, checking their shapes against the config.
@@ -88,7 +90,9 @@ impl Loader<'_> {
 }
 
 impl Llama {
-    pub fn load(file: &mut GgufFile, precision: Precision) -> Result<Self> {
+    /// Loads the model with RoPE tables for positions below `max_pos` (capped at the
+    /// model's context length).
+    pub fn load(file: &mut GgufFile, precision: Precision, max_pos: usize) -> Result<Self> {
         file.check_dtypes()?;
         let c = ModelConfig::from_gguf(file)?;
         let mut ld = Loader { file, precision };
@@ -103,14 +107,19 @@ impl Llama {
         } else {
             ld.linear("output", c.vocab_size, h, false)?
         };
-        let rope = Rope::new(c.rope_style, c.head_dim, c.rope_theta, c.context_length);
+        let max_pos = max_pos.min(c.context_length);
+        let rope = |theta, scale| Rope::scaled(c.rope_style, c.head_dim, theta, scale, max_pos);
+        let mut ropes = vec![rope(c.rope_theta, c.rope_freq_scale)];
+        if let Some(sw) = c.sliding_window {
+            ropes.push(rope(sw.rope_theta, 1.0));
+        }
         Ok(Llama {
             config: c,
             token_embd,
             blocks,
             output_norm,
             output,
-            rope,
+            ropes,
         })
     }
 
@@ -135,7 +144,7 @@ impl Llama {
         let step = Step {
             batch,
             token_seq: &s.token_seq,
-            rope: &self.rope,
+            ropes: &self.ropes,
             num_tokens: t,
         };
         for (layer, block) in self.blocks.iter().enumerate() {
@@ -149,6 +158,9 @@ impl Llama {
         let h = self.config.hidden_size;
         for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
             self.token_embd.dequantize_rows(tok as usize, h, row);
+            if let Some(scale) = self.config.embed_scale {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
     }
 

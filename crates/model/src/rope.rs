@@ -14,11 +14,22 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(style: RopeStyle, head_dim: usize, theta: f32, max_pos: usize) -> Self {
+        Self::scaled(style, head_dim, theta, 1.0, max_pos)
+    }
+
+    /// Like `new`, with positions multiplied by `freq_scale` (linear RoPE scaling).
+    pub fn scaled(
+        style: RopeStyle,
+        head_dim: usize,
+        theta: f32,
+        freq_scale: f32,
+        max_pos: usize,
+    ) -> Self {
         let half = head_dim / 2;
         let mut cos = Vec::with_capacity(max_pos * half);
         let mut sin = Vec::with_capacity(max_pos * half);
         let inv_freq: Vec<f64> = (0..half)
-            .map(|i| (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
+            .map(|i| freq_scale as f64 * (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
             .collect();
         for pos in 0..max_pos {
             for f in &inv_freq {

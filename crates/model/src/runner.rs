@@ -48,7 +48,8 @@ impl LlamaRunner {
     }
 
     pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
-        let model = Llama::load(file, opts.precision)?;
+        let max_pos = opts.max_model_len.unwrap_or(usize::MAX);
+        let model = Llama::load(file, opts.precision, max_pos)?;
         let c = &model.config;
         let block_size = opts.block_size.max(1);
         let dtype = match opts.precision {
