@@ -106,6 +106,7 @@ fn exact_matches_reference() {
         let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, 32, 0);
         let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);
         worst = worst.max(err);
+        println!("{}: step-0 top-5 logprob error {err:.2e}", rec.id);
         assert!(err < 5e-3, "{}: step-0 top-5 logprob error {err}", rec.id);
         assert_eq!(out, rec.greedy_token_ids, "{}: greedy differs", rec.id);
     }
@@ -114,6 +115,7 @@ fn exact_matches_reference() {
             let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, 16, chunk);
             let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);
             worst = worst.max(err);
+            println!("{} chunk {chunk}: step-0 top-5 logprob error {err:.2e}", rec.id);
             assert!(err < 5e-3, "{} chunk {chunk}: step-0 error {err}", rec.id);
             assert_eq!(out, rec.greedy_token_ids, "{} chunk {chunk}", rec.id);
         }

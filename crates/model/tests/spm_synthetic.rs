@@ -13,12 +13,13 @@ const PIECES: &[(&str, f32)] = &[
     ("▁the", -2.0),
     ("th", -3.0),
     ("he", -3.5),
+    ("the", -2.5),
     ("▁a", -4.0),
-    ("an", -4.5),
+    ("an", -3.9),
+    ("and", -4.8),
     ("▁and", -5.0),
     ("▁▁", -6.0),
     ("é", -7.0),
-    ("x", -8.0),
 ];
 
 /// Writes the vocabulary, with `extra` metadata, and reads the tokenizer back.
