@@ -12,7 +12,7 @@ use common::*;
 use sloserve_engine::{Batch, Logits, ModelRunner};
 use sloserve_model::detokenizer::StreamDecoder;
 use sloserve_model::tokenizer::Tokenizer;
-use sloserve_model::Precision;
+use sloserve_model::{GgufFile, Precision};
 
 const EXACT: &str = "llamacpp-f32-greedy-gemma3.jsonl";
 const LLAMACPP_FAST: &str = "llamacpp-q4_k_m-greedy-gemma3.jsonl";
@@ -115,7 +115,10 @@ fn exact_matches_reference() {
             let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, 16, chunk);
             let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);
             worst = worst.max(err);
-            println!("{} chunk {chunk}: step-0 top-5 logprob error {err:.2e}", rec.id);
+            println!(
+                "{} chunk {chunk}: step-0 top-5 logprob error {err:.2e}",
+                rec.id
+            );
             assert!(err < 5e-3, "{} chunk {chunk}: step-0 error {err}", rec.id);
             assert_eq!(out, rec.greedy_token_ids, "{} chunk {chunk}", rec.id);
         }
@@ -216,4 +219,25 @@ fn fast_is_at_least_as_accurate_as_llamacpp_q4_k_m() {
         ours_err <= theirs_err,
         "error {ours_err} > llama.cpp's {theirs_err}"
     );
+}
+
+#[test]
+fn inspect_names_architecture_tokenizer_and_tensor_types() {
+    let file = GgufFile::open(gemma3_path()).unwrap();
+    let out = sloserve_model::inspect::inspect(&file).unwrap();
+    for needle in [
+        "architecture:    gemma3",
+        "heads:           4 query, 1 key/value (head size 256)",
+        "sliding window:  512 tokens",
+        "tokenizer:       llama (SentencePiece",
+        "Q4K      27 tensors",
+        "Q5_0     81 tensors",
+        "Q6K       9 tensors",
+        "Q8_0     10 tensors",
+        "F32     109 tensors",
+        "chat template:   none",
+        "supported:       yes",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
 }

@@ -412,6 +412,14 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
             && e.contains("llama, qwen2, qwen3, gemma3"),
         "{e}"
     );
+    let f = sloserve_model::GgufFile::open(&arch).unwrap();
+    let out = sloserve_model::inspect::inspect(&f).unwrap();
+    assert!(
+        out.contains("architecture:    gptneox")
+            && out.contains("supported:       no")
+            && out.contains("(supported: llama, qwen2, qwen3, gemma3)"),
+        "{out}"
+    );
 
     // Unsupported tensor type.
     let q8_1 = tmp("q8_1.gguf");
