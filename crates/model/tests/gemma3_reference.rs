@@ -14,8 +14,18 @@ use sloserve_model::detokenizer::StreamDecoder;
 use sloserve_model::tokenizer::Tokenizer;
 use sloserve_model::{GgufFile, Precision};
 
+use std::sync::{Mutex, MutexGuard};
+
 const EXACT: &str = "llamacpp-f32-greedy-gemma3.jsonl";
 const LLAMACPP_FAST: &str = "llamacpp-q4_k_m-greedy-gemma3.jsonl";
+
+/// Serialises the tests that load the model (about 1.1 GB each in exact precision),
+/// keeping memory bounded on a small machine.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn tokenizer() -> Tokenizer {
     let mut file = std::fs::File::open(gemma3_path()).expect("open Gemma 3");
@@ -98,6 +108,7 @@ fn split(records: Vec<GreedyRecord>) -> (Vec<GreedyRecord>, Vec<GreedyRecord>) {
 /// prompt; the long ones (past the window) also in 64-token chunks.
 #[test]
 fn exact_matches_reference() {
+    let _one_at_a_time = serial();
     let mut runner = load_gemma3(Precision::Exact);
     let (short, long) = split(read_records(EXACT));
     assert_eq!((short.len(), long.len()), (7, 2));
@@ -132,6 +143,7 @@ fn exact_matches_reference() {
 /// layers keep every block of a sequence, so shared prefix blocks stay valid.
 #[test]
 fn exact_reuses_prefix_blocks_past_the_window() {
+    let _one_at_a_time = serial();
     let mut runner = load_gemma3(Precision::Exact);
     let (_, long) = split(read_records(EXACT));
     let rec = long
@@ -189,6 +201,7 @@ fn score(exact: &[GreedyRecord], top5: impl Fn(usize, &TopLogprob) -> Option<f32
 /// Q4_K_M path's, and a mean largest top-5 error no worse than its.
 #[test]
 fn fast_is_at_least_as_accurate_as_llamacpp_q4_k_m() {
+    let _one_at_a_time = serial();
     let mut runner = load_gemma3(Precision::Fast);
     let (exact, _) = split(read_records(EXACT));
     let (theirs, _) = split(read_records(LLAMACPP_FAST));
