@@ -21,7 +21,7 @@ use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
 #[path = "common.rs"]
 mod common;
-use common::{load_avg, median, model_path, target_dir};
+use common::{load_avg, median, model_path, repo_root, target_dir};
 
 const PREFILL_LEN: usize = 512;
 const DECODE_CONTEXT: usize = 64;
@@ -202,7 +202,15 @@ fn main() {
         .iter()
         .position(|a| a == "--model")
         .and_then(|i| args.get(i + 1));
-    let path = model.map_or_else(model_path, |m| m.into());
+    // A relative path may be from the repository root (cargo runs benches in the crate).
+    let path = model.map_or_else(model_path, |m| {
+        let p = std::path::PathBuf::from(m);
+        if p.is_relative() && !p.exists() {
+            repo_root().join(p)
+        } else {
+            p
+        }
+    });
     let stem = path
         .file_stem()
         .map_or("model".into(), |s| s.to_string_lossy());
