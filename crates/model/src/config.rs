@@ -1,10 +1,11 @@
 //! `ModelConfig`: the hyper-parameters of a Llama-family model, read from the GGUF
-//! metadata keys of its architecture (`llama.*`, `qwen2.*`).
+//! metadata keys of its architecture (`llama.*`, `qwen2.*`, `qwen3.*`, `gemma3.*`),
+//! with the per-architecture rules llama.cpp applies where the file says nothing.
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +15,26 @@ pub enum RopeStyle {
     Interleaved,
     /// Half-split pairs (x[i], x[i + d/2]): "neox" mode, for `qwen2`.
     HalfSplit,
+}
+
+/// The feed-forward's gate activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: `silu(gate) · up` (llama, qwen).
+    Silu,
+    /// GEGLU with the tanh GELU, computed as llama.cpp's CPU backend does (gemma3).
+    GeluTanh,
+}
+
+/// Sliding-window attention on the local layers (gemma3).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingWindow {
+    /// Each local layer's token attends to the last `window` positions (itself included).
+    pub window: usize,
+    /// Every `pattern`-th layer (the last of each group) is global, the rest local.
+    pub pattern: usize,
+    /// The RoPE base of the local layers.
+    pub rope_theta: f32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -35,6 +56,19 @@ pub struct ModelConfig {
     pub qkv_bias: bool,
     /// The output projection reuses `token_embd.weight`.
     pub tied_embeddings: bool,
+    /// Per-head RMSNorm of q and k before RoPE (`attn_q_norm`, `attn_k_norm`: qwen3, gemma3).
+    pub qk_norm: bool,
+    /// RMSNorm of the attention and MLP outputs before each residual add
+    /// (`post_attention_norm`, `post_ffw_norm`: gemma3).
+    pub post_norms: bool,
+    pub activation: Activation,
+    /// Token embeddings are multiplied by this (gemma3: sqrt(hidden)).
+    pub embed_scale: Option<f32>,
+    /// Attention scores are multiplied by this (default 1/sqrt(head_dim)).
+    pub attn_scale: f32,
+    /// RoPE position scale of the global layers (`rope.scaling.factor` of linear scaling).
+    pub rope_freq_scale: f32,
+    pub sliding_window: Option<SlidingWindow>,
 }
 
 impl ModelConfig {
@@ -93,11 +127,35 @@ impl ModelConfig {
             }
         };
         let rope_theta = f.get_f32(&k("rope.freq_base")).unwrap_or(10_000.0);
+        let num_layers = f.get_usize(&k("block_count"))?;
+        let gemma3 = arch == "gemma3";
+        let attn_scale = match f.get_f32(&k("attention.scale")) {
+            Ok(s) => s,
+            // llama.cpp: Gemma 3 27B (62 layers) scales by hidden / heads, the others by head size.
+            Err(_) if gemma3 && num_layers == 62 => 1.0 / ((hidden_size / num_heads) as f32).sqrt(),
+            Err(_) => 1.0 / (head_dim as f32).sqrt(),
+        };
+        let sliding_window = match f.get_usize(&k("attention.sliding_window")) {
+            // llama.cpp: every sixth layer global, local layers on RoPE base 10000.
+            Ok(window) if gemma3 && window > 0 => Some(SlidingWindow {
+                window,
+                pattern: 6,
+                rope_theta: 10_000.0,
+            }),
+            _ => None,
+        };
+        let rope_freq_scale = match f.get_str(&k("rope.scaling.type")).as_deref() {
+            Ok("linear") => match f.get_f32(&k("rope.scaling.factor")) {
+                Ok(factor) if factor > 0.0 => 1.0 / factor,
+                _ => 1.0,
+            },
+            _ => 1.0,
+        };
         let c = ModelConfig {
             name: f.get_str("general.name").ok(),
             hidden_size,
             intermediate_size: f.get_usize(&k("feed_forward_length"))?,
-            num_layers: f.get_usize(&k("block_count"))?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -105,13 +163,24 @@ impl ModelConfig {
             context_length: f.get_usize(&k("context_length")).unwrap_or(2048),
             rms_norm_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
             rope_theta,
-            rope_style: if arch == "qwen2" {
-                RopeStyle::HalfSplit
-            } else {
+            rope_style: if arch == "llama" {
                 RopeStyle::Interleaved
+            } else {
+                RopeStyle::HalfSplit
             },
             qkv_bias: f.has_tensor("blk.0.attn_q.bias"),
             tied_embeddings: !f.has_tensor("output.weight"),
+            qk_norm: arch == "qwen3" || gemma3,
+            post_norms: gemma3,
+            activation: if gemma3 {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            embed_scale: gemma3.then(|| (hidden_size as f32).sqrt()),
+            attn_scale,
+            rope_freq_scale,
+            sliding_window,
             architecture: arch,
         };
         c.check_sizes()
@@ -154,6 +223,12 @@ impl ModelConfig {
             .checked_add(mul("embedding_length", &[self.vocab_size, h])?)
             .ok_or(("block_count", "the per-token size overflows".to_string()))?;
         Ok(())
+    }
+
+    /// Whether `layer` attends over a sliding window (and which).
+    pub fn layer_window(&self, layer: usize) -> Option<usize> {
+        let sw = self.sliding_window?;
+        (layer % sw.pattern < sw.pattern - 1).then_some(sw.window)
     }
 
     pub fn q_size(&self) -> usize {

@@ -22,6 +22,8 @@ pub const SUPPORTED_DTYPES: &[GgmlDType] = &[
     GgmlDType::Q5_0,
     GgmlDType::Q5_1,
     GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
     GgmlDType::Q4K,
     GgmlDType::Q5K,
     GgmlDType::Q6K,

@@ -1,5 +1,7 @@
 //! `inspect`: a human-readable summary of a GGUF model file: architecture, sizes,
-//! quantization mix, context length, special tokens and chat template.
+//! tensor types, tokenizer, context length, special tokens, chat template, and whether
+//! sloserve can serve it (if not, why, with the supported architectures, tokenizers
+//! and tensor types).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -9,13 +11,56 @@ use candle_core::quantized::gguf_file::Value;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::gguf::GgufFile;
+use crate::tokenizer::{Tokenizer, SUPPORTED_TOKENIZERS};
 
+/// The summary; a file sloserve cannot serve is described too, ending in
+/// `supported: no` and the reasons.
 pub fn inspect(file: &GgufFile) -> Result<String> {
-    let c = ModelConfig::from_gguf(file)?;
+    let mut problems = Vec::new();
     let mut s = String::new();
     let w = &mut s;
     let _ = writeln!(w, "file:            {}", file.path.display());
-    let _ = writeln!(w, "name:            {}", c.name.as_deref().unwrap_or("-"));
+    let _ = writeln!(
+        w,
+        "name:            {}",
+        file.get_str("general.name").unwrap_or_else(|_| "-".into())
+    );
+    match ModelConfig::from_gguf(file) {
+        Ok(c) => describe_config(w, &c),
+        Err(e) => {
+            let arch = file.get_str("general.architecture");
+            let _ = writeln!(w, "architecture:    {}", arch.as_deref().unwrap_or("-"));
+            problems.push(e.to_string());
+        }
+    }
+    describe_tensors(w, file);
+    describe_tokenizer(w, file);
+    if let Err(e) = Tokenizer::from_gguf(&file.content) {
+        problems.push(e.to_string());
+    }
+    if let Err(e) = file.check_dtypes() {
+        problems.push(e.to_string());
+    }
+    match file.get_str("tokenizer.chat_template") {
+        Ok(t) => {
+            let _ = writeln!(w, "chat template:\n{t}");
+        }
+        Err(_) => {
+            let _ = writeln!(w, "chat template:   none (completions only)");
+        }
+    }
+    if problems.is_empty() {
+        let _ = writeln!(w, "supported:       yes");
+    } else {
+        let _ = writeln!(w, "supported:       no");
+        for p in &problems {
+            let _ = writeln!(w, "  - {p}");
+        }
+    }
+    Ok(s)
+}
+
+fn describe_config(w: &mut String, c: &ModelConfig) {
     let _ = writeln!(w, "architecture:    {}", c.architecture);
     let _ = writeln!(w, "layers:          {}", c.num_layers);
     let _ = writeln!(w, "hidden size:     {}", c.hidden_size);
@@ -32,8 +77,17 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
         "rope:            theta {}, {:?} pairs",
         c.rope_theta, c.rope_style
     );
+    if let Some(sw) = c.sliding_window {
+        let _ = writeln!(
+            w,
+            "sliding window:  {} tokens on local layers (every {}th layer global), local rope theta {}",
+            sw.window, sw.pattern, sw.rope_theta
+        );
+    }
     let _ = writeln!(w, "rms norm eps:    {}", c.rms_norm_eps);
     let _ = writeln!(w, "qkv bias:        {}", c.qkv_bias);
+    let _ = writeln!(w, "q/k norm:        {}", c.qk_norm);
+    let _ = writeln!(w, "activation:      {:?}", c.activation);
     let _ = writeln!(w, "tied output:     {}", c.tied_embeddings);
     let _ = writeln!(
         w,
@@ -41,6 +95,9 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
         c.kv_bytes_per_token(2),
         c.kv_bytes_per_token(4)
     );
+}
+
+fn describe_tensors(w: &mut String, file: &GgufFile) {
     let mut mix: BTreeMap<String, (usize, usize)> = BTreeMap::new();
     let mut params = 0usize;
     for info in file.content.tensor_infos.values() {
@@ -63,20 +120,29 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
             100.0 * *n as f64 / params.max(1) as f64
         );
     }
-    let tokens = match file.meta("tokenizer.ggml.tokens") {
+}
+
+fn describe_tokenizer(w: &mut String, file: &GgufFile) {
+    let tokens: Vec<String> = match file.meta("tokenizer.ggml.tokens") {
         Some(Value::Array(v)) => v
             .iter()
             .map(|t| t.to_string().cloned().unwrap_or_default())
             .collect(),
         _ => Vec::new(),
     };
+    let model = file
+        .get_str("tokenizer.ggml.model")
+        .unwrap_or_else(|_| "-".into());
+    let kind = SUPPORTED_TOKENIZERS
+        .iter()
+        .find(|(m, _)| *m == model)
+        .map_or("unsupported", |(_, kind)| kind);
     let _ = writeln!(
         w,
-        "tokenizer:       {} (pre-tokenizer {})",
-        file.get_str("tokenizer.ggml.model")
-            .unwrap_or_else(|_| "-".into()),
+        "tokenizer:       {model} ({kind}, pre-tokenizer {}, {} tokens)",
         file.get_str("tokenizer.ggml.pre")
-            .unwrap_or_else(|_| "-".into())
+            .unwrap_or_else(|_| "-".into()),
+        tokens.len()
     );
     for key in ["bos", "eos", "padding", "unknown"] {
         if let Ok(id) = file.get_usize(&format!("tokenizer.ggml.{key}_token_id")) {
@@ -87,13 +153,4 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
             );
         }
     }
-    match file.get_str("tokenizer.chat_template") {
-        Ok(t) => {
-            let _ = writeln!(w, "chat template:\n{t}");
-        }
-        Err(_) => {
-            let _ = writeln!(w, "chat template:   none");
-        }
-    }
-    Ok(s)
 }

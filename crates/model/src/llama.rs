@@ -1,6 +1,7 @@
-//! `Llama`: the Llama-family transformer (llama, qwen2) read from GGUF tensors named
-//! as the checkpoint names them, with a forward pass over a flat batch: embed, the
-//! blocks in turn, final norm, logits.
+//! `Llama`: the Llama-family transformer (llama, qwen2, qwen3, gemma3) read from GGUF
+//! tensors named as the checkpoint names them, with a forward pass over a flat batch:
+//! embed, the blocks in turn, final norm, logits. What differs by architecture (q/k
+//! norms, post-norms, GEGLU, sliding windows, embedding scale) is in `ModelConfig`.
 
 mod attention;
 mod block;
@@ -39,7 +40,8 @@ struct Step<'a> {
     batch: &'a Batch,
     /// Each token's sequence (its index in `batch.seqs`).
     token_seq: &'a [u32],
-    rope: &'a Rope,
+    /// The global layers' RoPE, then (with sliding windows) the local layers'.
+    ropes: &'a [Rope],
     /// Tokens in the batch.
     num_tokens: usize,
 }
@@ -50,7 +52,7 @@ pub struct Llama {
     blocks: Vec<Block>,
     output_norm: Vec<f32>,
     output: Linear,
-    rope: Rope,
+    ropes: Vec<Rope>,
 }
 
 /// Loads named tensors, checking their shapes against the config.
@@ -105,20 +107,25 @@ impl Llama {
         } else {
             ld.linear("output", c.vocab_size, h, false)?
         };
-        let rope = Rope::new(c.rope_style, c.head_dim, c.rope_theta, max_positions);
+        let max_pos = max_positions.min(c.context_length);
+        let rope = |theta, scale| Rope::scaled(c.rope_style, c.head_dim, theta, scale, max_pos);
+        let mut ropes = vec![rope(c.rope_theta, c.rope_freq_scale)];
+        if let Some(sw) = c.sliding_window {
+            ropes.push(rope(sw.rope_theta, 1.0));
+        }
         Ok(Llama {
             config: c,
             token_embd,
             blocks,
             output_norm,
             output,
-            rope,
+            ropes,
         })
     }
 
     /// Positions the RoPE table covers.
     pub fn rope_positions(&self) -> usize {
-        self.rope.max_pos()
+        self.ropes[0].max_pos()
     }
 
     /// Runs one flat batch: writes new keys/values into `cache` and fills `logits`
@@ -142,7 +149,7 @@ impl Llama {
         let step = Step {
             batch,
             token_seq: &s.token_seq,
-            rope: &self.rope,
+            ropes: &self.ropes,
             num_tokens: t,
         };
         for (layer, block) in self.blocks.iter().enumerate() {
@@ -156,6 +163,9 @@ impl Llama {
         let h = self.config.hidden_size;
         for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
             self.token_embd.dequantize_rows(tok as usize, h, row);
+            if let Some(scale) = self.config.embed_scale {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
         }
     }
 

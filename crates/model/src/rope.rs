@@ -1,5 +1,6 @@
-//! `Rope`: rotary position embeddings, with cos/sin tables precomputed for every
-//! position up to the context length, in interleaved or half-split pairing.
+//! `Rope`: rotary position embeddings, with cos/sin tables precomputed (in f32, as
+//! llama.cpp computes them) for every position up to the context length, in
+//! interleaved or half-split pairing.
 
 use crate::config::RopeStyle;
 
@@ -14,17 +15,31 @@ pub struct Rope {
 
 impl Rope {
     pub fn new(style: RopeStyle, head_dim: usize, theta: f32, max_pos: usize) -> Self {
+        Self::scaled(style, head_dim, theta, 1.0, max_pos)
+    }
+
+    /// Like `new`, with positions multiplied by `freq_scale` (linear RoPE scaling).
+    pub fn scaled(
+        style: RopeStyle,
+        head_dim: usize,
+        theta: f32,
+        freq_scale: f32,
+        max_pos: usize,
+    ) -> Self {
         let half = head_dim / 2;
         let mut cos = Vec::with_capacity(max_pos * half);
         let mut sin = Vec::with_capacity(max_pos * half);
-        let inv_freq: Vec<f64> = (0..half)
-            .map(|i| (theta as f64).powf(-2.0 * i as f64 / head_dim as f64))
-            .collect();
+        // In f32, as llama.cpp's `ggml_rope_cache_init` computes it: each angle is the
+        // previous one times theta^(-2/d), starting from the position (at long contexts
+        // this differs from the exact angle by more than the tolerance of the tests).
+        let theta_scale = theta.powf(-2.0 / head_dim as f32);
         for pos in 0..max_pos {
-            for f in &inv_freq {
-                let a = pos as f64 * f;
-                cos.push(a.cos() as f32);
-                sin.push(a.sin() as f32);
+            let mut angle = pos as f32;
+            for _ in 0..half {
+                let a = freq_scale * angle;
+                cos.push(a.cos());
+                sin.push(a.sin());
+                angle *= theta_scale;
             }
         }
         Rope {

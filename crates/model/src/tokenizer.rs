@@ -1,6 +1,9 @@
-//! `Tokenizer`: the byte-level BPE tokenizer rebuilt from a GGUF file's
-//! `tokenizer.ggml.*` metadata, splitting text the way llama.cpp does for each
-//! `tokenizer.ggml.pre` name, plus the id -> bytes table used for decoding.
+//! `Tokenizer`: the tokenizer rebuilt from a GGUF file's `tokenizer.ggml.*` metadata:
+//! byte-level BPE (`gpt2`, splitting text the way llama.cpp does for each
+//! `tokenizer.ggml.pre` name) or SentencePiece (`llama`, in `spm`), plus the id -> bytes
+//! table used for decoding.
+
+mod spm;
 
 use std::path::PathBuf;
 
@@ -11,7 +14,21 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
+use self::spm::Spm;
 use crate::error::{ModelError, Result};
+
+/// `tokenizer.ggml.model` values this crate tokenizes, with what they are.
+pub const SUPPORTED_TOKENIZERS: &[(&str, &str)] =
+    &[("gpt2", "byte-level BPE"), ("llama", "SentencePiece")];
+
+/// The supported tokenizer models as one line, e.g. for error messages.
+pub fn supported_tokenizers_list() -> String {
+    SUPPORTED_TOKENIZERS
+        .iter()
+        .map(|(m, what)| format!("{m} ({what})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
 const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -33,11 +50,21 @@ const END_OF_TURN: &[&str] = &[
     "<end_of_turn>",
 ];
 
+/// What turns text into ids.
+enum Encoder {
+    Bpe {
+        /// Control tokens are matched as special tokens (`parse_special = true`).
+        with_special: Box<tokenizers::Tokenizer>,
+        /// Same model, but control tokens are tokenized as plain text.
+        plain: Box<tokenizers::Tokenizer>,
+    },
+    Spm(Box<Spm>),
+}
+
 pub struct Tokenizer {
-    /// Control tokens are matched as special tokens (`parse_special = true`).
-    with_special: tokenizers::Tokenizer,
-    /// Same model, but control tokens are tokenized as plain text.
-    plain: tokenizers::Tokenizer,
+    encoder: Encoder,
+    /// `tokenizer.ggml.model` (gpt2 or llama).
+    model: String,
     tokens: Vec<String>,
     types: Vec<i32>,
     /// The bytes of token `i` are `bytes[offsets[i]..offsets[i + 1]]`.
@@ -46,6 +73,7 @@ pub struct Tokenizer {
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
+    add_eos: bool,
     pre: String,
     stop_ids: Vec<u32>,
 }
@@ -126,14 +154,128 @@ fn pre_regexes(pre: &str) -> (Vec<&'static str>, bool) {
     }
 }
 
+/// An optional boolean key, `default` when absent.
+fn flag(c: &Content, key: &str, default: bool) -> Result<bool> {
+    match c.metadata.get(key) {
+        Some(v) => v.to_bool().map_err(|e| bad(key, e.to_string())),
+        None => Ok(default),
+    }
+}
+
+/// An array of `n` numbers as f32.
+fn floats(v: &Value, key: &str, n: usize) -> Result<Vec<f32>> {
+    let arr = v.to_vec().map_err(|e| bad(key, e.to_string()))?;
+    if arr.len() != n {
+        return Err(bad(key, format!("{} entries for {n} tokens", arr.len())));
+    }
+    arr.iter()
+        .map(|v| match v {
+            Value::F32(x) => Ok(*x),
+            Value::F64(x) => Ok(*x as f32),
+            v => as_i64(v)
+                .map(|x| x as f32)
+                .ok_or_else(|| bad(key, "not a number")),
+        })
+        .collect()
+}
+
+/// The byte-level BPE encoder and its id -> bytes table.
+fn bpe(
+    content: &Content,
+    tokens: &[String],
+    types: &[i32],
+    pre: &str,
+) -> Result<(Encoder, Vec<u8>, Vec<usize>)> {
+    let merges = strings(content, "tokenizer.ggml.merges")?
+        .into_iter()
+        .map(|m| {
+            // llama.cpp searches the separator from the second char on.
+            let first_len = m.chars().next().map_or(0, char::len_utf8);
+            match m[first_len..].find(' ') {
+                Some(p) => Ok((
+                    m[..first_len + p].to_string(),
+                    m[first_len + p + 1..].to_string(),
+                )),
+                None => Err(bad(
+                    "tokenizer.ggml.merges",
+                    format!("merge '{m}' has no space"),
+                )),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let (regexes, ignore_merges) = pre_regexes(pre);
+    let mut vocab = Vocab::default();
+    for (i, t) in tokens.iter().enumerate().rev() {
+        vocab.insert(t.clone(), i as u32); // first id wins on duplicates
+    }
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(ignore_merges)
+        .build()
+        .map_err(|e| ModelError::Tokenizer(format!("building BPE model: {e}")))?;
+    let mut pres: Vec<PreTokenizerWrapper> = Vec::new();
+    for re in regexes {
+        let split = Split::new(
+            SplitPattern::Regex(re.into()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| ModelError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
+        pres.push(split.into());
+    }
+    pres.push(ByteLevel::new(false, false, false).into());
+    let mut with_special = tokenizers::Tokenizer::new(bpe);
+    with_special.with_pre_tokenizer(Some(Sequence::new(pres)));
+    with_special.with_decoder(Some(ByteLevel::new(false, false, false)));
+    let added: Vec<AddedToken> = tokens
+        .iter()
+        .zip(types)
+        .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
+        .map(|(s, &t)| AddedToken::from(s.clone(), t == TYPE_CONTROL).normalized(false))
+        .collect();
+    with_special.add_special_tokens(&added);
+    let mut plain = with_special.clone();
+    plain.set_encode_special_tokens(true);
+
+    let b2c = byte_to_char();
+    let mut c2b = vec![None; 512];
+    for (b, c) in b2c.iter().enumerate() {
+        c2b[*c as usize] = Some(b as u8);
+    }
+    let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
+    for (tok, &ty) in tokens.iter().zip(types) {
+        match ty {
+            TYPE_UNKNOWN | TYPE_CONTROL | TYPE_USER_DEFINED => {
+                bytes.extend_from_slice(tok.as_bytes())
+            }
+            TYPE_UNUSED => {}
+            _ => {
+                for ch in tok.chars() {
+                    match c2b.get(ch as usize).copied().flatten() {
+                        Some(b) => bytes.push(b),
+                        None => bytes.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes()),
+                    }
+                }
+            }
+        }
+        offsets.push(bytes.len());
+    }
+    let encoder = Encoder::Bpe {
+        with_special: Box::new(with_special),
+        plain: Box::new(plain),
+    };
+    Ok((encoder, bytes, offsets))
+}
+
 impl Tokenizer {
     pub fn from_gguf(content: &Content) -> Result<Self> {
         let model = get(content, "tokenizer.ggml.model")?
             .to_string()
             .map_err(|e| bad("tokenizer.ggml.model", e.to_string()))?;
-        if model != "gpt2" {
+        if !SUPPORTED_TOKENIZERS.iter().any(|(m, _)| *m == model) {
             return Err(ModelError::Tokenizer(format!(
-                "unsupported tokenizer model '{model}' (supported: gpt2 byte-level BPE)"
+                "unsupported tokenizer model '{model}' (supported: {})",
+                supported_tokenizers_list()
             )));
         }
         let tokens = strings(content, "tokenizer.ggml.tokens")?;
@@ -155,23 +297,6 @@ impl Tokenizer {
                     .collect::<Result<_>>()?
             }
         };
-        let merges = strings(content, "tokenizer.ggml.merges")?
-            .into_iter()
-            .map(|m| {
-                // llama.cpp searches the separator from the second char on.
-                let first_len = m.chars().next().map_or(0, char::len_utf8);
-                match m[first_len..].find(' ') {
-                    Some(p) => Ok((
-                        m[..first_len + p].to_string(),
-                        m[first_len + p + 1..].to_string(),
-                    )),
-                    None => Err(bad(
-                        "tokenizer.ggml.merges",
-                        format!("merge '{m}' has no space"),
-                    )),
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
         let pre = match content.metadata.get("tokenizer.ggml.pre") {
             Some(v) => v
                 .to_string()
@@ -179,74 +304,32 @@ impl Tokenizer {
                 .clone(),
             None => "default".to_string(),
         };
-        let add_bos = match content.metadata.get("tokenizer.ggml.add_bos_token") {
-            Some(v) => v
-                .to_bool()
-                .map_err(|e| bad("tokenizer.ggml.add_bos_token", e.to_string()))?,
-            None => false,
-        };
+        let is_spm = model == "llama";
+        // llama.cpp's defaults when a key is absent: SentencePiece adds BOS and a space prefix.
+        let add_bos = flag(content, "tokenizer.ggml.add_bos_token", is_spm)?;
+        let add_eos = flag(content, "tokenizer.ggml.add_eos_token", false)?;
         let bos = token_id(content, "tokenizer.ggml.bos_token_id", n)?;
         let eos = token_id(content, "tokenizer.ggml.eos_token_id", n)?;
         let eot = token_id(content, "tokenizer.ggml.eot_token_id", n)?;
         let eom = token_id(content, "tokenizer.ggml.eom_token_id", n)?;
 
-        let (regexes, ignore_merges) = pre_regexes(&pre);
-        let mut vocab = Vocab::default();
-        for (i, t) in tokens.iter().enumerate().rev() {
-            vocab.insert(t.clone(), i as u32); // first id wins on duplicates
-        }
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .ignore_merges(ignore_merges)
-            .build()
-            .map_err(|e| ModelError::Tokenizer(format!("building BPE model: {e}")))?;
-        let mut pres: Vec<PreTokenizerWrapper> = Vec::new();
-        for re in regexes {
-            let split = Split::new(
-                SplitPattern::Regex(re.into()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| ModelError::Tokenizer(format!("pre-tokenizer regex: {e}")))?;
-            pres.push(split.into());
-        }
-        pres.push(ByteLevel::new(false, false, false).into());
-        let mut with_special = tokenizers::Tokenizer::new(bpe);
-        with_special.with_pre_tokenizer(Some(Sequence::new(pres)));
-        with_special.with_decoder(Some(ByteLevel::new(false, false, false)));
-        let added: Vec<AddedToken> = tokens
-            .iter()
-            .zip(&types)
-            .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
-            .map(|(s, &t)| AddedToken::from(s.clone(), t == TYPE_CONTROL).normalized(false))
-            .collect();
-        with_special.add_special_tokens(&added);
-        let mut plain = with_special.clone();
-        plain.set_encode_special_tokens(true);
-
-        let b2c = byte_to_char();
-        let mut c2b = vec![None; 512];
-        for (b, c) in b2c.iter().enumerate() {
-            c2b[*c as usize] = Some(b as u8);
-        }
-        let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
-        for (tok, &ty) in tokens.iter().zip(&types) {
-            match ty {
-                TYPE_UNKNOWN | TYPE_CONTROL | TYPE_USER_DEFINED => {
-                    bytes.extend_from_slice(tok.as_bytes())
-                }
-                TYPE_UNUSED => {}
-                _ => {
-                    for ch in tok.chars() {
-                        match c2b.get(ch as usize).copied().flatten() {
-                            Some(b) => bytes.push(b),
-                            None => bytes.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes()),
-                        }
-                    }
-                }
+        let (encoder, bytes, offsets) = if is_spm {
+            let unk = token_id(content, "tokenizer.ggml.unknown_token_id", n)?;
+            let scores = match content.metadata.get("tokenizer.ggml.scores") {
+                None => vec![0.0; n],
+                Some(v) => floats(v, "tokenizer.ggml.scores", n)?,
+            };
+            let space = flag(content, "tokenizer.ggml.add_space_prefix", true)?;
+            let spm = Spm::new(&tokens, scores, &types, unk, space);
+            let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
+            for (tok, &ty) in tokens.iter().zip(&types) {
+                spm::token_bytes(tok, ty, &mut bytes);
+                offsets.push(bytes.len());
             }
-            offsets.push(bytes.len());
-        }
+            (Encoder::Spm(Box::new(spm)), bytes, offsets)
+        } else {
+            bpe(content, &tokens, &types, &pre)?
+        };
         let mut stop_ids: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
         for name in END_OF_TURN {
             if let Some(id) = tokens.iter().position(|t| t == name) {
@@ -256,8 +339,8 @@ impl Tokenizer {
         let mut seen = std::collections::HashSet::new();
         stop_ids.retain(|id| seen.insert(*id));
         Ok(Self {
-            with_special,
-            plain,
+            encoder,
+            model: model.clone(),
             tokens,
             types,
             bytes,
@@ -265,6 +348,7 @@ impl Tokenizer {
             bos,
             eos,
             add_bos,
+            add_eos,
             pre,
             stop_ids,
         })
@@ -274,10 +358,14 @@ impl Tokenizer {
     /// `<|im_start|>` become their ids; without, they are tokenized as plain text.
     /// User-defined tokens are always matched, as in llama.cpp.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
-        let tk = if parse_special {
-            &self.with_special
-        } else {
-            &self.plain
+        let tk = match &self.encoder {
+            Encoder::Spm(spm) => {
+                let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+                spm.encode(text, parse_special, &mut ids);
+                return Ok(ids);
+            }
+            Encoder::Bpe { with_special, .. } if parse_special => with_special,
+            Encoder::Bpe { plain, .. } => plain,
         };
         let enc = tk
             .encode_fast(text, false)
@@ -290,9 +378,14 @@ impl Tokenizer {
     /// first iff the model's `add_bos_token` says so, but never twice: a text that already
     /// starts with the BOS token keeps only its own. (llama.cpp's chat path strips a
     /// template's leading BOS text before tokenizing for this reason; its raw tokenize
-    /// path warns about the double BOS in `check_double_bos_eos`.)
+    /// path warns about the double BOS in `check_double_bos_eos`.) EOS goes last iff
+    /// `add_eos_token` says so.
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self.with_bos(self.encode(text, true)?))
+        let mut ids = self.with_bos(self.encode(text, true)?);
+        if let Some(eos) = self.eos.filter(|_| self.add_eos) {
+            ids.push(eos);
+        }
+        Ok(ids)
     }
 
     /// `ids` with BOS put first by `encode_prompt`'s rule.
@@ -334,9 +427,17 @@ impl Tokenizer {
     pub fn eos_id(&self) -> Option<u32> {
         self.eos
     }
-    /// `tokenizer.ggml.add_bos_token` (false when absent).
+    /// `tokenizer.ggml.add_bos_token` (when absent: true for SentencePiece, else false).
     pub fn add_bos(&self) -> bool {
         self.add_bos
+    }
+    /// `tokenizer.ggml.add_eos_token` (false when absent).
+    pub fn add_eos(&self) -> bool {
+        self.add_eos
+    }
+    /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE) or `llama` (SentencePiece).
+    pub fn model(&self) -> &str {
+        &self.model
     }
     /// The raw vocab string of `id`.
     pub fn token_str(&self, id: u32) -> Option<&str> {

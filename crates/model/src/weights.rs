@@ -2,7 +2,8 @@
 //! quantized dot products for the fast path, f32 for the exact path.
 
 use candle_core::quantized::k_quants::{
-    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0, GgmlType,
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    BlockQ8_0, GgmlType,
 };
 use candle_core::quantized::GgmlDType;
 use half::{bf16, f16};
@@ -21,6 +22,8 @@ pub enum WeightData {
     Q5_0(Vec<BlockQ5_0>),
     Q5_1(Vec<BlockQ5_1>),
     Q8_0(Vec<BlockQ8_0>),
+    Q2K(Vec<BlockQ2K>),
+    Q3K(Vec<BlockQ3K>),
     Q4K(Vec<BlockQ4K>),
     Q5K(Vec<BlockQ5K>),
     Q6K(Vec<BlockQ6K>),
@@ -38,6 +41,8 @@ macro_rules! with_blocks {
             WeightData::Q5_0($v) => $body,
             WeightData::Q5_1($v) => $body,
             WeightData::Q8_0($v) => $body,
+            WeightData::Q2K($v) => $body,
+            WeightData::Q3K($v) => $body,
             WeightData::Q4K($v) => $body,
             WeightData::Q5K($v) => $body,
             WeightData::Q6K($v) => $body,
@@ -69,6 +74,8 @@ impl WeightData {
             GgmlDType::Q5_0 => WeightData::Q5_0(cast_blocks(bytes)),
             GgmlDType::Q5_1 => WeightData::Q5_1(cast_blocks(bytes)),
             GgmlDType::Q8_0 => WeightData::Q8_0(cast_blocks(bytes)),
+            GgmlDType::Q2K => WeightData::Q2K(cast_blocks(bytes)),
+            GgmlDType::Q3K => WeightData::Q3K(cast_blocks(bytes)),
             GgmlDType::Q4K => WeightData::Q4K(cast_blocks(bytes)),
             GgmlDType::Q5K => WeightData::Q5K(cast_blocks(bytes)),
             GgmlDType::Q6K => WeightData::Q6K(cast_blocks(bytes)),

@@ -1,6 +1,9 @@
-//! Small GGUF files written with candle's GGUF writer: a random-weight `qwen2` model
-//! (q/k/v biases) using every supported tensor type loads, and its batched, chunked
-//! and one-at-a-time forwards agree; bad files give errors naming the file.
+//! Small GGUF files written with candle's GGUF writer: random-weight `qwen2` (q/k/v
+//! biases, every supported tensor type), `qwen3` (per-head q/k norms) and `gemma3`
+//! (post-norms, GEGLU, a sliding window shorter than the prompts) models load, and
+//! their batched, chunked and one-at-a-time forwards agree; a small SentencePiece
+//! vocabulary with byte fallback round-trips arbitrary text; bad files give errors
+//! naming the file.
 
 mod common;
 
@@ -19,6 +22,9 @@ const HD: usize = 64;
 const FFN: usize = 512;
 const VOCAB: usize = 512;
 const LAYERS: usize = 2;
+/// Gemma 3 layers: five local (sliding-window) layers, then a global one.
+const GEMMA3_LAYERS: usize = 6;
+const WINDOW: usize = 8;
 
 fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("sloserve-test-{}", std::process::id()));
@@ -63,7 +69,12 @@ fn write_model(path: &Path, arch: &str, dtypes: &[GgmlDType]) {
         1.0,
     );
     add("output_norm.weight".into(), &[H], Some(GgmlDType::F32), 1.0);
-    for l in 0..LAYERS {
+    let layers = if arch == "gemma3" {
+        GEMMA3_LAYERS
+    } else {
+        LAYERS
+    };
+    for l in 0..layers {
         let p = format!("blk.{l}");
         add(
             format!("{p}.attn_norm.weight"),
@@ -89,6 +100,26 @@ fn write_model(path: &Path, arch: &str, dtypes: &[GgmlDType]) {
         add(format!("{p}.ffn_gate.weight"), &[FFN, H], None, 0.1);
         add(format!("{p}.ffn_up.weight"), &[FFN, H], None, 0.1);
         add(format!("{p}.ffn_down.weight"), &[H, FFN], None, 0.1);
+        if arch == "qwen3" || arch == "gemma3" {
+            for norm in ["attn_q_norm", "attn_k_norm"] {
+                add(
+                    format!("{p}.{norm}.weight"),
+                    &[HD],
+                    Some(GgmlDType::F32),
+                    1.0,
+                );
+            }
+        }
+        if arch == "gemma3" {
+            for norm in ["post_attention_norm", "post_ffw_norm"] {
+                add(
+                    format!("{p}.{norm}.weight"),
+                    &[H],
+                    Some(GgmlDType::F32),
+                    1.0,
+                );
+            }
+        }
         if arch == "qwen2" {
             add(
                 format!("{p}.attn_q.bias"),
@@ -111,17 +142,22 @@ fn write_model(path: &Path, arch: &str, dtypes: &[GgmlDType]) {
         }
     }
     let k = |s: &str| format!("{arch}.{s}");
-    let meta: Vec<(String, Value)> = vec![
+    let mut meta: Vec<(String, Value)> = vec![
         ("general.architecture".into(), Value::String(arch.into())),
         (k("embedding_length"), Value::U32(H as u32)),
         (k("feed_forward_length"), Value::U32(FFN as u32)),
-        (k("block_count"), Value::U32(LAYERS as u32)),
         (k("attention.head_count"), Value::U32(HEADS as u32)),
         (k("attention.head_count_kv"), Value::U32(KV_HEADS as u32)),
         (k("attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
         (k("rope.freq_base"), Value::F32(1_000_000.0)),
         (k("context_length"), Value::U32(512)),
+        (k("block_count"), Value::U32(layers as u32)),
+        (k("attention.key_length"), Value::U32(HD as u32)),
+        (k("attention.value_length"), Value::U32(HD as u32)),
     ];
+    if arch == "gemma3" {
+        meta.push((k("attention.sliding_window"), Value::U32(WINDOW as u32)));
+    }
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let tensor_refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(k, v)| (k.as_str(), v)).collect();
     let mut f = std::fs::File::create(path).unwrap();
@@ -176,6 +212,8 @@ const ALL_MATRIX_TYPES: &[GgmlDType] = &[
     GgmlDType::Q5_0,
     GgmlDType::Q5_1,
     GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
     GgmlDType::Q4K,
     GgmlDType::Q5K,
     GgmlDType::Q6K,
@@ -189,57 +227,106 @@ fn qwen2_with_every_tensor_type_loads_and_batched_chunked_single_agree() {
     let path = tmp("qwen2-tiny.gguf");
     write_model(&path, "qwen2", ALL_MATRIX_TYPES);
     for precision in [Precision::Exact, Precision::Fast] {
-        let mut r = load(&path, precision).unwrap();
+        let r = load(&path, precision).unwrap();
         let cfg = &r.model().config;
         assert_eq!(
             (cfg.architecture.as_str(), cfg.qkv_bias, cfg.num_kv_heads),
             ("qwen2", true, KV_HEADS)
         );
-        let (a, b) = (tokens(1, 40), tokens(2, 23));
-        // One at a time, whole prompts.
-        let a_alone = prefill(&mut r, &a, a.len(), 0);
-        let b_alone = prefill(&mut r, &b, b.len(), 8);
-        assert!(a_alone.iter().all(|x| x.is_finite()));
-        // Chunked.
-        let a_chunked = prefill(&mut r, &a, 7, 16);
-        // Batched: both in one batch, on other blocks.
-        let mut batch = Batch::default();
-        batch.push(&a, 0, &[24, 25, 26], true);
-        batch.push(&b, 0, &[28, 29], true);
-        let mut out = Logits::default();
-        r.execute(&batch, &mut out).unwrap();
-        // Fast mode mixes 8-bit activations (small batches) and f32 GEMM (32+ rows),
-        // so it agrees only roughly; exact mode must agree to float rounding.
-        let tol = if precision == Precision::Exact {
-            1e-3
-        } else {
-            0.5
-        };
-        let d = [
-            max_abs_diff(&a_alone, &a_chunked),
-            max_abs_diff(&a_alone, out.row(0)),
-            max_abs_diff(&b_alone, out.row(1)),
-        ];
-        println!(
-            "{precision:?}: chunked {:e}, batched A {:e}, batched B {:e}",
-            d[0], d[1], d[2]
-        );
-        assert!(
-            d.iter().all(|&x| x < tol),
-            "{precision:?}: differences {d:?}"
-        );
-        let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
-        assert_eq!(
-            argmax(&a_alone),
-            argmax(out.row(0)),
-            "{precision:?}: batched A argmax"
-        );
-        assert_eq!(
-            argmax(&a_alone),
-            argmax(&a_chunked),
-            "{precision:?}: chunked A argmax"
-        );
+        check_batched_chunked_single(r, precision);
     }
+}
+
+#[test]
+fn qwen3_loads_and_batched_chunked_single_agree() {
+    let path = tmp("qwen3-tiny.gguf");
+    write_model(
+        &path,
+        "qwen3",
+        &[GgmlDType::Q4K, GgmlDType::Q8_0, GgmlDType::Q6K],
+    );
+    for precision in [Precision::Exact, Precision::Fast] {
+        let r = load(&path, precision).unwrap();
+        let cfg = &r.model().config;
+        assert_eq!(cfg.architecture, "qwen3");
+        assert!(cfg.qk_norm && !cfg.qkv_bias && !cfg.post_norms);
+        assert_eq!((cfg.head_dim, cfg.sliding_window), (HD, None));
+        check_batched_chunked_single(r, precision);
+    }
+}
+
+/// Prompts of 40 and 23 tokens over a window of 8: chunks of 7 cross the window.
+#[test]
+fn gemma3_with_a_sliding_window_loads_and_batched_chunked_single_agree() {
+    let path = tmp("gemma3-tiny.gguf");
+    write_model(
+        &path,
+        "gemma3",
+        &[GgmlDType::Q5_0, GgmlDType::Q4K, GgmlDType::Q8_0],
+    );
+    for precision in [Precision::Exact, Precision::Fast] {
+        let r = load(&path, precision).unwrap();
+        let c = &r.model().config;
+        assert!(c.qk_norm && c.post_norms && c.embed_scale.is_some());
+        let windows: Vec<_> = (0..GEMMA3_LAYERS).map(|l| c.layer_window(l)).collect();
+        assert_eq!(
+            windows,
+            [Some(WINDOW); 5]
+                .into_iter()
+                .chain([None])
+                .collect::<Vec<_>>()
+        );
+        check_batched_chunked_single(r, precision);
+    }
+}
+
+/// Two prompts one at a time, chunked and batched together, on different blocks:
+/// exact mode agrees to float rounding, fast mode roughly, with the same argmax.
+fn check_batched_chunked_single(mut r: LlamaRunner, precision: Precision) {
+    let (a, b) = (tokens(1, 40), tokens(2, 23));
+    // One at a time, whole prompts.
+    let a_alone = prefill(&mut r, &a, a.len(), 0);
+    let b_alone = prefill(&mut r, &b, b.len(), 8);
+    assert!(a_alone.iter().all(|x| x.is_finite()));
+    // Chunked.
+    let a_chunked = prefill(&mut r, &a, 7, 16);
+    // Batched: both in one batch, on other blocks.
+    let mut batch = Batch::default();
+    batch.push(&a, 0, &[24, 25, 26], true);
+    batch.push(&b, 0, &[28, 29], true);
+    let mut out = Logits::default();
+    r.execute(&batch, &mut out).unwrap();
+    // Fast mode mixes 8-bit activations (small batches) and f32 GEMM (32+ rows),
+    // so it agrees only roughly; exact mode must agree to float rounding.
+    let tol = if precision == Precision::Exact {
+        1e-3
+    } else {
+        0.5
+    };
+    let d = [
+        max_abs_diff(&a_alone, &a_chunked),
+        max_abs_diff(&a_alone, out.row(0)),
+        max_abs_diff(&b_alone, out.row(1)),
+    ];
+    println!(
+        "{precision:?}: chunked {:e}, batched A {:e}, batched B {:e}",
+        d[0], d[1], d[2]
+    );
+    assert!(
+        d.iter().all(|&x| x < tol),
+        "{precision:?}: differences {d:?}"
+    );
+    let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
+    assert_eq!(
+        argmax(&a_alone),
+        argmax(out.row(0)),
+        "{precision:?}: batched A argmax"
+    );
+    assert_eq!(
+        argmax(&a_alone),
+        argmax(&a_chunked),
+        "{precision:?}: chunked A argmax"
+    );
 }
 
 #[test]
@@ -322,16 +409,24 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
     assert!(
         e.contains("gpt-neox.gguf")
             && e.contains("unsupported architecture 'gptneox'")
-            && e.contains("llama, qwen2"),
+            && e.contains("llama, qwen2, qwen3, gemma3"),
         "{e}"
+    );
+    let f = sloserve_model::GgufFile::open(&arch).unwrap();
+    let out = sloserve_model::inspect::inspect(&f).unwrap();
+    assert!(
+        out.contains("architecture:    gptneox")
+            && out.contains("supported:       no")
+            && out.contains("(supported: llama, qwen2, qwen3, gemma3)"),
+        "{out}"
     );
 
     // Unsupported tensor type.
-    let q2k = tmp("q2k.gguf");
-    write_model(&q2k, "llama", &[GgmlDType::Q2K]);
-    let e = load_err(&q2k);
+    let q8_1 = tmp("q8_1.gguf");
+    write_model(&q8_1, "llama", &[GgmlDType::Q8_1]);
+    let e = load_err(&q8_1);
     assert!(
-        e.contains("q2k.gguf") && e.contains("unsupported type Q2K") && e.contains("Q4_1"),
+        e.contains("q8_1.gguf") && e.contains("unsupported type Q8_1") && e.contains("Q4_1"),
         "{e}"
     );
 }

@@ -1,5 +1,6 @@
 //! Paged causal attention with grouped-query heads: each new token of each sequence
-//! attends over that sequence's own cached tokens, read through its block table.
+//! attends over that sequence's own cached tokens (all of them, or the last `window`
+//! on sliding-window layers), read through its block table.
 
 use std::cell::RefCell;
 
@@ -19,6 +20,10 @@ pub struct AttnShape {
     pub num_heads: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
+    /// Scores are `q·k * scale` (usually 1/sqrt(head_dim)).
+    pub scale: f32,
+    /// Sliding window: a token at position p sees positions p - window + 1 ..= p.
+    pub window: Option<usize>,
 }
 
 thread_local! {
@@ -54,7 +59,9 @@ struct Task<'a, T> {
     kv_size: usize,
     kv_off: usize,
     head_dim: usize,
-    /// Tokens attended to (position + 1).
+    /// First position attended to (0 unless a sliding window cuts it).
+    first: usize,
+    /// One past the last position attended to (position + 1).
     n: usize,
     scale: f32,
 }
@@ -102,6 +109,8 @@ fn run<T: KvElem>(
         num_heads,
         num_kv_heads,
         head_dim,
+        scale,
+        window,
     } = shape;
     let group = num_heads / num_kv_heads;
     // One task per (token, KV head): the query heads of its group are contiguous in
@@ -111,6 +120,7 @@ fn run<T: KvElem>(
         .for_each(|(idx, o)| {
             let (t, kvh) = (idx / num_kv_heads, idx % num_kv_heads);
             let s = &batch.seqs[token_seq[t] as usize];
+            let n = s.position(t - s.token_start) + 1;
             let task = Task {
                 q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
                 keys,
@@ -120,8 +130,9 @@ fn run<T: KvElem>(
                 kv_size: cache.kv_size,
                 kv_off: kvh * head_dim,
                 head_dim,
-                n: s.position(t - s.token_start) + 1,
-                scale: 1.0 / (head_dim as f32).sqrt(),
+                first: window.map_or(0, |w| n.saturating_sub(w)),
+                n,
+                scale,
             };
             SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
         });
@@ -171,11 +182,11 @@ unsafe fn attend_avx2(task: &Task<f32>, scores: &mut Vec<f32>, out: &mut [f32]) 
 /// The portable attention of one task.
 #[inline(always)]
 fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    let (hd, n) = (task.head_dim, task.n);
+    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
     scores.clear();
     scores.resize(task.q.len() / hd * n, 0.0);
     for j in 0..n {
-        let kj = &task.keys[task.row(j)..][..hd];
+        let kj = &task.keys[task.row(first + j)..][..hd];
         for (g, qh) in task.q.chunks_exact(hd).enumerate() {
             scores[g * n + j] = dot(qh, kj) * task.scale;
         }
@@ -183,7 +194,7 @@ fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
     softmax_rows(scores, n);
     out.fill(0.0);
     for j in 0..n {
-        let vj = &task.values[task.row(j)..][..hd];
+        let vj = &task.values[task.row(first + j)..][..hd];
         for (g, o) in out.chunks_exact_mut(hd).enumerate() {
             let w = scores[g * n + j];
             for (oi, vi) in o.iter_mut().zip(vj) {
@@ -238,13 +249,13 @@ const MAX_GROUP: usize = 8;
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (hd, n) = (task.head_dim, task.n);
+    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
     let group = task.q.len() / hd;
     scores.clear();
     scores.resize(group * n, 0.0);
     let (qp, kp, vp) = (task.q.as_ptr(), task.keys.as_ptr(), task.values.as_ptr());
     for j in 0..n {
-        let k = kp.add(task.row(j)) as *const __m128i;
+        let k = kp.add(task.row(first + j)) as *const __m128i;
         let mut acc = [_mm256_setzero_ps(); MAX_GROUP];
         for c in 0..hd / 8 {
             let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(c)));
@@ -260,7 +271,7 @@ unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f3
     out.fill(0.0);
     let op = out.as_mut_ptr();
     for j in 0..n {
-        let v = vp.add(task.row(j)) as *const __m128i;
+        let v = vp.add(task.row(first + j)) as *const __m128i;
         for c in 0..hd / 8 {
             let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.add(c)));
             for g in 0..group {
@@ -286,6 +297,8 @@ mod tests {
         num_heads: 6,
         num_kv_heads: 2,
         head_dim: 16,
+        scale: 0.25,
+        window: None,
     };
     const KV: usize = 32;
     const BS: usize = 4;
@@ -317,14 +330,16 @@ mod tests {
         (batch, vec![0, 0, 0, 1], q, cache)
     }
 
-    /// Softmax attention computed directly from the generators, in f64.
-    fn reference(q: &[f32]) -> Vec<f32> {
+    /// Softmax attention computed directly from the generators, in f64, over the
+    /// last `window` positions.
+    fn reference(q: &[f32], window: usize) -> Vec<f32> {
         let mut out = vec![0f32; 4 * 96];
         for (t, (s, pos)) in [(0, 7), (0, 8), (0, 9), (1, 5)].into_iter().enumerate() {
             for h in 0..6 {
                 let off = (h / 3) * 16;
                 let qh = &q[t * 96 + h * 16..][..16];
-                let scores: Vec<f64> = (0..=pos)
+                let first = (pos + 1_usize).saturating_sub(window);
+                let scores: Vec<f64> = (first..=pos)
                     .map(|j| {
                         let k = kv(s, j, 1);
                         (0..16).map(|i| (qh[i] * k[off + i]) as f64).sum::<f64>() / 4.0
@@ -333,8 +348,10 @@ mod tests {
                 let max = scores.iter().cloned().fold(f64::MIN, f64::max);
                 let sum: f64 = scores.iter().map(|x| (x - max).exp()).sum();
                 for i in 0..16 {
-                    let o: f64 = (0..=pos)
-                        .map(|j| (scores[j] - max).exp() / sum * kv(s, j, 2)[off + i] as f64)
+                    let o: f64 = (first..=pos)
+                        .map(|j| {
+                            (scores[j - first] - max).exp() / sum * kv(s, j, 2)[off + i] as f64
+                        })
                         .sum();
                     out[t * 96 + h * 16 + i] = o as f32;
                 }
@@ -346,11 +363,19 @@ mod tests {
     #[test]
     fn paged_gqa_attention_matches_a_direct_softmax() {
         for (dtype, tol) in [(KvDtype::F32, 1e-5), (KvDtype::F16, 2e-3)] {
-            let (batch, token_seq, q, cache) = setup(dtype);
-            let mut out = vec![f32::NAN; 4 * 96];
-            paged_attention(&batch, &token_seq, &q, &cache, 0, SHAPE, &mut out);
-            for (i, (a, b)) in out.iter().zip(reference(&q)).enumerate() {
-                assert!((a - b).abs() <= tol, "{dtype:?} [{i}]: {a} vs {b}");
+            // No window, and a window of 3 that cuts every token's context.
+            for window in [None, Some(3)] {
+                let (batch, token_seq, q, cache) = setup(dtype);
+                let mut out = vec![f32::NAN; 4 * 96];
+                let shape = AttnShape { window, ..SHAPE };
+                paged_attention(&batch, &token_seq, &q, &cache, 0, shape, &mut out);
+                let want = reference(&q, window.unwrap_or(usize::MAX));
+                for (i, (a, b)) in out.iter().zip(want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{dtype:?} {window:?} [{i}]: {a} vs {b}"
+                    );
+                }
             }
         }
     }
@@ -371,6 +396,7 @@ mod tests {
             kv_size: KV,
             kv_off: 16,
             head_dim: 16,
+            first: 3,
             n: 10,
             scale: 0.25,
         };

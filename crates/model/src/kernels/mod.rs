@@ -9,3 +9,4 @@ pub mod gemm_f32;
 pub mod norm;
 pub mod packed_gemm;
 pub mod qmatmul;
+pub mod quant_dot;

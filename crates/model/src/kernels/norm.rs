@@ -5,10 +5,28 @@
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let h = w.len();
     for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
-        let ss: f32 = xr.iter().map(|v| v * v).sum::<f32>() / h as f32;
+        let ss = mean_square(xr);
         let scale = 1.0 / (ss + eps).sqrt();
         for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
             *o = v * scale * g;
+        }
+    }
+}
+
+/// The mean of the squares, summed in f64 as ggml does.
+#[inline]
+fn mean_square(x: &[f32]) -> f32 {
+    (x.iter().map(|&v| (v * v) as f64).sum::<f64>() / x.len() as f64) as f32
+}
+
+/// `rms_norm` of each `w.len()`-row of `x`, in place (e.g. per attention head).
+pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
+    let h = w.len();
+    for xr in x.chunks_exact_mut(h) {
+        let ss = mean_square(xr);
+        let scale = 1.0 / (ss + eps).sqrt();
+        for (v, g) in xr.iter_mut().zip(w) {
+            *v = *v * scale * g;
         }
     }
 }

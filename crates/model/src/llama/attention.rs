@@ -1,10 +1,12 @@
-//! `Attention`: a block's self-attention: q/k/v projections, RoPE, the write of new
-//! keys and values into the paged cache, paged attention and the output projection.
+//! `Attention`: a block's self-attention: q/k/v projections, per-head q/k norms (where
+//! the model has them), RoPE, the write of new keys and values into the paged cache,
+//! paged attention (over a sliding window on local layers) and the output projection.
 
 use super::{sized, Loader, Step};
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::kernels::attention::{paged_attention, AttnShape};
+use crate::kernels::norm::rms_norm_in_place;
 use crate::kv_cache::KvCache;
 use crate::weights::Linear;
 
@@ -13,6 +15,11 @@ pub(super) struct Attention {
     k: Linear,
     v: Linear,
     output: Linear,
+    /// `attn_q_norm` and `attn_k_norm`, one weight per head dimension.
+    qk_norm: Option<(Vec<f32>, Vec<f32>)>,
+    eps: f32,
+    /// Index into `Step::ropes`: 0 global, 1 local (sliding-window) layers.
+    rope: usize,
     shape: AttnShape,
 }
 
@@ -26,10 +33,24 @@ pub(super) struct AttnScratch {
 }
 
 impl Attention {
-    /// Loads `{prefix}.attn_q`, `attn_k`, `attn_v` and `attn_output`.
-    pub(super) fn new(ld: &mut Loader, prefix: &str, c: &ModelConfig) -> Result<Self> {
+    /// Loads `blk.{layer}.attn_q`, `attn_k`, `attn_v` and `attn_output` (and the
+    /// q/k norms).
+    pub(super) fn new(ld: &mut Loader, layer: usize, c: &ModelConfig) -> Result<Self> {
         let (h, q, kv) = (c.hidden_size, c.q_size(), c.kv_size());
+        let prefix = format!("blk.{layer}");
+        let window = c.layer_window(layer);
+        let qk_norm = if c.qk_norm {
+            Some((
+                ld.vector(&format!("{prefix}.attn_q_norm.weight"), c.head_dim)?,
+                ld.vector(&format!("{prefix}.attn_k_norm.weight"), c.head_dim)?,
+            ))
+        } else {
+            None
+        };
         Ok(Attention {
+            qk_norm,
+            eps: c.rms_norm_eps,
+            rope: usize::from(window.is_some()),
             q: ld.linear(&format!("{prefix}.attn_q"), q, h, c.qkv_bias)?,
             k: ld.linear(&format!("{prefix}.attn_k"), kv, h, c.qkv_bias)?,
             v: ld.linear(&format!("{prefix}.attn_v"), kv, h, c.qkv_bias)?,
@@ -38,6 +59,8 @@ impl Attention {
                 num_heads: c.num_heads,
                 num_kv_heads: c.num_kv_heads,
                 head_dim: c.head_dim,
+                scale: c.attn_scale,
+                window,
             },
         })
     }
@@ -61,13 +84,18 @@ impl Attention {
         self.q.forward(xn, t, q);
         self.k.forward(xn, t, k);
         self.v.forward(xn, t, v);
+        if let Some((qn_w, kn_w)) = &self.qk_norm {
+            rms_norm_in_place(q, qn_w, self.eps);
+            rms_norm_in_place(k, kn_w, self.eps);
+        }
+        let rope = &step.ropes[self.rope];
         for seq in &step.batch.seqs {
             let table = step.batch.block_table(seq);
             for i in 0..seq.num_tokens {
                 let (ti, pos) = (seq.token_start + i, seq.position(i));
-                step.rope.apply(&mut q[ti * qn..(ti + 1) * qn], pos);
+                rope.apply(&mut q[ti * qn..(ti + 1) * qn], pos);
                 let kt = &mut k[ti * kvn..(ti + 1) * kvn];
-                step.rope.apply(kt, pos);
+                rope.apply(kt, pos);
                 let slot = cache.slot(table, pos);
                 cache.write(layer, slot, kt, &v[ti * kvn..(ti + 1) * kvn]);
             }

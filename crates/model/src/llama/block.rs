@@ -1,5 +1,5 @@
 //! `Block`: one transformer layer, pre-norm attention then pre-norm MLP, each added
-//! back into the residual stream.
+//! back into the residual stream (through a post-norm first, where the model has one).
 
 use super::attention::{Attention, AttnScratch};
 use super::mlp::{Mlp, MlpScratch};
@@ -14,6 +14,8 @@ pub(super) struct Block {
     attn: Attention,
     ffn_norm: Vec<f32>,
     mlp: Mlp,
+    /// `post_attention_norm` and `post_ffw_norm` (gemma3).
+    post_norms: Option<(Vec<f32>, Vec<f32>)>,
     eps: f32,
 }
 
@@ -23,6 +25,7 @@ pub(super) struct Block {
 pub(super) struct BlockScratch {
     xn: Vec<f32>,
     proj: Vec<f32>,
+    post: Vec<f32>,
     attn: AttnScratch,
     mlp: MlpScratch,
 }
@@ -33,9 +36,17 @@ impl Block {
         let (p, h) = (format!("blk.{index}"), c.hidden_size);
         Ok(Block {
             attn_norm: ld.vector(&format!("{p}.attn_norm.weight"), h)?,
-            attn: Attention::new(ld, &p, c)?,
+            attn: Attention::new(ld, index, c)?,
             ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"), h)?,
             mlp: Mlp::new(ld, &p, c)?,
+            post_norms: if c.post_norms {
+                Some((
+                    ld.vector(&format!("{p}.post_attention_norm.weight"), h)?,
+                    ld.vector(&format!("{p}.post_ffw_norm.weight"), h)?,
+                ))
+            } else {
+                None
+            },
             eps: c.rms_norm_eps,
         })
     }
@@ -54,10 +65,23 @@ impl Block {
         let proj = sized(&mut s.proj, n);
         rms_norm(x, &self.attn_norm, self.eps, xn);
         self.attn.forward(xn, step, cache, layer, &mut s.attn, proj);
-        add_in_place(x, proj);
+        self.residual(x, proj, 0, &mut s.post);
         rms_norm(x, &self.ffn_norm, self.eps, xn);
         self.mlp.forward(xn, step.num_tokens, &mut s.mlp, proj);
-        add_in_place(x, proj);
+        self.residual(x, proj, 1, &mut s.post);
+    }
+
+    /// `x += y`, or `x += rms_norm(y)` with post-norm `which` (0: attention, 1: MLP).
+    fn residual(&self, x: &mut [f32], y: &[f32], which: usize, post: &mut Vec<f32>) {
+        match &self.post_norms {
+            None => add_in_place(x, y),
+            Some(norms) => {
+                let w = if which == 0 { &norms.0 } else { &norms.1 };
+                let yn = sized(post, y.len());
+                rms_norm(y, w, self.eps, yn);
+                add_in_place(x, yn);
+            }
+        }
     }
 }
 

@@ -1,15 +1,17 @@
-//! `Mlp`: a block's gated feed-forward, `down(silu(gate(x)) · up(x))`.
+//! `Mlp`: a block's gated feed-forward, `down(act(gate(x)) · up(x))` with SiLU or
+//! the tanh GELU.
 
 use super::{sized, Loader};
-use crate::config::ModelConfig;
+use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
-use crate::kernels::activation::silu_mul;
+use crate::kernels::activation::{gelu_mul, silu_mul};
 use crate::weights::Linear;
 
 pub(super) struct Mlp {
     gate: Linear,
     up: Linear,
     down: Linear,
+    activation: Activation,
 }
 
 /// The MLP's activation buffers, grown to the largest batch seen.
@@ -27,6 +29,7 @@ impl Mlp {
             gate: ld.linear(&format!("{prefix}.ffn_gate"), ffn, h, false)?,
             up: ld.linear(&format!("{prefix}.ffn_up"), ffn, h, false)?,
             down: ld.linear(&format!("{prefix}.ffn_down"), h, ffn, false)?,
+            activation: c.activation,
         })
     }
 
@@ -37,7 +40,10 @@ impl Mlp {
         let up = sized(&mut s.up, t * ffn);
         self.gate.forward(xn, t, gate);
         self.up.forward(xn, t, up);
-        silu_mul(gate, up);
+        match self.activation {
+            Activation::Silu => silu_mul(gate, up),
+            Activation::GeluTanh => gelu_mul(gate, up),
+        }
         self.down.forward(gate, t, out);
     }
 }

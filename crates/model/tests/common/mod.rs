@@ -57,6 +57,7 @@ pub struct TopLogprob {
 pub struct GreedyRecord {
     pub id: String,
     pub kind: String,
+    #[serde(default)]
     pub rendered_prompt: String,
     pub prompt_token_ids: Vec<u32>,
     pub greedy_token_ids: Vec<u32>,
@@ -150,4 +151,27 @@ pub fn top5_error(row: &[f32], reference: &[TopLogprob]) -> f32 {
         .iter()
         .map(|t| (lp[t.id as usize] - t.logprob).abs())
         .fold(0.0, f32::max)
+}
+
+/// The second test model (Gemma 3 270M Q4_K_M), relative to the repository root.
+pub const GEMMA3_MODEL_PATH: &str = "models/gemma-3-270m-q4_k_m.gguf";
+
+pub fn gemma3_path() -> PathBuf {
+    let p = repo_root().join(GEMMA3_MODEL_PATH);
+    assert!(
+        p.exists(),
+        "{} is missing: run `make model-gemma3` (scripts/fetch-model.sh gemma3-270m) first",
+        p.display()
+    );
+    p
+}
+
+pub fn load_gemma3(precision: Precision) -> LlamaRunner {
+    let opts = RunnerOptions {
+        precision,
+        kv_cache_memory: 128 << 20,
+        max_model_len: Some(4096),
+        ..Default::default()
+    };
+    LlamaRunner::load(gemma3_path(), &opts).expect("load Gemma 3 270M")
 }

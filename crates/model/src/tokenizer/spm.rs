@@ -1,0 +1,314 @@
+//! `Spm`: the SentencePiece tokenizer of GGUF files with `tokenizer.ggml.model =
+//! "llama"`, encoding as llama.cpp's `llm_tokenizer_spm` does: special-token
+//! partitioning (longest token text first), spaces escaped to U+2581 with an optional
+//! leading space, a merge of adjacent symbols by the best-scoring vocabulary entry
+//! over UTF-8 characters, and byte fallback (`<0xNN>`) for what no token covers.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+/// GGUF token types (`tokenizer.ggml.token_type`).
+pub(crate) const TYPE_UNKNOWN: i32 = 2;
+pub(crate) const TYPE_CONTROL: i32 = 3;
+pub(crate) const TYPE_USER_DEFINED: i32 = 4;
+pub(crate) const TYPE_UNUSED: i32 = 5;
+pub(crate) const TYPE_BYTE: i32 = 6;
+
+/// SentencePiece's visible space.
+const SPACE: &str = "\u{2581}";
+
+pub(crate) struct Spm {
+    /// Token text -> id (the last id wins on duplicates, as in llama.cpp).
+    ids: HashMap<String, u32>,
+    scores: Vec<f32>,
+    /// The `<0xNN>` token of each byte, if any.
+    byte_ids: [Option<u32>; 256],
+    unk: Option<u32>,
+    add_space_prefix: bool,
+    /// Control, unknown and user-defined tokens: (text, id, needs parse_special),
+    /// longest text first.
+    specials: Vec<(String, u32, bool)>,
+}
+
+/// A piece of the input after special-token partitioning.
+enum Fragment<'a> {
+    Text(&'a str),
+    Token(u32),
+}
+
+/// A candidate merge of two adjacent symbols (ordered as llama.cpp's `llm_bigram_spm`:
+/// the highest score first, then the leftmost).
+struct Bigram {
+    left: usize,
+    right: usize,
+    score: f32,
+    size: usize,
+}
+
+impl PartialEq for Bigram {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Bigram {}
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Bigram {
+    fn cmp(&self, o: &Self) -> Ordering {
+        self.score
+            .total_cmp(&o.score)
+            .then_with(|| o.left.cmp(&self.left))
+    }
+}
+
+/// A run of the escaped text: bytes `start..start + len`, linked to its neighbours.
+#[derive(Clone, Copy)]
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+impl Spm {
+    pub(crate) fn new(
+        tokens: &[String],
+        scores: Vec<f32>,
+        types: &[i32],
+        unk: Option<u32>,
+        add_space_prefix: bool,
+    ) -> Self {
+        let mut ids = HashMap::with_capacity(tokens.len());
+        let mut byte_ids = [None; 256];
+        let mut specials = Vec::new();
+        for (i, (t, &ty)) in tokens.iter().zip(types).enumerate() {
+            ids.insert(t.clone(), i as u32);
+            if ty == TYPE_BYTE {
+                if let Some(b) = parse_byte_token(t) {
+                    byte_ids[b as usize].get_or_insert(i as u32);
+                }
+            }
+            let special = matches!(ty, TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED);
+            if special && !t.is_empty() {
+                specials.push((t.clone(), i as u32, ty != TYPE_USER_DEFINED));
+            }
+        }
+        specials.sort_by_key(|(t, id, _)| (std::cmp::Reverse(t.len()), *id));
+        Spm {
+            ids,
+            scores,
+            byte_ids,
+            unk,
+            add_space_prefix,
+            specials,
+        }
+    }
+
+    /// Appends the tokens of `text` to `out` (no BOS/EOS). With `parse_special`,
+    /// control-token texts become their ids; user-defined tokens always do.
+    pub(crate) fn encode(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) {
+        let mut prev_special = true;
+        let mut buf = String::new();
+        for frag in self.partition(text, parse_special) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(t) => {
+                    buf.clear();
+                    if self.add_space_prefix && prev_special {
+                        buf.push_str(SPACE);
+                    }
+                    buf.push_str(&t.replace(' ', SPACE));
+                    self.tokenize(&buf, out);
+                    prev_special = false;
+                }
+            }
+        }
+    }
+
+    /// Splits `text` around every occurrence of each special token, longest first
+    /// (llama.cpp's `tokenizer_st_partition`).
+    fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
+        let mut frags = vec![Fragment::Text(text)];
+        if text.is_empty() {
+            return Vec::new();
+        }
+        for (tok, id, needs_parse) in &self.specials {
+            if *needs_parse && !parse_special {
+                continue;
+            }
+            if !frags
+                .iter()
+                .any(|f| matches!(f, Fragment::Text(t) if t.contains(tok.as_str())))
+            {
+                continue;
+            }
+            let mut next = Vec::with_capacity(frags.len() + 2);
+            for f in frags {
+                let Fragment::Text(mut t) = f else {
+                    next.push(f);
+                    continue;
+                };
+                while let Some(p) = t.find(tok.as_str()) {
+                    if p > 0 {
+                        next.push(Fragment::Text(&t[..p]));
+                    }
+                    next.push(Fragment::Token(*id));
+                    t = &t[p + tok.len()..];
+                }
+                if !t.is_empty() {
+                    next.push(Fragment::Text(t));
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+
+    fn bigram(&self, text: &str, syms: &[Symbol], left: usize, right: usize) -> Option<Bigram> {
+        let (l, r) = (syms[left], syms[right]);
+        let s = &text[l.start..r.start + r.len];
+        let id = *self.ids.get(s)?;
+        Some(Bigram {
+            left,
+            right,
+            score: self.scores.get(id as usize).copied().unwrap_or(0.0),
+            size: s.len(),
+        })
+    }
+
+    /// The bigram merge over the characters of the escaped `text`.
+    fn tokenize(&self, text: &str, out: &mut Vec<u32>) {
+        let mut syms: Vec<Symbol> = Vec::with_capacity(text.len());
+        for (i, (start, ch)) in text.char_indices().enumerate() {
+            let len = ch.len_utf8();
+            syms.push(Symbol {
+                start,
+                len,
+                prev: i.checked_sub(1),
+                next: (start + len < text.len()).then_some(i + 1),
+            });
+        }
+        let mut queue = BinaryHeap::new();
+        for i in 1..syms.len() {
+            queue.extend(self.bigram(text, &syms, i - 1, i));
+        }
+        while let Some(b) = queue.pop() {
+            let (l, r) = (syms[b.left], syms[b.right]);
+            if l.len == 0 || r.len == 0 || l.len + r.len != b.size {
+                continue;
+            }
+            syms[b.left].len += r.len;
+            syms[b.right].len = 0;
+            syms[b.left].next = r.next;
+            if let Some(n) = r.next {
+                syms[n].prev = Some(b.left);
+            }
+            if let Some(p) = l.prev {
+                queue.extend(self.bigram(text, &syms, p, b.left));
+            }
+            if let Some(n) = r.next {
+                queue.extend(self.bigram(text, &syms, b.left, n));
+            }
+        }
+        let mut at = (!syms.is_empty()).then_some(0);
+        while let Some(i) = at {
+            let s = syms[i];
+            let piece = &text[s.start..s.start + s.len];
+            match self.ids.get(piece) {
+                Some(&id) => out.push(id),
+                None => {
+                    for &b in piece.as_bytes() {
+                        let byte = self.byte_ids[b as usize]
+                            .or_else(|| self.ids.get(&(b as char).to_string()).copied());
+                        out.extend(byte.or(self.unk));
+                    }
+                }
+            }
+            at = s.next;
+        }
+    }
+}
+
+/// `<0xNN>` -> the byte NN.
+pub(crate) fn parse_byte_token(t: &str) -> Option<u8> {
+    let hex = t.strip_prefix("<0x")?.strip_suffix('>')?;
+    if hex.len() != 2 {
+        return None;
+    }
+    u8::from_str_radix(hex, 16).ok()
+}
+
+/// The bytes a SentencePiece token stands for when decoded: normal tokens with U+2581
+/// as a space, byte tokens as their byte, control, unknown and user-defined tokens as
+/// their text, unused tokens as nothing.
+pub(crate) fn token_bytes(t: &str, ty: i32, out: &mut Vec<u8>) {
+    match ty {
+        TYPE_UNKNOWN | TYPE_CONTROL | TYPE_USER_DEFINED => out.extend_from_slice(t.as_bytes()),
+        TYPE_UNUSED => {}
+        TYPE_BYTE => match parse_byte_token(t) {
+            Some(b) => out.push(b),
+            None => out.extend_from_slice(t.as_bytes()),
+        },
+        _ => out.extend_from_slice(t.replace(SPACE, " ").as_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TYPE_NORMAL: i32 = 1;
+
+    /// A vocabulary where "ab" outscores "bc", with byte fallback for everything else.
+    fn toy() -> Spm {
+        let mut tokens: Vec<String> = ["<unk>", "<s>", "a", "b", "c", "ab", "bc", "▁", "▁ab"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut types = vec![TYPE_UNKNOWN, TYPE_CONTROL];
+        types.extend([TYPE_NORMAL; 7]);
+        let mut scores = vec![0.0, 0.0, -1.0, -1.0, -1.0, -2.0, -3.0, -1.0, -1.5];
+        for b in 0..=255u32 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(TYPE_BYTE);
+            scores.push(0.0);
+        }
+        Spm::new(&tokens, scores, &types, Some(0), true)
+    }
+
+    fn enc(spm: &Spm, text: &str, special: bool) -> Vec<u32> {
+        let mut out = Vec::new();
+        spm.encode(text, special, &mut out);
+        out
+    }
+
+    #[test]
+    fn merges_by_score_with_byte_fallback() {
+        let spm = toy();
+        // "▁abc": "▁ab" (-1.5) beats "ab" (-2) and "bc" (-3) once "ab" has formed.
+        assert_eq!(enc(&spm, "abc", false), vec![8, 4]);
+        // "é" is two bytes, neither a token: byte fallback (0xC3 0xA9 -> ids 9 + byte).
+        assert_eq!(enc(&spm, "cé", false), vec![7, 4, 9 + 0xC3, 9 + 0xA9]);
+        // Control text is plain text unless parse_special; the text after a special
+        // token gets the space prefix again.
+        assert_eq!(enc(&spm, "<s>ab", true), vec![1, 8]);
+        assert_ne!(enc(&spm, "<s>ab", false)[0], 1);
+        assert!(enc(&spm, "", true).is_empty());
+    }
+
+    #[test]
+    fn decodes_spaces_and_bytes() {
+        let mut out = Vec::new();
+        token_bytes("▁ab", TYPE_NORMAL, &mut out);
+        token_bytes("<0x0A>", TYPE_BYTE, &mut out);
+        token_bytes("<unused1>", TYPE_UNUSED, &mut out);
+        assert_eq!(out, b" ab\n");
+        assert_eq!(parse_byte_token("<0xZZ>"), None);
+    }
+}
