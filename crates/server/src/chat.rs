@@ -8,9 +8,11 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use axum::Extension;
 use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage};
 use sloserve_model::chat_template::ChatMessage as TemplateMessage;
 
+use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
 use crate::state::AppState;
@@ -41,6 +43,7 @@ pub fn render(
 
 pub async fn handle(
     State(state): State<Arc<AppState>>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServerError> {
@@ -49,11 +52,14 @@ pub async fn handle(
     let req: ChatCompletionRequest = parse_json(&body)?;
     state.check_model(req.model.as_deref())?;
     let params = req.params()?;
-    let text = render(
-        &state,
-        &req.messages,
-        req.add_generation_prompt.unwrap_or(true),
-    )?;
-    let prompt = state.encode_async(text, "messages").await?;
-    generate(state, &headers, prompt, params, Kind::Chat).await
+    let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    let messages = req.messages;
+    let prompt = state
+        .blocking(move |st| {
+            let text = render(st, &messages, add_generation_prompt)?;
+            st.encode(&text, "messages")
+        })
+        .await??;
+    let caller = caller.map_or(Caller::OPEN, |c| c.0);
+    generate(state, &headers, &caller, prompt, params, Kind::Chat).await
 }
