@@ -308,7 +308,7 @@ fn turn(core: &mut EngineCore, rx: &Receiver<Command>, sh: &Shared, st: &mut Loo
     let mut handled = false;
     loop {
         let stopping = sh.stopping.load(Ordering::Acquire);
-        let cmd = if core.has_work() || st.disconnected || stopping {
+        let cmd = if handled || core.has_work() || st.disconnected || stopping {
             match rx.try_recv() {
                 Ok(c) => c,
                 Err(TryRecvError::Empty) => break,
