@@ -180,7 +180,7 @@ class Client:
             s.sendall(
                 f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{head}Content-Length: {len(body)}\r\n\r\n{body}".encode()
             )
-            time.sleep(rng.uniform(5, 15))  # never read
+            time.sleep(rng.uniform(15, 30))  # never read (past the write timeout)
             stats.add("stalled", "stalled")
         except OSError as e:
             stats.add("stalled", "conn-error", unexpected=f"stalled: {e}")

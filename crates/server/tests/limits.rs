@@ -237,7 +237,7 @@ fn large_tokenize_bodies_do_not_block_health() {
     let mut i = 0usize;
     while text.len() < (4 << 20) - 1024 {
         text.push_str(words[i % words.len()]);
-        text.push_str(if i % 13 == 0 { ". " } else { " " });
+        text.push_str(if i.is_multiple_of(13) { ". " } else { " " });
         i = i.wrapping_mul(31).wrapping_add(7) % 1_000_003;
     }
     let body = json!({"prompt": text}).to_string();

@@ -154,7 +154,7 @@ impl Scheduler {
     /// After an engine restart: keep what the old scheduler counted and learned
     /// (counters, the step-time model), not its sequences or blocks.
     pub fn carry_over(&mut self, old: &Scheduler) {
-        self.counters = old.counters.clone();
+        self.counters = old.counters;
         self.cost = old.cost.clone();
     }
 
