@@ -10,7 +10,7 @@ use crate::error::ApiError;
 /// Roles a message may have.
 pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ContentPart {
     #[serde(rename = "type")]
     pub kind: String,
@@ -19,7 +19,7 @@ pub struct ContentPart {
 }
 
 /// A message's `content`: a string, or a list of parts.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
@@ -45,7 +45,7 @@ impl<'de> Deserialize<'de> for MessageContent {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
@@ -54,7 +54,7 @@ pub struct ChatMessage {
     pub name: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
@@ -86,6 +86,7 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub n: Option<i64>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
@@ -111,6 +112,10 @@ pub struct ChatCompletionRequest {
     /// classes decide the order here).
     #[serde(default)]
     pub priority: Option<i64>,
+    /// vLLM's prefix-cache salt: cached prompt blocks are reused only by requests
+    /// with the same salt.
+    #[serde(default)]
+    pub cache_salt: Option<String>,
 }
 
 impl ChatCompletionRequest {
@@ -150,6 +155,7 @@ impl ChatCompletionRequest {
             stream_options: self.stream_options.as_ref(),
             user: self.user.as_ref(),
             logit_bias: self.logit_bias.as_ref(),
+            cache_salt: self.cache_salt.as_ref(),
         }
         .validate(logprobs)
     }
@@ -212,14 +218,14 @@ pub fn text_messages(messages: &[ChatMessage]) -> Result<Vec<(String, String)>, 
     Ok(out)
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TopLogprob {
     pub token: String,
     pub logprob: f32,
     pub bytes: Vec<u8>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatTokenLogprob {
     pub token: String,
     pub logprob: f32,
@@ -227,18 +233,18 @@ pub struct ChatTokenLogprob {
     pub top_logprobs: Vec<TopLogprob>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatLogprobs {
     pub content: Vec<ChatTokenLogprob>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResponseMessage {
     pub role: String,
     pub content: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatChoice {
     pub index: u32,
     pub message: ResponseMessage,
@@ -246,7 +252,7 @@ pub struct ChatChoice {
     pub finish_reason: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatCompletionResponse {
     pub id: String,
     /// "chat.completion".
@@ -257,7 +263,7 @@ pub struct ChatCompletionResponse {
     pub usage: Usage,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -265,7 +271,7 @@ pub struct ChatDelta {
     pub content: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatChunkChoice {
     pub index: u32,
     pub delta: ChatDelta,
@@ -273,7 +279,7 @@ pub struct ChatChunkChoice {
     pub finish_reason: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ChatCompletionChunk {
     pub id: String,
     /// "chat.completion.chunk".

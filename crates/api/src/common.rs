@@ -12,7 +12,7 @@ pub const MAX_STOP_STRINGS: usize = 16;
 pub const MAX_LOGPROBS: i64 = 20;
 
 /// `stop`: one string or a list of strings.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum StopSpec {
     One(String),
@@ -46,20 +46,20 @@ impl StopSpec {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StreamOptions {
     #[serde(default)]
     pub include_usage: Option<bool>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct PromptTokensDetails {
     pub cached_tokens: u32,
 }
 
 /// Where one request's latency went (milliseconds on the engine's clock), returned in
 /// `usage.sloserve`. A duration is `null` when the request never reached that point.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SloTimings {
     pub slo_class: String,
     /// Arrival to the first engine step that ran its tokens.
@@ -92,7 +92,7 @@ pub struct SloTimings {
     pub tpot_met: Option<bool>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Usage {
     pub prompt_tokens: u32,
     pub completion_tokens: u32,
@@ -127,6 +127,9 @@ pub struct GenParams {
     pub stream: bool,
     pub include_usage: bool,
     pub user: Option<String>,
+    /// vLLM's `cache_salt`: cached prompt blocks are shared only with requests
+    /// giving the same salt.
+    pub cache_salt: Option<String>,
 }
 
 /// The sampling fields common to both request kinds, before validation.
@@ -151,6 +154,7 @@ pub(crate) struct RawCommon<'a> {
     pub stream_options: Option<&'a StreamOptions>,
     pub user: Option<&'a String>,
     pub logit_bias: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    pub cache_salt: Option<&'a String>,
 }
 
 /// A latency target must be a positive, finite number of milliseconds.
@@ -267,6 +271,12 @@ impl RawCommon<'_> {
                 "logit_bias is not supported",
             ));
         }
+        if self.cache_salt.is_some_and(|s| s.is_empty()) {
+            return Err(ApiError::invalid(
+                "cache_salt",
+                "cache_salt must be a non-empty string",
+            ));
+        }
         let stream = self.stream.unwrap_or(false);
         Ok(GenParams {
             max_tokens,
@@ -290,6 +300,7 @@ impl RawCommon<'_> {
                     .and_then(|o| o.include_usage)
                     .unwrap_or(false),
             user: self.user.cloned(),
+            cache_salt: self.cache_salt.cloned(),
         })
     }
 }

@@ -51,7 +51,28 @@ impl<'de> Deserialize<'de> for Prompt {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+/// The wire shape of `prompt`: a string or a list of token ids.
+impl utoipa::PartialSchema for Prompt {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .item(
+                ArrayBuilder::new()
+                    .items(
+                        ObjectBuilder::new()
+                            .schema_type(Type::Integer)
+                            .minimum(Some(0)),
+                    )
+                    .min_items(Some(1)),
+            )
+            .description(Some("A string, or a list of token ids."))
+            .into()
+    }
+}
+impl utoipa::ToSchema for Prompt {}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 pub struct CompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
@@ -88,6 +109,7 @@ pub struct CompletionRequest {
     #[serde(default)]
     pub suffix: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
     #[serde(default)]
     pub ignore_eos: Option<bool>,
@@ -115,6 +137,10 @@ pub struct CompletionRequest {
     /// classes decide the order here).
     #[serde(default)]
     pub priority: Option<i64>,
+    /// vLLM's prefix-cache salt: cached prompt blocks are reused only by requests
+    /// with the same salt.
+    #[serde(default)]
+    pub cache_salt: Option<String>,
 }
 
 /// OpenAI's default `max_tokens` for legacy completions.
@@ -166,6 +192,7 @@ impl CompletionRequest {
             stream_options: self.stream_options.as_ref(),
             user: self.user.as_ref(),
             logit_bias: self.logit_bias.as_ref(),
+            cache_salt: self.cache_salt.as_ref(),
         }
         .validate(logprobs)
     }
@@ -197,8 +224,22 @@ impl<'de> Deserialize<'de> for TopLogprobsMap {
     }
 }
 
+/// `{token text: logprob}`: an object of numbers.
+impl utoipa::PartialSchema for TopLogprobsMap {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{AdditionalProperties, ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .additional_properties(Some(AdditionalProperties::RefOr(
+                ObjectBuilder::new().schema_type(Type::Number).into(),
+            )))
+            .into()
+    }
+}
+impl utoipa::ToSchema for TopLogprobsMap {}
+
 /// Legacy completions logprobs, one entry per generated token.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f32>,
@@ -213,7 +254,7 @@ impl CompletionLogprobs {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompletionChoice {
     pub index: u32,
     pub text: String,
@@ -221,7 +262,7 @@ pub struct CompletionChoice {
     pub finish_reason: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompletionResponse {
     pub id: String,
     /// "text_completion".
@@ -234,7 +275,7 @@ pub struct CompletionResponse {
 
 /// One `data:` event of a streamed completion; the optional last one before
 /// `[DONE]` carries `usage` and no choices.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompletionChunk {
     pub id: String,
     /// "text_completion".

@@ -4,12 +4,12 @@
 use serde::{Deserialize, Serialize};
 
 /// The JSON body of every error response.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
     pub message: String,
     #[serde(rename = "type")]
@@ -100,6 +100,18 @@ impl ApiError {
         .with_code("request_too_large")
     }
 
+    /// 401: no API key, or a wrong one (OpenAI's shape and code).
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(401, "invalid_request_error", message).with_code("invalid_api_key")
+    }
+
+    /// 403: the API key does not allow what `param` asks for.
+    pub fn forbidden(param: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::new(403, "permission_error", message)
+            .with_param(param)
+            .with_code("permission_denied")
+    }
+
     /// 429: the class's queue is full or its TTFT SLO cannot be met now.
     pub fn overloaded(message: impl Into<String>) -> Self {
         Self::new(429, "rate_limit_exceeded", message).with_code("rate_limit_exceeded")
@@ -108,6 +120,11 @@ impl ApiError {
     /// 503: the server is draining or the engine stopped.
     pub fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "service_unavailable", message).with_code("service_unavailable")
+    }
+
+    /// 408: the request's deadline passed before it finished.
+    pub fn timed_out(message: impl Into<String>) -> Self {
+        Self::new(408, "timeout_error", message).with_code("request_timeout")
     }
 
     /// 500.

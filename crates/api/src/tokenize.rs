@@ -7,7 +7,7 @@ use crate::error::ApiError;
 
 /// `/tokenize`: either `{prompt, add_special_tokens}` (default true) or
 /// `{messages, add_generation_prompt, add_special_tokens}` (defaults true, false).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 pub struct TokenizeRequest {
     #[serde(default)]
     pub model: Option<String>,
@@ -43,7 +43,7 @@ impl TokenizeRequest {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TokenizeResponse {
     pub count: usize,
     pub max_model_len: usize,
@@ -52,19 +52,19 @@ pub struct TokenizeResponse {
     pub token_strs: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
 pub struct DetokenizeRequest {
     #[serde(default)]
     pub model: Option<String>,
     pub tokens: Vec<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DetokenizeResponse {
     pub prompt: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelCard {
     pub id: String,
     /// "model".
@@ -75,7 +75,7 @@ pub struct ModelCard {
     pub max_model_len: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelList {
     /// "list".
     pub object: String,

@@ -176,6 +176,13 @@ impl AdmissionState {
         *t = t.saturating_sub(tokens);
     }
 
+    /// Forgets every waiting count (the engine restarted with no requests; a
+    /// submit still in flight is released later against zero, saturating).
+    pub fn clear_waiting(&mut self) {
+        self.waiting_requests = PerClass::default();
+        self.waiting_tokens = PerClass::default();
+    }
+
     /// Feeds one step's prefill tokens and duration into the rate estimate.
     pub fn observe_prefill(&mut self, tokens: usize, secs: f64) {
         if tokens < MIN_RATE_SAMPLE_TOKENS || secs <= 0.0 {

@@ -153,7 +153,8 @@ impl EngineCore {
         stop.max_tokens = Some(admitted.max_tokens);
         let max_len = (req.prompt.len() + admitted.max_tokens).min(self.info.max_model_len);
         let sampler = Sampler::new(req.sampling, self.info.vocab_size);
-        Sequence::new(
+        let salt = req.cache_salt;
+        let mut seq = Sequence::new(
             id,
             admitted.class,
             admitted.targets,
@@ -164,7 +165,9 @@ impl EngineCore {
             tx,
             arrival,
             self.sched.new_block_table(),
-        )
+        );
+        seq.cache_salt = salt;
+        seq
     }
 
     pub fn add(&mut self, seq: Sequence) {
@@ -228,6 +231,32 @@ impl EngineCore {
     pub fn cancel(&mut self, id: u64, reason: FinishReason) {
         let now = self.now();
         self.sched.cancel(id, reason, now);
+    }
+
+    /// Requests that left the waiting queue outside a step (cancels).
+    pub fn take_released(&mut self) -> crate::scheduler::Released {
+        self.sched.take_released()
+    }
+
+    /// Ids of the requests it holds (for logs).
+    pub fn request_ids(&self) -> Vec<u64> {
+        self.sched.request_ids()
+    }
+
+    /// A fresh core on this one's runner (after `ModelRunner::reset`) and
+    /// configuration: every KV block free, an empty prefix cache, no requests; the
+    /// counters and the step-time model carry over.
+    pub fn restart(self) -> Result<EngineCore, String> {
+        let EngineCore {
+            sched, mut runner, ..
+        } = self;
+        runner
+            .reset()
+            .map_err(|e| format!("runner reset failed: {e}"))?;
+        let cfg = sched.cfg().clone();
+        let mut core = EngineCore::new(runner, cfg).map_err(|e| e.to_string())?;
+        core.sched.carry_over(&sched);
+        Ok(core)
     }
 
     /// Finishes every request with `reason` (engine failure or forced stop).

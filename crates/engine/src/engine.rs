@@ -19,6 +19,7 @@ use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTiming
 use crate::request::{Admitted, Request};
 use crate::runner::{ModelRunner, RunnerInfo};
 use crate::stats::EngineStats;
+use crate::supervisor;
 
 enum Command {
     Submit(Box<NewRequest>),
@@ -46,6 +47,9 @@ struct Shared {
     stats: Mutex<EngineStats>,
     stopping: AtomicBool,
     alive: AtomicBool,
+    /// The engine stopped because it could not recover from a panic.
+    failed: AtomicBool,
+    restarts: AtomicU64,
     next_id: AtomicU64,
 }
 
@@ -85,6 +89,8 @@ impl Engine {
             stats: Mutex::new(EngineStats::default()),
             stopping: AtomicBool::new(false),
             alive: AtomicBool::new(true),
+            failed: AtomicBool::new(false),
+            restarts: AtomicU64::new(0),
             next_id: AtomicU64::new(0),
         });
         let (tx, rx) = mpsc::channel();
@@ -189,6 +195,12 @@ impl EngineHandle {
         !sh.stopping.load(Ordering::Acquire) && sh.alive.load(Ordering::Acquire)
     }
 
+    /// Whether the engine stopped on its own because it could not recover from a
+    /// panic (the process should exit non-zero so an orchestrator restarts it).
+    pub fn has_failed(&self) -> bool {
+        self.inner.shared.failed.load(Ordering::Acquire)
+    }
+
     /// Stops accepting requests (`submit` returns `EngineStopped`); requests already
     /// accepted run to completion, then the engine thread exits. Non-blocking.
     pub fn shutdown(&self) {
@@ -225,73 +237,51 @@ impl EngineHandle {
     }
 }
 
-/// The engine thread's loop: take commands (blocking only when idle), step, publish.
+/// What one turn of the loop did.
+enum Turn {
+    /// Nothing to run (commands handled).
+    Idle,
+    /// A step ran.
+    Stepped,
+    /// Stopping or every handle is gone, and nothing is left: the thread exits.
+    Exit,
+}
+
+/// The loop's own state across turns.
+struct LoopState {
+    disconnected: bool,
+    last_log: Instant,
+}
+
+/// The engine thread's loop: turns under `catch_unwind`; a panic fails the
+/// requests in flight and restarts the engine ([`crate::supervisor`]).
 fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
-    let mut disconnected = false;
-    let mut last_log = Instant::now();
+    let mut st = LoopState {
+        disconnected: false,
+        last_log: Instant::now(),
+    };
+    let mut panics_in_a_row = 0;
     loop {
-        loop {
-            let stopping = sh.stopping.load(Ordering::Acquire);
-            let cmd = if core.has_work() || disconnected || stopping {
-                match rx.try_recv() {
-                    Ok(c) => c,
-                    Err(TryRecvError::Empty) => break,
-                    Err(TryRecvError::Disconnected) => {
-                        disconnected = true;
-                        break;
-                    }
-                }
-            } else {
-                match rx.recv() {
-                    Ok(c) => c,
-                    Err(_) => {
-                        disconnected = true;
-                        break;
-                    }
-                }
-            };
-            match cmd {
-                Command::Submit(r) => {
-                    let NewRequest {
-                        id,
-                        req,
-                        admitted,
-                        tx,
-                        arrival,
-                    } = *r;
-                    let seq = core.make_sequence(id, req, admitted, tx, arrival);
-                    core.add(seq);
-                }
-                Command::Abort => core.fail_all(FinishReason::Aborted),
-                Command::Cancel { id, reason } => core.cancel(id, reason),
-                Command::Wake => {}
-            }
-        }
-        if !core.has_work() {
-            if disconnected || sh.stopping.load(Ordering::Acquire) {
-                break;
-            }
-            continue;
-        }
-        match catch_unwind(AssertUnwindSafe(|| core.step())) {
-            Ok(report) => {
-                publish(&core, sh, &report);
-                if last_log.elapsed() >= COST_LOG_EVERY {
-                    last_log = Instant::now();
-                    log_step_cost(&lock(&sh.stats));
-                }
-            }
+        match catch_unwind(AssertUnwindSafe(|| turn(&mut core, &rx, sh, &mut st))) {
+            Ok(Turn::Exit) => break,
+            Ok(Turn::Idle) => {}
+            Ok(Turn::Stepped) => panics_in_a_row = 0,
             Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("unknown panic");
-                tracing::error!(panic = msg, "engine step panicked; stopping the engine");
-                sh.stopping.store(true, Ordering::Release);
-                let reason = FinishReason::Error(format!("engine failure: {msg}"));
-                let _ = catch_unwind(AssertUnwindSafe(|| core.fail_all(reason)));
-                break;
+                panics_in_a_row += 1;
+                match supervisor::recover(core, panic, panics_in_a_row) {
+                    Some(fresh) => {
+                        core = fresh;
+                        lock(&sh.admission).clear_waiting();
+                        sh.restarts.fetch_add(1, Ordering::Relaxed);
+                        let _ = catch_unwind(AssertUnwindSafe(|| {
+                            publish(&core, sh, &StepReport::default())
+                        }));
+                    }
+                    None => {
+                        sh.failed.store(true, Ordering::Release);
+                        break;
+                    }
+                }
             }
         }
     }
@@ -311,6 +301,66 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
     }
     sh.alive.store(false, Ordering::Release);
     tracing::info!("engine stopped");
+}
+
+/// One turn: take commands (blocking only when idle), step, publish.
+fn turn(core: &mut EngineCore, rx: &Receiver<Command>, sh: &Shared, st: &mut LoopState) -> Turn {
+    let mut handled = false;
+    loop {
+        let stopping = sh.stopping.load(Ordering::Acquire);
+        let cmd = if handled || core.has_work() || st.disconnected || stopping {
+            match rx.try_recv() {
+                Ok(c) => c,
+                Err(TryRecvError::Empty) => break,
+                Err(TryRecvError::Disconnected) => {
+                    st.disconnected = true;
+                    break;
+                }
+            }
+        } else {
+            match rx.recv() {
+                Ok(c) => c,
+                Err(_) => {
+                    st.disconnected = true;
+                    break;
+                }
+            }
+        };
+        handled = true;
+        match cmd {
+            Command::Submit(r) => {
+                let NewRequest {
+                    id,
+                    req,
+                    admitted,
+                    tx,
+                    arrival,
+                } = *r;
+                let seq = core.make_sequence(id, req, admitted, tx, arrival);
+                core.add(seq);
+            }
+            Command::Abort => core.fail_all(FinishReason::Aborted),
+            Command::Cancel { id, reason } => core.cancel(id, reason),
+            Command::Wake => {}
+        }
+    }
+    if !core.has_work() {
+        if handled {
+            // A cancel or abort freed blocks with no step to follow: publish now.
+            publish_idle(core, sh);
+        }
+        if st.disconnected || sh.stopping.load(Ordering::Acquire) {
+            return Turn::Exit;
+        }
+        return Turn::Idle;
+    }
+    let report = core.step();
+    publish(core, sh, &report);
+    if st.last_log.elapsed() >= COST_LOG_EVERY {
+        st.last_log = Instant::now();
+        log_step_cost(&lock(&sh.stats));
+    }
+    Turn::Stepped
 }
 
 /// How often a busy engine logs its step-time model.
@@ -333,6 +383,17 @@ fn log_step_cost(st: &EngineStats) {
     );
 }
 
+/// Publishes what commands changed while no step runs (the last step's time stays).
+fn publish_idle(core: &mut EngineCore, sh: &Shared) {
+    let report = StepReport {
+        released: core.take_released(),
+        ..StepReport::default()
+    };
+    let last = lock(&sh.stats).last_step_s;
+    publish(core, sh, &report);
+    lock(&sh.stats).last_step_s = last;
+}
+
 /// Publishes admission releases, the prefill rate and a stats snapshot.
 fn publish(core: &EngineCore, sh: &Shared, report: &StepReport) {
     let out = &report.outcome;
@@ -349,5 +410,6 @@ fn publish(core: &EngineCore, sh: &Shared, report: &StepReport) {
     let mut st = core.snapshot();
     st.prefill_tokens_per_s = prefill_rate;
     st.last_step_s = out.secs;
+    st.engine_restarts = sh.restarts.load(Ordering::Relaxed);
     *lock(&sh.stats) = st;
 }

@@ -38,6 +38,10 @@ pub enum FinishReason {
     StopString,
     /// The client dropped its stream.
     Cancelled,
+    /// The request's deadline passed (the server's request timeout).
+    TimedOut,
+    /// The client stopped reading its stream for longer than the write timeout.
+    ClientStalled,
     /// Every request was ended at once ([`crate::EngineHandle::abort`], e.g. a forced
     /// shutdown).
     Aborted,
@@ -53,13 +57,16 @@ impl FinishReason {
         match self {
             FinishReason::Stop | FinishReason::StopString => "stop",
             FinishReason::Length => "length",
-            FinishReason::Cancelled | FinishReason::Aborted => "abort",
+            FinishReason::Cancelled
+            | FinishReason::Aborted
+            | FinishReason::TimedOut
+            | FinishReason::ClientStalled => "abort",
             FinishReason::Error(_) => "error",
         }
     }
 
     /// A distinct name per variant, for logs: "stop", "length", "stop_string",
-    /// "client_disconnected", "aborted", "error".
+    /// "client_disconnected", "aborted", "timeout", "client_stalled", "error".
     pub fn label(&self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
@@ -67,6 +74,8 @@ impl FinishReason {
             FinishReason::StopString => "stop_string",
             FinishReason::Cancelled => "client_disconnected",
             FinishReason::Aborted => "aborted",
+            FinishReason::TimedOut => "timeout",
+            FinishReason::ClientStalled => "client_stalled",
             FinishReason::Error(_) => "error",
         }
     }

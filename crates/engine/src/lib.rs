@@ -24,6 +24,7 @@ mod scheduler;
 mod sequence;
 pub mod stats;
 pub mod step_cost;
+pub mod supervisor;
 
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;

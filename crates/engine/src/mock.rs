@@ -40,6 +40,8 @@ pub struct MockRunner {
     delay_per_token: Duration,
     fail_at_call: Option<usize>,
     calls: usize,
+    panic_on_token: Option<u32>,
+    reset_fails: bool,
 }
 
 impl MockRunner {
@@ -63,6 +65,8 @@ impl MockRunner {
             delay_per_token: Duration::ZERO,
             fail_at_call: None,
             calls: 0,
+            panic_on_token: None,
+            reset_fails: false,
         }
     }
 
@@ -82,6 +86,18 @@ impl MockRunner {
     /// The `n`-th call to `execute` (0-based) returns an error.
     pub fn with_failure_at_call(mut self, n: usize) -> Self {
         self.fail_at_call = Some(n);
+        self
+    }
+
+    /// `execute` panics on a batch holding `token` (a marked request).
+    pub fn with_panic_on_token(mut self, token: u32) -> Self {
+        self.panic_on_token = Some(token);
+        self
+    }
+
+    /// `reset` fails (the engine cannot restart after a panic).
+    pub fn with_reset_failure(mut self) -> Self {
+        self.reset_fails = true;
         self
     }
 
@@ -187,6 +203,12 @@ impl ModelRunner for MockRunner {
         if self.fail_at_call == Some(call) {
             return Err(RunnerError("injected failure".into()));
         }
+        if let Some(t) = self.panic_on_token {
+            assert!(
+                !batch.tokens.contains(&t),
+                "MockRunner: marked token {t} in the batch"
+            );
+        }
         if let Err(e) = self.check(batch) {
             panic!("MockRunner: invalid batch: {e}");
         }
@@ -222,6 +244,15 @@ impl ModelRunner for MockRunner {
         if !self.delay_per_token.is_zero() {
             std::thread::sleep(self.delay_per_token * batch.num_tokens() as u32);
         }
+        Ok(())
+    }
+
+    /// Forgets every slot (a restarted engine must write before it reads).
+    fn reset(&mut self) -> Result<(), RunnerError> {
+        if self.reset_fails {
+            return Err(RunnerError("mock reset failure".into()));
+        }
+        self.slots.fill(None);
         Ok(())
     }
 }

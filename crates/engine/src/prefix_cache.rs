@@ -7,6 +7,10 @@
 //! reference counts live in the [`BlockPool`]: a block table holding a block locks it),
 //! [`PrefixCache::evict`] and [`PrefixCache::size`], plus [`PrefixCache::flush`].
 //!
+//! A salt (vLLM's `cache_salt`, or the API key's scope) picks one of several
+//! tries: blocks cached under one salt are never reachable with another; salt 0
+//! is the shared trie. A salted trie's root goes when its last block does.
+//!
 //! Eviction is least-recently-used among leaves no sequence holds, and happens only
 //! when the pool runs out of free blocks. Candidates sit in a lazily validated
 //! min-heap keyed by last access, fed by the pool's "became idle" notifications, so
@@ -28,6 +32,8 @@ struct Node {
     children: HashMap<Box<[u32]>, u32>,
     last_access: u64,
     alive: bool,
+    /// The salt of a root node (roots have no parent and no block).
+    salt: u64,
 }
 
 /// The radix prefix cache. See the module docs.
@@ -36,6 +42,8 @@ pub struct PrefixCache {
     block_size: usize,
     nodes: Vec<Node>,
     free_nodes: Vec<u32>,
+    /// Salt -> root of its trie (salt 0: `ROOT`, always there).
+    roots: HashMap<u64, u32>,
     /// Block id -> node caching it (NONE if not cached).
     block_node: Vec<u32>,
     /// Eviction candidates: (last access when pushed, node), oldest first.
@@ -54,8 +62,10 @@ impl PrefixCache {
             children: HashMap::new(),
             last_access: 0,
             alive: true,
+            salt: 0,
         };
         PrefixCache {
+            roots: HashMap::from([(0, ROOT)]),
             block_size: pool.block_size(),
             block_node: vec![NONE; pool.num_blocks()],
             pool,
@@ -77,10 +87,18 @@ impl PrefixCache {
     /// in order; marks them recently used. (To leave a token to compute, pass all but
     /// the last token.)
     pub fn match_prefix(&mut self, tokens: &[u32]) -> Vec<u32> {
+        self.match_prefix_salted(0, tokens)
+    }
+
+    /// `match_prefix` in the trie of `salt`.
+    pub fn match_prefix_salted(&mut self, salt: u64, tokens: &[u32]) -> Vec<u32> {
         self.tick += 1;
         self.absorb_idle();
         let mut out = Vec::new();
-        let mut node = ROOT;
+        let Some(&root) = self.roots.get(&salt) else {
+            return out;
+        };
+        let mut node = root;
         for chunk in tokens.chunks_exact(self.block_size) {
             let Some(&child) = self.nodes[node as usize].children.get(chunk) else {
                 break;
@@ -111,10 +129,26 @@ impl PrefixCache {
     /// cached block and its private copy is freed. Returns the number of new blocks
     /// cached.
     pub fn insert(&mut self, tokens: &[u32], table: &mut BlockTable) -> usize {
+        self.insert_salted(0, tokens, table)
+    }
+
+    /// `insert` into the trie of `salt` (created on first use).
+    pub fn insert_salted(&mut self, salt: u64, tokens: &[u32], table: &mut BlockTable) -> usize {
         self.tick += 1;
         self.absorb_idle();
         let n = table.len().min(tokens.len() / self.block_size);
-        let mut node = ROOT;
+        if n == 0 {
+            return 0;
+        }
+        let mut node = match self.roots.get(&salt) {
+            Some(&r) => r,
+            None => {
+                let r = self.new_node(NONE, NONE, &[]);
+                self.nodes[r as usize].salt = salt;
+                self.roots.insert(salt, r);
+                r
+            }
+        };
         let mut added = 0;
         for i in 0..n {
             let chunk = &tokens[i * self.block_size..(i + 1) * self.block_size];
@@ -188,7 +222,7 @@ impl PrefixCache {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut alive = 0;
         for (i, n) in self.nodes.iter().enumerate().skip(1) {
-            if !n.alive {
+            if !n.alive || n.parent == NONE {
                 continue;
             }
             alive += 1;
@@ -222,6 +256,7 @@ impl PrefixCache {
             children: HashMap::new(),
             last_access: self.tick,
             alive: true,
+            salt: 0,
         };
         match self.free_nodes.pop() {
             Some(id) => {
@@ -237,7 +272,7 @@ impl PrefixCache {
 
     fn is_evictable(&self, id: u32) -> bool {
         let n = &self.nodes[id as usize];
-        id != ROOT && n.alive && n.children.is_empty() && self.pool.ref_count(n.block) == 0
+        n.parent != NONE && n.alive && n.children.is_empty() && self.pool.ref_count(n.block) == 0
     }
 
     /// Removes an evictable leaf; returns its parent.
@@ -251,6 +286,14 @@ impl PrefixCache {
         self.block_node[block as usize] = NONE;
         self.num_cached -= 1;
         self.free_nodes.push(id);
+        let p = &mut self.nodes[parent as usize];
+        if parent != ROOT && p.parent == NONE && p.children.is_empty() {
+            // A salted trie's last block: its root goes too.
+            p.alive = false;
+            let salt = p.salt;
+            self.roots.remove(&salt);
+            self.free_nodes.push(parent);
+        }
         parent
     }
 
@@ -349,6 +392,37 @@ mod tests {
         cache.unlock(&mut c);
         assert_eq!(pool.ref_count(m[0]), 2);
         pool.check_invariants().unwrap();
+        cache.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn salts_isolate_tries() {
+        let pool = BlockPool::new(8, 2);
+        let mut cache = PrefixCache::new(pool.clone());
+        let mut t = pool.new_table();
+        for _ in 0..2 {
+            t.push_new().unwrap();
+        }
+        assert_eq!(cache.insert_salted(7, &[1, 2, 3, 4], &mut t), 2);
+        assert!(cache.match_prefix(&[1, 2, 3, 4, 5]).is_empty());
+        assert!(cache.match_prefix_salted(8, &[1, 2, 3, 4, 5]).is_empty());
+        assert_eq!(
+            cache.match_prefix_salted(7, &[1, 2, 3, 4, 5]),
+            t.ids().to_vec()
+        );
+        // The same tokens unsalted are a separate copy.
+        let b = seq(&pool, &mut cache, &[1, 2, 3, 4]);
+        assert_ne!(b.ids(), t.ids());
+        assert_eq!(cache.size(), 4);
+        cache.check_invariants().unwrap();
+        drop(t);
+        drop(b);
+        assert_eq!(cache.flush(), 4);
+        assert_eq!(pool.num_free(), 8);
+        assert!(cache.match_prefix_salted(7, &[1, 2, 3, 4, 5]).is_empty());
+        // The salted root went with its last block; a new insert recreates it.
+        assert_eq!(cache.roots.len(), 1);
+        drop(seq(&pool, &mut cache, &[1, 2]));
         cache.check_invariants().unwrap();
     }
 }

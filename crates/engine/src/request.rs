@@ -118,6 +118,10 @@ pub struct Request {
     /// it). `None`: the engine's `default_tpot_slo_ms`, else the relative bound
     /// `max_batch_interference`.
     pub tpot_slo_ms: Option<f64>,
+    /// Prefix-cache isolation: the request reuses (and adds to) only blocks cached
+    /// under the same salt (vLLM's `cache_salt`, mixed with the API key's scope by
+    /// the server). 0: the shared cache.
+    pub cache_salt: u64,
 }
 
 impl Request {
@@ -131,6 +135,7 @@ impl Request {
             objective: None,
             ttft_slo_ms: None,
             tpot_slo_ms: None,
+            cache_salt: 0,
         }
     }
 

@@ -151,4 +151,13 @@ impl std::error::Error for RunnerError {}
 pub trait ModelRunner: Send {
     fn info(&self) -> &RunnerInfo;
     fn execute(&mut self, batch: &Batch, out: &mut Logits) -> Result<(), RunnerError>;
+
+    /// Called when the engine restarts after a panic on its thread, before the
+    /// runner serves again: drop any state a half-finished `execute` left. The KV
+    /// contents need not be cleared (the engine restarts with every block free and
+    /// an empty prefix cache, so no slot is read before it is written again).
+    /// An error means the runner cannot serve again; the engine then stops.
+    fn reset(&mut self) -> Result<(), RunnerError> {
+        Ok(())
+    }
 }

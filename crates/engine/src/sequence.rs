@@ -41,6 +41,8 @@ pub(crate) struct Sequence {
     pub tx: UnboundedSender<Event>,
     pub timings: RequestTimings,
     pub cached_prompt_tokens: usize,
+    /// Which prefix-cache trie it reads and feeds (0: the shared one).
+    pub cache_salt: u64,
     /// Admitted at least once (it left the admission-bounded waiting queue).
     pub started: bool,
     /// Order of its latest admission to the running set ("most recently started").
@@ -88,6 +90,7 @@ impl Sequence {
             tx,
             timings: RequestTimings::new(arrival),
             cached_prompt_tokens: 0,
+            cache_salt: 0,
             started: false,
             start_order: 0,
             scheduled: 0,

@@ -125,6 +125,8 @@ pub struct EngineStats {
     pub last_step_predicted_s: f64,
     pub last_step_s: f64,
     pub last_step_limit_s: f64,
+    /// Times the engine restarted after a panic on its thread.
+    pub engine_restarts: u64,
 }
 
 impl EngineStats {

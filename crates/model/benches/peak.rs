@@ -211,12 +211,28 @@ fn main() {
         let layer: Vec<u8> = (0..layer0.max(1 << 16)).map(|i| i as u8).collect();
         let layer_reps = (4 << 30) / layer.len();
         let (dram_1, dram_n) = (
-            median(&(0..RUNS).map(|_| bandwidth(1, &dram, 2)).collect::<Vec<_>>()),
-            median(&(0..RUNS).map(|_| bandwidth(threads, &dram, 2)).collect::<Vec<_>>()),
+            median(
+                &(0..RUNS)
+                    .map(|_| bandwidth(1, &dram, 2))
+                    .collect::<Vec<_>>(),
+            ),
+            median(
+                &(0..RUNS)
+                    .map(|_| bandwidth(threads, &dram, 2))
+                    .collect::<Vec<_>>(),
+            ),
         );
         let (cache_1, cache_n) = (
-            median(&(0..RUNS).map(|_| bandwidth(1, &layer, layer_reps)).collect::<Vec<_>>()),
-            median(&(0..RUNS).map(|_| bandwidth(threads, &layer, layer_reps)).collect::<Vec<_>>()),
+            median(
+                &(0..RUNS)
+                    .map(|_| bandwidth(1, &layer, layer_reps))
+                    .collect::<Vec<_>>(),
+            ),
+            median(
+                &(0..RUNS)
+                    .map(|_| bandwidth(threads, &layer, layer_reps))
+                    .collect::<Vec<_>>(),
+            ),
         );
         println!(
             "{:<34} {:>12} {:>12} {:>20}",

@@ -56,12 +56,18 @@ fn describe(e: &Error) -> String {
     msg
 }
 
+/// Template instructions one render may run (a long chat takes a few dozen per
+/// message; a template that loops without end runs out in well under a second).
+pub const TEMPLATE_FUEL: u64 = 5_000_000;
+
 impl ChatTemplate {
     /// Compiles `source`; a syntax error is returned as `ModelError::ChatTemplate`.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self> {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        // A hostile template (it comes from the model file) cannot loop forever.
+        env.set_fuel(Some(TEMPLATE_FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function(
@@ -233,7 +239,19 @@ fn strftime(fmt: &str, unix_secs: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::strftime;
+    use super::{strftime, ChatTemplate};
+
+    #[test]
+    fn a_looping_template_runs_out_of_fuel() {
+        let t = ChatTemplate::new(
+            "{% for i in range(100000) %}{% for j in range(100000) %}x{% endfor %}{% endfor %}",
+            "",
+            "",
+        )
+        .unwrap();
+        let e = t.render(&[], true).unwrap_err().to_string();
+        assert!(e.contains("fuel"), "{e}");
+    }
 
     #[test]
     fn strftime_known_dates() {

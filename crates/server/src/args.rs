@@ -109,6 +109,9 @@ pub struct ServeArgs {
     /// Largest request body in bytes (413 beyond).
     #[arg(long, default_value_t = 4 << 20)]
     pub max_body_bytes: usize,
+    /// API keys, connection limits and timeouts.
+    #[command(flatten)]
+    pub guard: crate::guard_args::GuardArgs,
     /// Print the effective engine configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,

@@ -8,10 +8,12 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use axum::Extension;
 use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage};
 use sloserve_model::chat_template::ChatMessage as TemplateMessage;
 use sloserve_model::ModelError;
 
+use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
 use crate::state::AppState;
@@ -46,11 +48,9 @@ pub fn encode_messages(
         })
 }
 
-/// Request bodies at or above this size render and tokenize off the async workers.
-const LARGE_MESSAGES: usize = 16 << 10;
-
 pub async fn handle(
     State(state): State<Arc<AppState>>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServerError> {
@@ -60,16 +60,10 @@ pub async fn handle(
     state.check_model(req.model.as_deref())?;
     let params = req.params()?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let prompt = if body.len() < LARGE_MESSAGES {
-        encode_messages(&state, &req.messages, add_generation_prompt, true)?
-    } else {
-        let st = state.clone();
-        let messages = req.messages.clone();
-        tokio::task::spawn_blocking(move || {
-            encode_messages(&st, &messages, add_generation_prompt, true)
-        })
-        .await
-        .map_err(|e| ServerError::Internal(format!("tokenizer task failed: {e}")))??
-    };
-    generate(state, &headers, prompt, params, Kind::Chat).await
+    let messages = req.messages;
+    let prompt = state
+        .blocking(move |st| encode_messages(st, &messages, add_generation_prompt, true))
+        .await??;
+    let caller = caller.map_or(Caller::OPEN, |c| c.0);
+    generate(state, &headers, &caller, prompt, params, Kind::Chat).await
 }

@@ -7,14 +7,17 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
+use axum::Extension;
 use sloserve_api::{parse_json, CompletionRequest, Prompt};
 
+use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
 use crate::state::AppState;
 
 pub async fn handle(
     State(state): State<Arc<AppState>>,
+    caller: Option<Extension<Caller>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ServerError> {
@@ -34,5 +37,6 @@ pub async fn handle(
         }
         Prompt::Batch(_) => unreachable!("refused by params()"),
     };
-    generate(state, &headers, prompt, params, Kind::Completion).await
+    let caller = caller.map_or(Caller::OPEN, |c| c.0);
+    generate(state, &headers, &caller, prompt, params, Kind::Completion).await
 }

@@ -35,6 +35,13 @@ pub enum ServerError {
     /// The engine aborted the request mid-generation (forced shutdown).
     #[error("the request was cancelled (server shutting down)")]
     Aborted,
+    /// The engine failed while running the request (its log has the details;
+    /// the client gets a generic message).
+    #[error("engine failure: {0}")]
+    EngineFailure(String),
+    /// The request's deadline (`--request-timeout` / `x-request-timeout-ms`) passed.
+    #[error("the request timed out after {ms} ms")]
+    TimedOut { ms: u64 },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -83,6 +90,11 @@ impl ServerError {
             ),
             ServerError::Aborted => (ApiError::unavailable(self.to_string()), None),
             ServerError::Internal(m) => (ApiError::internal(m.clone()), None),
+            ServerError::EngineFailure(_) => (
+                ApiError::internal("the server had an internal error while processing the request"),
+                None,
+            ),
+            ServerError::TimedOut { .. } => (ApiError::timed_out(self.to_string()), None),
             ServerError::Engine {
                 source,
                 prompt_param,

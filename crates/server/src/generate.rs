@@ -11,6 +11,7 @@ use sloserve_api::{
     ResponseMessage,
 };
 
+use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs};
 use crate::generation::{Delta, Generation};
@@ -27,6 +28,7 @@ pub enum Kind {
 pub async fn generate(
     state: Arc<AppState>,
     headers: &HeaderMap,
+    caller: &Caller,
     prompt: Vec<u32>,
     params: GenParams,
     kind: Kind,
@@ -36,7 +38,8 @@ pub async fn generate(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
-    let req = state.build_request(prompt, &params, headers)?;
+    let timeout = crate::limits::request_timeout(headers, state.request_timeout)?;
+    let req = state.build_request(prompt, &params, headers, caller)?;
     state.check_accepting()?;
     let stream = state
         .engine
@@ -55,14 +58,20 @@ pub async fn generate(
         prompt_len,
         params.stop.clone(),
         params.logprobs.is_some(),
-    );
+    )
+    .with_timeout(timeout);
     let out = Out {
         kind,
         created: unix_now(),
         model: state.model_name.clone(),
     };
     if params.stream {
-        Ok(sse_response(gen, out, params.include_usage))
+        Ok(sse_response(
+            gen,
+            out,
+            params.include_usage,
+            state.stream_write_timeout,
+        ))
     } else {
         collect(gen, out).await
     }

@@ -9,13 +9,18 @@
 //! listener and a shutdown signal), [`spawn`] (in-process, for tests).
 
 pub mod args;
+pub mod auth;
 pub mod batch;
 pub mod chat;
 pub mod completions;
 pub mod error;
 pub mod generate;
 pub mod generation;
+pub mod guard_args;
+pub mod limits;
+pub mod listen;
 pub mod metrics;
+pub mod openapi;
 pub mod routes;
 pub mod shutdown;
 pub mod state;
@@ -28,8 +33,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
+use axum::middleware::from_fn_with_state;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -38,7 +43,9 @@ pub use args::ServeArgs;
 pub use error::ServerError;
 pub use state::AppState;
 
-/// Every route, with the body limit (the Batch API's file upload has its own).
+/// Every route, with the body limit (the Batch API's upload has its own), the
+/// in-flight limit and the API-key check (outermost: every route, including the
+/// Batch API's and ones added later, needs a key except the open ones `auth` names).
 pub fn router(state: Arc<AppState>) -> Router {
     let batch = state.batch().cloned();
     let app = Router::new()
@@ -51,18 +58,23 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))
         .route("/metrics", get(routes::metrics))
+        .route("/openapi.json", get(openapi::handle))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
-        .with_state(state);
-    match batch {
+        .with_state(state.clone());
+    let app = match batch {
         Some(b) => app.merge(sloserve_batch::http::routes(b)),
         None => app,
-    }
+    };
+    app.layer(from_fn_with_state(state.clone(), limits::limit_inflight))
+        .layer(from_fn_with_state(state, auth::require_key))
 }
 
 /// Serves `listener` until `shutdown` resolves, then drains (see [`shutdown::drain`]),
-/// closes the listener and waits for the engine thread.
+/// closes the listener and waits for the engine thread. If the engine stops for
+/// good (panics it could not recover from) it shuts down the same way and returns
+/// an error, so the process exits non-zero and an orchestrator restarts it.
 pub async fn serve_on(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -73,16 +85,18 @@ pub async fn serve_on(
         b.start()
             .map_err(|e| anyhow::anyhow!("cannot resume batches: {e}"))?;
     }
-    // No Nagle delay: SSE chunks are small and must leave at once.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
+    let server = listen::serve(
+        listener,
+        router(state.clone()),
+        state.conn_limits,
+        async move {
+            let _ = stop_rx.await;
+        },
+    );
+    let mut task = tokio::spawn(async move {
+        server.await;
+        Ok::<(), anyhow::Error>(())
     });
-    let server = axum::serve(listener, router(state.clone())).with_graceful_shutdown(async move {
-        let _ = stop_rx.await;
-    });
-    let mut task = tokio::spawn(async move { server.await });
     tokio::select! {
         r = &mut task => {
             return match r {
@@ -91,6 +105,9 @@ pub async fn serve_on(
             };
         }
         _ = shutdown => {}
+        _ = engine_failed(&state) => {
+            tracing::error!("the engine failed and cannot restart; shutting down");
+        }
     }
     let all = shutdown::drain(&state).await;
     let _ = stop_tx.send(());
@@ -112,6 +129,11 @@ pub async fn serve_on(
         engine_stopped = stopped,
         "server stopped"
     );
+    if state.engine.has_failed() {
+        anyhow::bail!(
+            "the engine failed and could not restart (see the log); exiting non-zero so the process is restarted"
+        );
+    }
     Ok(())
 }
 
@@ -143,6 +165,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     })
 }
 
+/// Resolves once the engine has stopped for good after panics it could not
+/// recover from (`/health` and `/ready` answer 503 from then on).
+async fn engine_failed(state: &AppState) {
+    while !state.engine.has_failed() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// A server started in-process by [`spawn`].
 pub struct ServerHandle {
     pub addr: SocketAddr,
@@ -157,6 +187,11 @@ impl ServerHandle {
         if let Some(tx) = self.stop.take() {
             let _ = tx.send(());
         }
+    }
+
+    /// Whether the server stopped (by `shutdown`, or by itself when the engine failed).
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
     }
 
     /// Waits for the server to stop (after `shutdown`).

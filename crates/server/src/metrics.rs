@@ -118,7 +118,10 @@ impl Metrics {
                 FinishReason::Stop | FinishReason::StopString => 0,
                 FinishReason::Length => 1,
                 FinishReason::Error(_) => 2,
-                FinishReason::Cancelled | FinishReason::Aborted => 3,
+                FinishReason::Cancelled
+                | FinishReason::Aborted
+                | FinishReason::TimedOut
+                | FinishReason::ClientStalled => 3,
             };
             m.finished[c][reason] += 1;
             if reason > 1 {
@@ -243,6 +246,12 @@ impl Metrics {
             "counter",
             "Tokens generated.",
             one(c.generation_tokens as f64),
+        );
+        family(
+            "sloserve:engine_restarts_total",
+            "counter",
+            "Engine restarts after a panic on its thread (in-flight requests failed).",
+            one(st.engine_restarts as f64),
         );
         family(
             "sloserve:num_preemptions_total",

@@ -45,12 +45,35 @@ pub async fn model(
     Ok(Json(card(&state)))
 }
 
+/// JSON built off the async workers, as a response.
+fn json_text(body: String) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, ServerError> {
+    serde_json::to_string(v).map_err(|e| ServerError::Internal(format!("cannot serialize: {e}")))
+}
+
+/// vLLM's `/tokenize`: parsing, chat template, tokenizing and the answer's JSON
+/// all run on the blocking pool (bodies are up to `--max-body-bytes`).
 pub async fn tokenize(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<TokenizeResponse>, ServerError> {
+) -> Result<Response, ServerError> {
     let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    let req: TokenizeRequest = parse_json(&body)?;
+    let json = state.blocking(move |st| tokenize_sync(st, &body)).await??;
+    Ok(json_text(json))
+}
+
+fn tokenize_sync(state: &AppState, body: &[u8]) -> Result<String, ServerError> {
+    let req: TokenizeRequest = parse_json(body)?;
     state.check_model(req.model.as_deref())?;
     req.validate()?;
     let tokens = match (&req.prompt, &req.messages) {
@@ -68,7 +91,7 @@ pub async fn tokenize(
             }
         }
         (None, Some(m)) => encode_messages(
-            &state,
+            state,
             m,
             req.add_generation_prompt.unwrap_or(true),
             req.add_special_tokens.unwrap_or(false),
@@ -81,32 +104,44 @@ pub async fn tokenize(
             .map(|&t| state.tokenizer.token_str(t).unwrap_or_default().to_string())
             .collect()
     });
-    Ok(Json(TokenizeResponse {
+    to_json(&TokenizeResponse {
         count: tokens.len(),
         max_model_len: state.max_model_len,
         tokens,
         token_strs,
-    }))
+    })
 }
 
+/// vLLM's `/detokenize`, on the blocking pool like `/tokenize`.
 pub async fn detokenize(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<DetokenizeResponse>, ServerError> {
+) -> Result<Response, ServerError> {
     let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    let req: DetokenizeRequest = parse_json(&body)?;
-    state.check_model(req.model.as_deref())?;
-    state.check_ids(&req.tokens, "tokens")?;
-    let prompt = state
-        .tokenizer
-        .decode(&req.tokens, false)
-        .map_err(|e| ApiError::invalid("tokens", format!("tokens: {e}")))?;
-    Ok(Json(DetokenizeResponse { prompt }))
+    let json = state
+        .blocking(move |st| {
+            let req: DetokenizeRequest = parse_json(&body)?;
+            st.check_model(req.model.as_deref())?;
+            st.check_ids(&req.tokens, "tokens")?;
+            let prompt = st
+                .tokenizer
+                .decode(&req.tokens, false)
+                .map_err(|e| ApiError::invalid("tokens", format!("tokens: {e}")))?;
+            to_json(&DetokenizeResponse { prompt })
+        })
+        .await??;
+    Ok(json_text(json))
 }
 
 /// Alive: 200 unless the engine died on its own.
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
-    if state.engine.is_accepting() || state.is_draining() {
+    if state.engine.has_failed() {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "engine failed"})),
+        )
+            .into_response()
+    } else if state.engine.is_accepting() || state.is_draining() {
         (StatusCode::OK, Json(json!({"status": "ok"}))).into_response()
     } else {
         (

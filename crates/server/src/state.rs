@@ -3,6 +3,7 @@
 //! and the steps common to both generation endpoints (model name check, prompt
 //! encoding, SLO class, building and submitting the engine `Request`).
 
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -12,14 +13,19 @@ use axum::http::HeaderMap;
 use sloserve_api::{ApiError, GenParams};
 use sloserve_batch::BatchService;
 use sloserve_engine::{
-    Engine, EngineConfig, EngineHandle, Request, SamplingParams, SloClass, StopConditions,
+    Engine, EngineConfig, EngineHandle, ModelRunner, Request, SamplingParams, SloClass,
+    StopConditions,
 };
 use sloserve_model::chat_template::ChatTemplate;
 use sloserve_model::tokenizer::Tokenizer;
 use sloserve_model::LoadedModel;
 
 use crate::args::ServeArgs;
+use crate::auth::{ApiKeys, Caller};
 use crate::error::ServerError;
+use crate::guard_args::{secs, PrefixCacheScope};
+use crate::limits::InflightLimit;
+use crate::listen::ConnLimits;
 use crate::metrics::Metrics;
 
 pub struct AppState {
@@ -37,13 +43,22 @@ pub struct AppState {
     pub metrics: Metrics,
     /// The Batch API (absent with `--no-batch-api`).
     batch: OnceLock<Arc<BatchService>>,
+    /// API keys (`--api-key`); empty: open.
+    pub api_keys: ApiKeys,
+    /// Whose requests share cached prompt blocks.
+    pub cache_scope: PrefixCacheScope,
+    pub inflight_limit: InflightLimit,
+    pub conn_limits: ConnLimits,
+    /// `--request-timeout` (`None`: no deadline).
+    pub request_timeout: Option<Duration>,
+    /// `--stream-write-timeout` (`None`: a stream may stall forever).
+    pub stream_write_timeout: Option<Duration>,
+    /// Bounds the CPU-heavy work running on the blocking pool at once.
+    blocking_permits: tokio::sync::Semaphore,
     draining: AtomicBool,
     inflight: AtomicUsize,
     next_id: AtomicU64,
 }
-
-/// Prompts longer than this (bytes) are tokenized on a blocking thread.
-const LARGE_TEXT: usize = 16 << 10;
 
 pub fn unix_now() -> u64 {
     SystemTime::now()
@@ -87,7 +102,18 @@ impl AppState {
             runner,
             ..
         } = model;
-        let engine = Engine::start(Box::new(runner), cfg)?;
+        Self::from_parts(args, tokenizer, chat_template, Box::new(runner), cfg)
+    }
+
+    /// The state over any runner (tests wrap the model's runner).
+    pub fn from_parts(
+        args: &ServeArgs,
+        tokenizer: Tokenizer,
+        chat_template: Option<ChatTemplate>,
+        runner: Box<dyn ModelRunner>,
+        cfg: EngineConfig,
+    ) -> anyhow::Result<Arc<AppState>> {
+        let engine = Engine::start(runner, cfg)?;
         let name = args.model_name();
         let mut aliases = vec![name.clone(), args.model_stem()];
         if let Some(f) = args.model.file_name() {
@@ -95,6 +121,7 @@ impl AppState {
         }
         aliases.push(args.model.display().to_string());
         let max_model_len = engine.info().max_model_len;
+        let g = &args.guard;
         tracing::info!(
             profile = %args.profile,
             precision = ?args.precision,
@@ -116,6 +143,19 @@ impl AppState {
             max_body_bytes: args.max_body_bytes,
             shutdown_timeout: args.shutdown_timeout(),
             batch: OnceLock::new(),
+            api_keys: ApiKeys::new(g.api_keys.clone(), g.metrics_require_key),
+            cache_scope: g.prefix_cache_scope(),
+            inflight_limit: InflightLimit::new(g.max_inflight_requests),
+            conn_limits: ConnLimits {
+                max_connections: g.max_connections.max(1),
+                header_read_timeout: secs(g.header_read_timeout),
+                keep_alive_timeout: secs(g.keep_alive_timeout),
+            },
+            request_timeout: secs(g.request_timeout),
+            stream_write_timeout: secs(g.stream_write_timeout),
+            blocking_permits: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            ),
             draining: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
@@ -184,20 +224,36 @@ impl AppState {
             .map_err(|e| ApiError::invalid(param, format!("{param}: cannot tokenize: {e}")).into())
     }
 
-    /// `encode` off the async workers when the text is large.
+    /// `encode` off the async workers.
     pub async fn encode_async(
         self: &Arc<Self>,
         text: String,
         parse_special: bool,
         param: &'static str,
     ) -> Result<Vec<u32>, ServerError> {
-        if text.len() < LARGE_TEXT {
-            return self.encode(&text, parse_special, param);
-        }
-        let st = self.clone();
-        tokio::task::spawn_blocking(move || st.encode(&text, parse_special, param))
+        self.blocking(move |st| st.encode(&text, parse_special, param))
+            .await?
+    }
+
+    /// Runs CPU-heavy request work (parsing large bodies, chat templates,
+    /// tokenizing) on tokio's blocking pool, at most `blocking_permits` at once,
+    /// so the async workers keep answering (e.g. `/health`).
+    pub async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&AppState) -> T + Send + 'static,
+    ) -> Result<T, ServerError> {
+        let _permit = self
+            .blocking_permits
+            .acquire()
             .await
-            .map_err(|e| ServerError::Internal(format!("tokenizer task failed: {e}")))?
+            .map_err(|_| ServerError::Internal("the worker pool is closed".into()))?;
+        let st = self.clone();
+        tokio::task::spawn_blocking(move || f(&st))
+            .await
+            .map_err(|e| {
+                tracing::error!("a blocking worker task failed: {e}");
+                ServerError::Internal("a worker task failed".into())
+            })
     }
 
     /// Checks token ids given directly.
@@ -245,8 +301,9 @@ impl AppState {
         prompt: Vec<u32>,
         params: &GenParams,
         headers: &HeaderMap,
+        caller: &Caller,
     ) -> Result<Request, ServerError> {
-        let slo_class = self.asked_class(headers, params)?;
+        let slo_class = caller.limit_class(self.asked_class(headers, params)?)?;
         let objective = OBJECTIVE_HEADERS
             .iter()
             .find_map(|h| headers.get(*h))
@@ -282,7 +339,23 @@ impl AppState {
             objective,
             ttft_slo_ms,
             tpot_slo_ms,
+            cache_salt: self.cache_salt(params.cache_salt.as_deref(), caller),
         })
+    }
+
+    /// The prefix-cache salt of a request: its `cache_salt`, and under the per-key
+    /// scope its API key; 0 (the shared cache) when neither applies.
+    pub fn cache_salt(&self, salt: Option<&str>, caller: &Caller) -> u64 {
+        let key = match self.cache_scope {
+            PrefixCacheScope::PerKey => caller.key_index,
+            PrefixCacheScope::Global => None,
+        };
+        if salt.is_none() && key.is_none() {
+            return 0;
+        }
+        let mut h = std::hash::DefaultHasher::new();
+        (salt, key).hash(&mut h);
+        h.finish().max(1)
     }
 }
 

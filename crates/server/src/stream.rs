@@ -1,8 +1,10 @@
 //! The Server-Sent Events answer of a generation: `data: {json}\n\n` chunks (chat
 //! first sends the assistant role), the finish chunk, an optional usage chunk, then
-//! `data: [DONE]`; an engine failure mid-stream becomes an error event.
+//! `data: [DONE]`; an engine failure mid-stream becomes an error event. Frames go
+//! through a bounded channel; a reader stalled past the write timeout is cancelled.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{header, HeaderValue, StatusCode};
@@ -11,6 +13,8 @@ use bytes::Bytes;
 use sloserve_api::{
     ChatChunkChoice, ChatCompletionChunk, ChatDelta, CompletionChoice, CompletionChunk, Usage,
 };
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use crate::generate::{wire_finish_reason, Kind, Out};
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs};
@@ -91,10 +95,92 @@ struct SseState {
     include_usage: bool,
 }
 
-/// The streaming response. The body stream owns the `Generation` (and so the
-/// engine's `RequestStream`): when the client disconnects, hyper drops the body and
-/// the request is cancelled.
-pub(crate) fn sse_response(gen: Generation, out: Out, include_usage: bool) -> Response {
+/// Frames produced ahead of what the connection has taken.
+const FRAME_BUFFER: usize = 8;
+
+/// The next SSE frame, `None` after `[DONE]`.
+async fn next_frame(s: &mut SseState) -> Option<String> {
+    Some(match s.phase {
+        Phase::Role => {
+            s.phase = Phase::Tokens;
+            chunk(&s.out, &s.gen, None, true, None, None)
+        }
+        Phase::Tokens => match s.gen.next().await {
+            Some(d) => chunk(&s.out, &s.gen, Some(d), false, None, None),
+            None => match s.gen.failure() {
+                Some(e) => {
+                    s.phase = Phase::Done;
+                    format!("data: {}\n\n", e.to_api().0.to_json())
+                }
+                None => {
+                    s.phase = if s.include_usage {
+                        Phase::Usage
+                    } else {
+                        Phase::Done
+                    };
+                    let reason = wire_finish_reason(&s.gen);
+                    // Completions end with empty text; chat with an empty delta `{}`.
+                    let d = (s.out.kind == Kind::Completion).then(Delta::default);
+                    chunk(&s.out, &s.gen, d, false, reason, None)
+                }
+            },
+        },
+        Phase::Usage => {
+            s.phase = Phase::Done;
+            let usage = s.gen.usage();
+            chunk(&s.out, &s.gen, None, false, None, Some(usage))
+        }
+        Phase::Done => {
+            s.phase = Phase::End;
+            "data: [DONE]\n\n".to_string()
+        }
+        Phase::End => return None,
+    })
+}
+
+/// Produces the frames into the body's bounded channel. A client that takes none
+/// for `write_timeout` is stalled: the request is cancelled (`client_stalled`);
+/// one that went away (the body was dropped) cancels it too.
+async fn produce(mut s: SseState, tx: mpsc::Sender<Bytes>, write_timeout: Option<Duration>) {
+    loop {
+        let frame = tokio::select! {
+            f = next_frame(&mut s) => f,
+            _ = tx.closed() => None,
+        };
+        let Some(frame) = frame else { break };
+        let frame = Bytes::from(frame);
+        let sent = match write_timeout {
+            Some(t) => tx.send_timeout(frame, t).await.map_err(|e| match e {
+                SendTimeoutError::Timeout(_) => true,
+                SendTimeoutError::Closed(_) => false,
+            }),
+            None => tx.send(frame).await.map_err(|_| false),
+        };
+        match sent {
+            Ok(()) => {}
+            Err(stalled) => {
+                if stalled {
+                    tracing::warn!(
+                        id = s.gen.id(),
+                        timeout_s = write_timeout.unwrap_or_default().as_secs_f64(),
+                        "stream not read for the write timeout; cancelling it (client_stalled)"
+                    );
+                    s.gen.stall();
+                }
+                break;
+            }
+        }
+    }
+}
+
+/// The streaming response: a task produces the frames (it owns the `Generation`,
+/// and so the engine's `RequestStream`) into a bounded channel the body reads.
+pub(crate) fn sse_response(
+    gen: Generation,
+    out: Out,
+    include_usage: bool,
+    write_timeout: Option<Duration>,
+) -> Response {
     let phase = match out.kind {
         Kind::Chat => Phase::Role,
         Kind::Completion => Phase::Tokens,
@@ -105,44 +191,11 @@ pub(crate) fn sse_response(gen: Generation, out: Out, include_usage: bool) -> Re
         phase,
         include_usage,
     };
-    let stream = futures_util::stream::unfold(st, |mut s| async move {
-        let frame = match s.phase {
-            Phase::Role => {
-                s.phase = Phase::Tokens;
-                chunk(&s.out, &s.gen, None, true, None, None)
-            }
-            Phase::Tokens => match s.gen.next().await {
-                Some(d) => chunk(&s.out, &s.gen, Some(d), false, None, None),
-                None => match s.gen.failure() {
-                    Some(e) => {
-                        s.phase = Phase::Done;
-                        format!("data: {}\n\n", e.to_api().0.to_json())
-                    }
-                    None => {
-                        s.phase = if s.include_usage {
-                            Phase::Usage
-                        } else {
-                            Phase::Done
-                        };
-                        let reason = wire_finish_reason(&s.gen);
-                        // Completions end with empty text; chat with an empty delta `{}`.
-                        let d = (s.out.kind == Kind::Completion).then(Delta::default);
-                        chunk(&s.out, &s.gen, d, false, reason, None)
-                    }
-                },
-            },
-            Phase::Usage => {
-                s.phase = Phase::Done;
-                let usage = s.gen.usage();
-                chunk(&s.out, &s.gen, None, false, None, Some(usage))
-            }
-            Phase::Done => {
-                s.phase = Phase::End;
-                "data: [DONE]\n\n".to_string()
-            }
-            Phase::End => return None,
-        };
-        Some((Ok::<Bytes, Infallible>(Bytes::from(frame)), s))
+    let (tx, rx) = mpsc::channel::<Bytes>(FRAME_BUFFER);
+    tokio::spawn(produce(st, tx, write_timeout));
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let b = rx.recv().await?;
+        Some((Ok::<Bytes, Infallible>(b), rx))
     });
     (
         StatusCode::OK,

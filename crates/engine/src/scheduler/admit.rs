@@ -112,7 +112,7 @@ impl Scheduler {
             return 0;
         };
         let len = s.tokens.len();
-        let blocks = cache.match_prefix(&s.tokens[..len - 1]);
+        let blocks = cache.match_prefix_salted(s.cache_salt, &s.tokens[..len - 1]);
         cache.lock(&blocks, &mut s.blocks);
         let matched = blocks.len() * self.pool.block_size();
         s.num_computed = matched;

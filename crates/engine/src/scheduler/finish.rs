@@ -39,7 +39,7 @@ impl Scheduler {
             if let Some(cache) = &mut self.cache {
                 let full = s.num_computed / block_size;
                 if full > s.num_cache_inserted {
-                    cache.insert(&s.tokens[..s.num_computed], &mut s.blocks);
+                    cache.insert_salted(s.cache_salt, &s.tokens[..s.num_computed], &mut s.blocks);
                     s.num_cache_inserted = full;
                 }
             }
@@ -177,9 +177,15 @@ impl Scheduler {
             s.finish = Some(reason.clone());
         }
         self.reap_finished(now);
-        let c = &mut self.counters;
+        let (c, released) = (&mut self.counters, &mut self.released);
         for (_, q) in self.waiting.iter_mut() {
             for mut s in q.drain(..) {
+                if !s.started {
+                    let r = &mut released[s.class];
+                    r.0 += 1;
+                    r.1 += s.prompt_len;
+                }
+                count_finish(c, &reason);
                 s.send_finished(reason.clone(), now, &mut c.slo[s.class]);
             }
         }
@@ -191,7 +197,10 @@ fn count_finish(c: &mut Counters, reason: &FinishReason) {
     match reason {
         FinishReason::Stop | FinishReason::StopString => c.requests_finished_stop += 1,
         FinishReason::Length => c.requests_finished_length += 1,
-        FinishReason::Cancelled | FinishReason::Aborted => c.requests_cancelled += 1,
+        FinishReason::Cancelled
+        | FinishReason::Aborted
+        | FinishReason::TimedOut
+        | FinishReason::ClientStalled => c.requests_cancelled += 1,
         FinishReason::Error(_) => c.requests_failed += 1,
     }
 }

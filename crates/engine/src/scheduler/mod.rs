@@ -151,6 +151,19 @@ impl Scheduler {
         !self.running.is_empty() || self.waiting.iter().any(|(_, q)| !q.is_empty())
     }
 
+    /// After an engine restart: keep what the old scheduler counted and learned
+    /// (counters, the step-time model), not its sequences or blocks.
+    pub fn carry_over(&mut self, old: &Scheduler) {
+        self.counters = old.counters;
+        self.cost = old.cost.clone();
+    }
+
+    /// Ids of every request it holds, running then waiting (for logs).
+    pub fn request_ids(&self) -> Vec<u64> {
+        let waiting = self.waiting.iter().flat_map(|(_, q)| q.iter());
+        self.running.iter().chain(waiting).map(|s| s.id).collect()
+    }
+
     /// Requests that left the waiting queue since the last call.
     pub fn take_released(&mut self) -> Released {
         std::mem::take(&mut self.released)

@@ -8,6 +8,7 @@ mod invariants;
 mod policy_tests;
 mod preemption_tests;
 mod slo_steps_tests;
+mod supervise_tests;
 
 use std::time::Instant;
 

@@ -11,6 +11,7 @@ pub mod stop;
 pub mod usage;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sloserve_api::Usage;
 use sloserve_engine::{Event, FinishInfo, FinishReason, RequestStream, SloClass};
@@ -73,6 +74,10 @@ pub struct Generation {
     stopped: bool,
     /// How it ended, once it did.
     reason: Option<FinishReason>,
+    /// When it must have finished, and the timeout that set it.
+    deadline: Option<(tokio::time::Instant, Duration)>,
+    /// The deadline passed: the engine was told, its `Finished` is awaited.
+    timed_out: bool,
     _inflight: InflightGuard,
 }
 
@@ -96,7 +101,28 @@ impl Generation {
             acct: Accounting::new(class, prompt_tokens),
             stopped: false,
             reason: None,
+            deadline: None,
+            timed_out: false,
             _inflight: InflightGuard::new(state),
+        }
+    }
+
+    /// Ends the request `timeout` from now (the engine frees its blocks then).
+    pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.deadline = timeout.map(|t| (tokio::time::Instant::now() + t, t));
+        self
+    }
+
+    /// The client stopped reading: the engine ends the request (its blocks are
+    /// freed) and the log line says `client_stalled`.
+    pub fn stall(&mut self) {
+        if let Some(s) = self.stream.take() {
+            self.state
+                .engine
+                .cancel(s.id(), FinishReason::ClientStalled);
+        }
+        if self.reason.is_none() {
+            self.reason = Some(FinishReason::ClientStalled);
         }
     }
 
@@ -122,8 +148,13 @@ impl Generation {
     /// failure or abort).
     pub fn failure(&self) -> Option<ServerError> {
         match self.reason.as_ref()? {
-            FinishReason::Error(m) => Some(ServerError::Internal(m.clone())),
-            FinishReason::Aborted | FinishReason::Cancelled => Some(ServerError::Aborted),
+            FinishReason::Error(m) => Some(ServerError::EngineFailure(m.clone())),
+            FinishReason::TimedOut => Some(ServerError::TimedOut {
+                ms: self.deadline.map_or(0, |(_, d)| d.as_millis() as u64),
+            }),
+            FinishReason::Aborted | FinishReason::Cancelled | FinishReason::ClientStalled => {
+                Some(ServerError::Aborted)
+            }
             FinishReason::Stop | FinishReason::Length | FinishReason::StopString => None,
         }
     }
@@ -146,7 +177,22 @@ impl Generation {
     pub async fn next(&mut self) -> Option<Delta> {
         loop {
             let stream = self.stream.as_mut()?;
-            match stream.recv().await {
+            let event = match self.deadline {
+                Some((at, _)) if !self.timed_out => {
+                    match tokio::time::timeout_at(at, stream.recv()).await {
+                        Ok(ev) => ev,
+                        Err(_) => {
+                            self.timed_out = true;
+                            self.state
+                                .engine
+                                .cancel(stream.id(), FinishReason::TimedOut);
+                            continue;
+                        }
+                    }
+                }
+                _ => stream.recv().await,
+            };
+            match event {
                 // Sampled after the stop string, before the engine got the cancel.
                 Some(Event::Token { .. }) if self.stopped => {}
                 Some(Event::Token {
@@ -206,6 +252,8 @@ impl Generation {
         }
         if self.stopped {
             info.reason = FinishReason::StopString;
+        } else if self.timed_out && info.reason == FinishReason::Cancelled {
+            info.reason = FinishReason::TimedOut;
         }
         self.acct.on_finished(&info);
         self.state

@@ -57,6 +57,14 @@ pub fn temp_data_dir() -> PathBuf {
 
 impl TestServer {
     pub fn start(args: ServeArgs) -> TestServer {
+        Self::start_with(args, |a| AppState::load(a).expect("load the model"))
+    }
+
+    /// A server over the state `make` builds (e.g. with a wrapped runner).
+    pub fn start_with(
+        args: ServeArgs,
+        make: impl FnOnce(&ServeArgs) -> Arc<AppState> + Send + 'static,
+    ) -> TestServer {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -66,13 +74,20 @@ impl TestServer {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let state = AppState::load(&args).expect("load the model");
+                let state = make(&args);
                 let mut h = sloserve_server::spawn(state.clone(), "127.0.0.1", 0)
                     .await
                     .unwrap();
                 let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
                 tx.send((h.addr, state, stop_tx)).unwrap();
-                let _ = stop_rx.await;
+                // Until told to stop, or the server stopped by itself.
+                let mut stop_rx = stop_rx;
+                while !h.is_finished() {
+                    tokio::select! {
+                        _ = &mut stop_rx => break,
+                        _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    }
+                }
                 h.shutdown();
                 let r = h.wait().await.map_err(|e| format!("{e:#}"));
                 let _ = done_tx.send(r);

@@ -1,0 +1,169 @@
+//! API keys: the middleware that checks `Authorization: Bearer` / `x-api-key` on
+//! every route except the open ones (`/health`, `/ready`, `/openapi.json`, and
+//! `/metrics` unless `--metrics-require-key`), in constant time, never logging a
+//! key; the caller's identity (`Caller`) for class ceilings and cache scope.
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sloserve_api::ApiError;
+use sloserve_engine::SloClass;
+
+use crate::error::ServerError;
+use crate::guard_args::ApiKeySpec;
+use crate::state::AppState;
+
+/// The configured keys (empty: the API is open).
+#[derive(Default)]
+pub struct ApiKeys {
+    keys: Vec<ApiKeySpec>,
+    metrics_require_key: bool,
+}
+
+/// Who made a request, as the auth middleware found it (a request extension).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    /// Index of the matching key (`None`: no keys are configured).
+    pub key_index: Option<usize>,
+    /// The highest class this caller may ask for (`None`: any).
+    pub ceiling: Option<SloClass>,
+}
+
+impl Caller {
+    pub const OPEN: Caller = Caller {
+        key_index: None,
+        ceiling: None,
+    };
+
+    /// The class a request runs as given what it asked (`None`: not asked): asking
+    /// above the ceiling is a 403; not asking under a `batch` ceiling is batch.
+    pub fn limit_class(&self, asked: Option<SloClass>) -> Result<Option<SloClass>, ServerError> {
+        match (self.ceiling, asked) {
+            (Some(SloClass::Batch), Some(SloClass::Interactive)) => Err(ApiError::forbidden(
+                "slo_class",
+                "this API key may only make batch requests (slo_class 'interactive' is not allowed)",
+            )
+            .into()),
+            (Some(SloClass::Batch), None) => Ok(Some(SloClass::Batch)),
+            _ => Ok(asked),
+        }
+    }
+}
+
+/// Equal in time independent of where `a` and `b` differ (only of their lengths).
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= std::hint::black_box(x ^ y);
+    }
+    diff == 0
+}
+
+impl ApiKeys {
+    pub fn new(keys: Vec<ApiKeySpec>, metrics_require_key: bool) -> Self {
+        ApiKeys {
+            keys,
+            metrics_require_key,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// Paths anyone may call (probes and the API description).
+    fn is_open(&self, path: &str) -> bool {
+        matches!(path, "/health" | "/ready" | "/openapi.json")
+            || (path == "/metrics" && !self.metrics_require_key)
+    }
+
+    /// The caller presenting `headers`' key; every key is compared (no early exit).
+    pub fn identify(&self, headers: &HeaderMap) -> Option<Caller> {
+        if !self.enabled() {
+            return Some(Caller::OPEN);
+        }
+        let given = presented_key(headers)?;
+        let mut found = None;
+        for (i, k) in self.keys.iter().enumerate() {
+            if ct_eq(k.key.as_bytes(), given) && found.is_none() {
+                found = Some(Caller {
+                    key_index: Some(i),
+                    ceiling: k.ceiling,
+                });
+            }
+        }
+        found
+    }
+}
+
+/// The key in `Authorization: Bearer KEY`, else in `x-api-key`.
+fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
+    if let Some(v) = headers.get(axum::http::header::AUTHORIZATION) {
+        let v = v.as_bytes();
+        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
+            return Some(v[7..].trim_ascii());
+        }
+    }
+    headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii())
+}
+
+/// The middleware: 401 (OpenAI's shape) without a valid key on a closed path; the
+/// `Caller` goes into the request's extensions.
+pub async fn require_key(
+    State(state): State<Arc<AppState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let keys = &state.api_keys;
+    let caller = match keys.identify(req.headers()) {
+        Some(c) => c,
+        None if keys.is_open(req.uri().path()) => Caller::OPEN,
+        None => {
+            let why = if presented_key(req.headers()).is_some() {
+                "Incorrect API key provided."
+            } else {
+                "Missing API key: send it as 'Authorization: Bearer KEY' (or 'x-api-key: KEY')."
+            };
+            tracing::debug!(path = req.uri().path(), "request refused: {why}");
+            return ServerError::Api(ApiError::unauthorized(why)).into_response();
+        }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_match_exactly_and_ceilings_apply() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd") && !ct_eq(b"abc", b"abcd") && !ct_eq(b"", b"a"));
+        let keys = ApiKeys::new(
+            vec!["k1".parse().unwrap(), "k2:batch".parse().unwrap()],
+            false,
+        );
+        let mut h = HeaderMap::new();
+        assert_eq!(keys.identify(&h), None);
+        h.insert("authorization", "Bearer k2".parse().unwrap());
+        let c = keys.identify(&h).unwrap();
+        assert_eq!((c.key_index, c.ceiling), (Some(1), Some(SloClass::Batch)));
+        assert!(c.limit_class(Some(SloClass::Interactive)).is_err());
+        assert_eq!(c.limit_class(None).unwrap(), Some(SloClass::Batch));
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "k1".parse().unwrap());
+        assert_eq!(keys.identify(&h).unwrap().key_index, Some(0));
+        h.insert("x-api-key", "k3".parse().unwrap());
+        assert_eq!(keys.identify(&h), None);
+        assert!(keys.is_open("/health") && keys.is_open("/metrics"));
+        assert!(!keys.is_open("/v1/models") && !keys.is_open("/tokenize"));
+        assert!(!ApiKeys::new(vec![], true).is_open("/metrics"));
+    }
+}

@@ -1,0 +1,138 @@
+//! The flags that make a replica safe to expose: API keys, prefix-cache scope,
+//! connection and in-flight limits, and the timeouts (flattened into `ServeArgs`).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use sloserve_engine::SloClass;
+
+/// One `--api-key KEY[:CLASS]`: a key and the highest SLO class it may ask for.
+/// Its `Debug` never shows the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKeySpec {
+    pub key: String,
+    /// `Some(Batch)`: this key's requests run as batch (asking `interactive` is a 403).
+    pub ceiling: Option<SloClass>,
+}
+
+impl FromStr for ApiKeySpec {
+    type Err = String;
+    /// `KEY` or `KEY:interactive|batch`; a suffix that is not a class is part of the key.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (key, ceiling) = match s.rsplit_once(':') {
+            Some((k, c)) if c.parse::<SloClass>().is_ok() => (k, c.parse::<SloClass>().ok()),
+            _ => (s, None),
+        };
+        if key.is_empty() {
+            return Err("an API key cannot be empty".into());
+        }
+        Ok(ApiKeySpec {
+            key: key.to_string(),
+            ceiling,
+        })
+    }
+}
+
+impl fmt::Debug for ApiKeySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ceiling {
+            Some(c) => write!(f, "ApiKeySpec(<redacted>:{c})"),
+            None => f.write_str("ApiKeySpec(<redacted>)"),
+        }
+    }
+}
+
+/// Whose requests may reuse each other's cached prompt blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PrefixCacheScope {
+    /// Every request (with the same `cache_salt`).
+    Global,
+    /// Only requests made with the same API key (and the same `cache_salt`).
+    PerKey,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct GuardArgs {
+    /// API key clients must send (`Authorization: Bearer KEY` or `x-api-key: KEY`);
+    /// repeatable. `KEY:batch` limits the key to the batch class. Also from
+    /// SLOSERVE_API_KEY (comma-separated). No key: the API is open.
+    #[arg(
+        long = "api-key",
+        env = "SLOSERVE_API_KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub api_keys: Vec<ApiKeySpec>,
+    /// `/metrics` also needs a key (`/health` and `/ready` always stay open).
+    #[arg(long)]
+    pub metrics_require_key: bool,
+    /// Whose requests share cached prompt blocks (default: per-key when keys are
+    /// configured, else global).
+    #[arg(long, value_enum)]
+    pub prefix_cache_scope: Option<PrefixCacheScope>,
+    /// Most open connections; past it new connections get 503 except on
+    /// `/health` and `/ready` (a small reserve keeps those answering).
+    #[arg(long, default_value_t = 1024)]
+    pub max_connections: usize,
+    /// Most requests being handled at once (past it: 503 with Retry-After at once;
+    /// `/health`, `/ready` and `/metrics` are not counted).
+    #[arg(long, default_value_t = 512)]
+    pub max_inflight_requests: usize,
+    /// Seconds a client has to send a request's headers (slowloris bound).
+    #[arg(long, default_value_t = 10.0)]
+    pub header_read_timeout: f64,
+    /// Seconds an idle keep-alive connection stays open.
+    #[arg(long, default_value_t = 5.0)]
+    pub keep_alive_timeout: f64,
+    /// Seconds a generation may take (0: no limit); per request, the header
+    /// `x-request-timeout-ms` can shorten it.
+    #[arg(long, default_value_t = 600.0)]
+    pub request_timeout: f64,
+    /// Seconds a stream may go unread before it is cancelled (`client_stalled`).
+    #[arg(long, default_value_t = 30.0)]
+    pub stream_write_timeout: f64,
+}
+
+/// Seconds as a `Duration`; 0 or less (or not finite): `None`.
+pub fn secs(s: f64) -> Option<Duration> {
+    (s.is_finite() && s > 0.0).then(|| Duration::from_secs_f64(s))
+}
+
+impl GuardArgs {
+    pub fn prefix_cache_scope(&self) -> PrefixCacheScope {
+        self.prefix_cache_scope
+            .unwrap_or(if self.api_keys.is_empty() {
+                PrefixCacheScope::Global
+            } else {
+                PrefixCacheScope::PerKey
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_specs_parse_and_never_print() {
+        let k: ApiKeySpec = "sk-abc:batch".parse().unwrap();
+        assert_eq!(
+            (k.key.as_str(), k.ceiling),
+            ("sk-abc", Some(SloClass::Batch))
+        );
+        let k: ApiKeySpec = "a:b:c".parse().unwrap();
+        assert_eq!((k.key.as_str(), k.ceiling), ("a:b:c", None));
+        assert!("".parse::<ApiKeySpec>().is_err());
+        assert!(":batch".parse::<ApiKeySpec>().is_err());
+        let dbg = format!(
+            "{:?}",
+            "secret-key:interactive".parse::<ApiKeySpec>().unwrap()
+        );
+        assert!(!dbg.contains("secret"), "{dbg}");
+        assert_eq!(secs(0.0), None);
+        assert_eq!(secs(1.5), Some(Duration::from_millis(1500)));
+    }
+}

@@ -1,0 +1,190 @@
+//! `/openapi.json`: the OpenAPI 3.1 description of the HTTP API, generated (utoipa)
+//! from the wire types of `sloserve-api`; the operations are declared here.
+#![allow(dead_code)] // the functions below only carry the operations' descriptions
+
+use std::sync::OnceLock;
+
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use sloserve_api::{
+    ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
+    DetokenizeRequest, DetokenizeResponse, ErrorBody, ModelCard, ModelList, TokenizeRequest,
+    TokenizeResponse,
+};
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[utoipa::path(
+    post, path = "/v1/completions", tag = "generation",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "The completion (JSON), or Server-Sent Events with `stream: true`",
+         content((CompletionResponse = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 403, description = "The API key does not allow the asked SLO class", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 408, description = "The request's deadline passed", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Overloaded (Retry-After)", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Draining, engine stopped, or too many requests (Retry-After)", body = ErrorBody),
+    )
+)]
+fn completions() {}
+
+#[utoipa::path(
+    post, path = "/v1/chat/completions", tag = "generation",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "The chat completion (JSON), or Server-Sent Events with `stream: true`",
+         content((ChatCompletionResponse = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 403, description = "The API key does not allow the asked SLO class", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 408, description = "The request's deadline passed", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Overloaded (Retry-After)", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Draining, engine stopped, or too many requests (Retry-After)", body = ErrorBody),
+    )
+)]
+fn chat_completions() {}
+
+#[utoipa::path(
+    get, path = "/v1/models", tag = "models",
+    responses(
+        (status = 200, description = "The served model", body = ModelList),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 503, description = "Too many requests (Retry-After)", body = ErrorBody),
+    )
+)]
+fn models() {}
+
+#[utoipa::path(
+    get, path = "/v1/models/{id}", tag = "models",
+    params(("id" = String, Path, description = "A model name")),
+    responses(
+        (status = 200, description = "The served model", body = ModelCard),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 503, description = "Too many requests (Retry-After)", body = ErrorBody),
+    )
+)]
+fn model() {}
+
+#[utoipa::path(
+    post, path = "/tokenize", tag = "tokens",
+    request_body = TokenizeRequest,
+    responses(
+        (status = 200, description = "Token ids", body = TokenizeResponse),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Too many requests (Retry-After)", body = ErrorBody),
+    )
+)]
+fn tokenize() {}
+
+#[utoipa::path(
+    post, path = "/detokenize", tag = "tokens",
+    request_body = DetokenizeRequest,
+    responses(
+        (status = 200, description = "Text", body = DetokenizeResponse),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 503, description = "Too many requests (Retry-After)", body = ErrorBody),
+    )
+)]
+fn detokenize() {}
+
+#[utoipa::path(get, path = "/health", tag = "probes", security(()),
+    responses((status = 200, description = "Alive"), (status = 503, description = "The engine failed")))]
+fn health() {}
+
+#[utoipa::path(get, path = "/ready", tag = "probes", security(()),
+    responses((status = 200, description = "Ready"), (status = 503, description = "Draining or the engine stopped")))]
+fn ready() {}
+
+#[utoipa::path(get, path = "/metrics", tag = "probes",
+    responses(
+        (status = 200, description = "Prometheus text format", content_type = "text/plain", body = String),
+        (status = 401, description = "Missing or wrong API key (with --metrics-require-key)", body = ErrorBody),
+    ))]
+fn metrics() {}
+
+/// The API-key schemes (`Authorization: Bearer` or `x-api-key`).
+struct Keys;
+
+impl Modify for Keys {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let c = api.components.get_or_insert_with(Default::default);
+        c.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+        c.add_security_scheme(
+            "x-api-key",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("x-api-key"))),
+        );
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
+    paths(completions, chat_completions, models, model, tokenize, detokenize, health, ready, metrics),
+    modifiers(&Keys),
+    security(("bearer" = []), ("x-api-key" = [])),
+)]
+struct ApiDoc;
+
+/// The description as JSON (built once).
+pub fn json() -> &'static str {
+    static DOC: OnceLock<String> = OnceLock::new();
+    DOC.get_or_init(|| {
+        ApiDoc::openapi()
+            .to_pretty_json()
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    })
+}
+
+/// `GET /openapi.json` (open, like the probes).
+pub async fn handle() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json(),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_description_names_every_route_and_schema() {
+        let v: serde_json::Value = serde_json::from_str(super::json()).unwrap();
+        for p in [
+            "/v1/completions",
+            "/v1/chat/completions",
+            "/tokenize",
+            "/detokenize",
+            "/v1/models",
+        ] {
+            assert!(v["paths"][p].is_object(), "{p}");
+        }
+        let s = &v["components"]["schemas"];
+        assert!(
+            s["CompletionRequest"]["properties"]["cache_salt"].is_object(),
+            "{s}"
+        );
+        assert!(s["ChatCompletionRequest"]["properties"]["messages"].is_object());
+        assert!(s["ErrorBody"].is_object() && s["Usage"].is_object());
+    }
+}
