@@ -30,8 +30,15 @@ fn setup_once() -> &'static Setup {
     S.get_or_init(|| {
         // Both replicas honour the class they are sent (the `batch` profile would
         // label everything batch), so their metrics show what the router sent.
-        let interactive = Replica::start(replica_args("interactive"), 0);
-        let batch = Replica::start(replica_args("interactive"), 0);
+        // Exact precision: a greedy answer does not depend on whether its prompt
+        // came from the prefix cache (fast mode's kernels differ by row count).
+        let args = || {
+            let mut a = replica_args("interactive");
+            a.precision = sloserve_model::Precision::Exact;
+            a
+        };
+        let interactive = Replica::start(args(), 0);
+        let batch = Replica::start(args(), 0);
         let mut cfg = RouterConfig::with_fleets(&[
             ("interactive", &[interactive.url()]),
             ("batch", &[batch.url()]),

@@ -89,6 +89,11 @@ fn a_panic_fails_the_requests_in_flight_and_the_next_one_succeeds() {
     }
     assert!(events.iter().any(|e| e.contains("\"error\"")), "{events:?}");
     assert!(!events.iter().any(|e| e.contains("marked")), "{events:?}");
+    // The engine fails the requests in flight first, then resets the runner.
+    let t0 = Instant::now();
+    while !resets.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(resets.load(Ordering::Acquire));
     let r = post(
         s.addr,

@@ -422,6 +422,8 @@ fn timings_are_ordered_and_counted() {
 #[test]
 fn step_time_is_charged_to_requests_by_tokens() {
     let (mut core, _) = new_core(cfg(100));
+    // A step costs 1 ms plus 0.1 ms per token (the engine's clock, not the machine's).
+    core.set_synthetic_cost(|s| 1e-3 + 1e-4 * (s.prefill_tokens + s.decode_rows) as f64);
     let mut long = submit(&mut core, 0, greedy(prompt(0, 60), 4, SloClass::Batch));
     let mut short = submit(&mut core, 1, greedy(prompt(1, 6), 4, SloClass::Batch));
     let mut total = 0.0;
