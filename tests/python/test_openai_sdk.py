@@ -160,6 +160,7 @@ def main():
     base = f"http://127.0.0.1:{port}"
     log = tempfile.NamedTemporaryFile(prefix="sloserve-serve-", suffix=".log", delete=False)
     cmd = [args.bin, "serve", "--port", str(port), "--served-model-name", MODEL,
+           "--data-dir", tempfile.mkdtemp(prefix="sloserve-sdk-data-"),
            "--max-model-len", "2048", "--kv-cache-memory", "128MiB"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     passed, failed = 0, 0

@@ -55,6 +55,8 @@ impl Server {
                 &port.to_string(),
             ])
             .args(["--profile", "mixed", "--kv-cache-memory", "64000000"])
+            // Nothing here uses the Batch API: write no store into the crate's directory.
+            .arg("--no-batch-api")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
