@@ -131,7 +131,7 @@ async fn feed(
     ctl: &Arc<JobControl>,
 ) -> Result<End> {
     let done = svc.store().done_lines(id)?;
-    svc.job_started(id, done.len() as u64);
+    svc.job_started(id);
     // Lines are read on a blocking thread and handed over through a small channel.
     let (tx, mut rx) = mpsc::channel::<ParsedLine>(64);
     let (path, ep) = (input.to_path_buf(), endpoint.to_string());

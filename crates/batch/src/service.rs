@@ -35,7 +35,6 @@ pub struct BatchConfig {
 struct Live {
     control: Arc<JobControl>,
     started: Instant,
-    lines_at_start: u64,
     lines: u64,
     output_tokens: u64,
 }
@@ -110,14 +109,14 @@ impl BatchService {
 
     /// Waits until no job is running.
     pub async fn wait_idle(&self) {
-        while !self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-        {
+        while !self.jobs().is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// The running jobs (a panic while holding the lock leaves the map usable).
+    fn jobs(&self) -> std::sync::MutexGuard<'_, HashMap<String, Live>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn is_stopping(&self) -> bool {
@@ -150,12 +149,11 @@ impl BatchService {
 
     fn spawn_job(self: &Arc<Self>, id: String) {
         let control = Arc::new(JobControl::default());
-        self.jobs.lock().unwrap_or_else(|p| p.into_inner()).insert(
+        self.jobs().insert(
             id.clone(),
             Live {
                 control: control.clone(),
                 started: Instant::now(),
-                lines_at_start: 0,
                 lines: 0,
                 output_tokens: 0,
             },
@@ -163,33 +161,19 @@ impl BatchService {
         tokio::spawn(job::run(self.clone(), id, control));
     }
 
-    pub(crate) fn job_started(&self, id: &str, lines_done: u64) {
-        if let Some(l) = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(id)
-        {
+    pub(crate) fn job_started(&self, id: &str) {
+        if let Some(l) = self.jobs().get_mut(id) {
             l.started = Instant::now();
-            l.lines_at_start = lines_done;
         }
     }
 
     pub(crate) fn job_ended(&self, id: &str) {
-        self.jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        self.jobs().remove(id);
     }
 
     pub(crate) fn line_done(&self, id: &str, ok: bool, u: &LineUsage) {
         self.counters.line(ok, u);
-        if let Some(l) = self
-            .jobs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get_mut(id)
-        {
+        if let Some(l) = self.jobs().get_mut(id) {
             l.lines += 1;
             l.output_tokens += u.output_tokens;
         }
@@ -206,7 +190,7 @@ impl BatchService {
     }
 
     fn decorate(&self, b: &mut BatchObject) {
-        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let jobs = self.jobs();
         if let Some(l) = jobs.get(&b.id) {
             let secs = l.started.elapsed().as_secs_f64();
             if secs > 0.0 && l.lines > 0 {
@@ -215,7 +199,6 @@ impl BatchService {
                 let left = c.total.saturating_sub(c.completed + c.failed);
                 b.sloserve.eta_seconds = Some(left as f64 * secs / l.lines as f64);
             }
-            let _ = l.lines_at_start;
         }
         if let (Some(per_hour), true) = (self.cfg.machine_cost_per_hour, b.usage.output_tokens > 0)
         {
@@ -331,7 +314,7 @@ impl BatchService {
                 b.cancelling_at = Some(unix_now());
             })?;
         }
-        if let Some(l) = self.jobs.lock().unwrap_or_else(|p| p.into_inner()).get(id) {
+        if let Some(l) = self.jobs().get(id) {
             l.control.cancel();
         }
         self.get_batch(id)
@@ -392,7 +375,7 @@ impl BatchService {
 
     /// True while a batch that is not finished reads file `id`.
     pub fn file_in_use(&self, id: &str) -> Result<bool> {
-        let jobs = self.jobs.lock().unwrap_or_else(|p| p.into_inner());
+        let jobs = self.jobs();
         for b in jobs.keys() {
             if self
                 .store
