@@ -3,6 +3,8 @@
 //! predicted TTFT would break their SLO. Refusals are immediate (`QueueFull` or `TtftUnreachable`, a 429
 //! with a retry hint), never a hang.
 
+use std::time::Instant;
+
 use crate::config::{AdmissionConfig, EngineConfig};
 use crate::error::EngineError;
 use crate::request::{Admitted, Request, SloClass, SloTargets};
@@ -103,20 +105,56 @@ impl RequestLimits {
 }
 
 /// Shared admission bookkeeping: requests and prompt tokens waiting to start, per
-/// class, and the engine's measured prefill rate. Lives behind a mutex taken once
-/// per submit and once per engine step.
+/// class, and the engine's measured rates. Lives behind a mutex taken once per
+/// submit and once per engine step.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct AdmissionState {
     pub waiting_requests: PerClass<usize>,
     pub waiting_tokens: PerClass<usize>,
     /// Prefill tokens per second (moving average); 0 until measured.
     pub prefill_rate: f64,
+    /// How fast each class's waiting queue drains while it has waiters.
+    departures: PerClass<Departures>,
+    /// Wall time from one step's end to the next (moving average, seconds; it
+    /// includes what the engine does between steps); 0 until measured.
+    step_s: f64,
+    /// When the last step ended; `None` after the engine went idle.
+    last_step_end: Option<Instant>,
     pub rejected: PerClass<u64>,
 }
 
 const RATE_EMA_ALPHA: f64 = 0.2;
 /// Steps with fewer prefill tokens do not update the rate (too noisy).
 const MIN_RATE_SAMPLE_TOKENS: usize = 16;
+/// The departure rate forgets with this time constant (seconds of engine time).
+const DEPARTURE_WINDOW_S: f64 = 10.0;
+/// Backlogged engine time needed before the departure rate is trusted.
+const MIN_DEPARTURE_SAMPLE_S: f64 = 0.5;
+/// A drain rate below this counts as this (a starved queue: very long waits).
+const MIN_DEPARTURE_RATE: f64 = 1e-3;
+
+/// Requests leaving a class's waiting queue (started or cancelled) per second
+/// of engine time during which the queue had waiters: a decaying window, so a
+/// queue that stops draining soon predicts long waits.
+#[derive(Debug, Clone, Copy, Default)]
+struct Departures {
+    count: f64,
+    secs: f64,
+}
+
+impl Departures {
+    fn observe(&mut self, count: usize, secs: f64) {
+        let keep = (-secs / DEPARTURE_WINDOW_S).exp();
+        self.count = self.count * keep + count as f64;
+        self.secs = self.secs * keep + secs;
+    }
+
+    /// Departures per second; `None` until enough backlogged time was seen.
+    fn rate(&self) -> Option<f64> {
+        (self.secs >= MIN_DEPARTURE_SAMPLE_S)
+            .then(|| (self.count / self.secs).max(MIN_DEPARTURE_RATE))
+    }
+}
 
 impl AdmissionState {
     /// Admits a request of `class` with `prompt_len` tokens or refuses it; on
@@ -134,23 +172,42 @@ impl AdmissionState {
         if n + 1 > limits.max_waiting_requests
             || tokens + prompt_len > limits.max_waiting_prompt_tokens
         {
-            self.rejected[class] += 1;
-            return Err(EngineError::QueueFull {
+            return Err(self.refuse(
                 class,
-                retry_after_s: self.retry_after_s(class),
-            });
+                EngineError::QueueFull {
+                    class,
+                    retry_after_s: self.retry_after_s(class),
+                },
+            ));
+        }
+        let wait_s = self.predicted_wait_s(class);
+        if cfg.max_queue_wait_s > 0.0 && wait_s > cfg.max_queue_wait_s {
+            return Err(self.refuse(
+                class,
+                EngineError::QueueWaitTooLong {
+                    class,
+                    predicted_s: wait_s,
+                    retry_after_s: self.retry_after_s(class),
+                },
+            ));
         }
         if let (SloClass::Interactive, Some(slo)) = (class, ttft_slo_ms) {
-            if cfg.ttft_reject_factor > 0.0 && self.prefill_rate > 0.0 {
-                let ahead = self.waiting_tokens[SloClass::Interactive];
-                let predicted_ms = (ahead + prompt_len) as f64 / self.prefill_rate * 1e3;
+            if cfg.ttft_reject_factor > 0.0 {
+                let own_prefill_s = if self.prefill_rate > 0.0 {
+                    prompt_len as f64 / self.prefill_rate
+                } else {
+                    0.0
+                };
+                let predicted_ms = (wait_s + own_prefill_s + self.step_s) * 1e3;
                 if predicted_ms > slo * cfg.ttft_reject_factor {
-                    self.rejected[class] += 1;
-                    return Err(EngineError::TtftUnreachable {
-                        predicted_ms,
-                        target_ms: slo,
-                        retry_after_s: self.retry_after_s(class),
-                    });
+                    return Err(self.refuse(
+                        class,
+                        EngineError::TtftUnreachable {
+                            predicted_ms,
+                            target_ms: slo,
+                            retry_after_s: self.retry_after_s(class),
+                        },
+                    ));
                 }
             }
         }
@@ -159,13 +216,38 @@ impl AdmissionState {
         Ok(())
     }
 
-    /// Seconds until the class's waiting prompt tokens are prefilled (1 to 60).
+    fn refuse(&mut self, class: SloClass, e: EngineError) -> EngineError {
+        self.rejected[class] += 1;
+        e
+    }
+
+    /// Seconds until a new request of `class` would start: the larger of the
+    /// prompt tokens waiting ahead of it at the prefill rate (interactive work
+    /// runs first) and the requests waiting ahead of it at its class's measured
+    /// departure rate (which already reflects what interactive work leaves).
+    pub fn predicted_wait_s(&self, class: SloClass) -> f64 {
+        let ahead_tokens = match class {
+            SloClass::Interactive => self.waiting_tokens.interactive,
+            SloClass::Batch => self.waiting_tokens.interactive + self.waiting_tokens.batch,
+        };
+        let by_tokens = if self.prefill_rate > 0.0 {
+            ahead_tokens as f64 / self.prefill_rate
+        } else {
+            0.0
+        };
+        // With `n` ahead the queue is backlogged: this request starts at the
+        // (n + 1)-th departure from now.
+        let ahead = self.waiting_requests[class];
+        let by_departures = match (ahead, self.departures[class].rate()) {
+            (0, _) | (_, None) => 0.0,
+            (n, Some(rate)) => (n + 1) as f64 / rate,
+        };
+        by_tokens.max(by_departures)
+    }
+
+    /// Seconds until the class's queue has drained (1 to 60).
     fn retry_after_s(&self, class: SloClass) -> u64 {
-        if self.prefill_rate <= 0.0 {
-            return 1;
-        }
-        let secs = *self.waiting_tokens.get(class) as f64 / self.prefill_rate;
-        (secs.ceil() as u64).clamp(1, 60)
+        (self.predicted_wait_s(class).ceil() as u64).clamp(1, 60)
     }
 
     /// `count` requests with `tokens` prompt tokens left the waiting queue.
@@ -181,6 +263,38 @@ impl AdmissionState {
     pub fn clear_waiting(&mut self) {
         self.waiting_requests = PerClass::default();
         self.waiting_tokens = PerClass::default();
+    }
+
+    /// An engine step of `step_secs` ended at `now`, after which `left`
+    /// (requests, prompt tokens) had left each class's waiting queue: feeds the
+    /// departure rates of the classes that had waiters and the step time (wall
+    /// time since the previous step's end), then releases them.
+    pub fn observe_step(&mut self, left: &PerClass<(usize, usize)>, step_secs: f64, now: Instant) {
+        let secs = match self.last_step_end.replace(now) {
+            Some(prev) => now.saturating_duration_since(prev).as_secs_f64(),
+            None => step_secs,
+        };
+        for (class, &(n, tokens)) in left.iter() {
+            if self.waiting_requests[class] > 0 {
+                self.departures[class].observe(n, secs);
+            }
+            if n > 0 {
+                self.release(class, n, tokens);
+            }
+        }
+        if secs > 0.0 {
+            self.step_s = if self.step_s == 0.0 {
+                secs
+            } else {
+                RATE_EMA_ALPHA * secs + (1.0 - RATE_EMA_ALPHA) * self.step_s
+            };
+        }
+    }
+
+    /// The engine has no work and waits for commands: the next step's interval
+    /// starts afresh (idle time is not drain time).
+    pub fn mark_idle(&mut self) {
+        self.last_step_end = None;
     }
 
     /// Feeds one step's prefill tokens and duration into the rate estimate.
@@ -290,6 +404,7 @@ mod tests {
     #[test]
     fn bounded_queue_and_ttft_refusal() {
         let mut cfg = EngineConfig::default().admission;
+        cfg.ttft_reject_factor = 1.0;
         cfg.batch = ClassLimits {
             max_waiting_requests: 2,
             max_waiting_prompt_tokens: 100,
@@ -315,11 +430,84 @@ mod tests {
         assert!(a
             .try_admit(&cfg, SloClass::Interactive, 200, Some(500.0))
             .is_err()); // 1100 > 1000
-        a.try_admit(&cfg, SloClass::Interactive, 200, Some(600.0))
-            .unwrap(); // 1100 <= 1200
+        a.try_admit(&cfg, SloClass::Interactive, 200, Some(1100.0))
+            .unwrap(); // 1100 <= 1100
         match a.try_admit(&cfg, SloClass::Interactive, 10, Some(1.0)) {
             Err(EngineError::TtftUnreachable { retry_after_s, .. }) => assert_eq!(retry_after_s, 2),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn queue_waits_come_from_the_measured_drain_rate() {
+        let cfg = AdmissionConfig {
+            max_queue_wait_s: 3.0,
+            ttft_reject_factor: 1.0,
+            ..EngineConfig::default().admission
+        };
+        let mut a = AdmissionState::default();
+        // Unmeasured: only the queue bounds apply.
+        for _ in 0..8 {
+            a.try_admit(&cfg, SloClass::Batch, 1, None).unwrap();
+            a.try_admit(&cfg, SloClass::Interactive, 1, Some(2000.0))
+                .unwrap();
+        }
+        // Both queues drain at 2 requests per second of backlogged engine time.
+        let step = PerClass {
+            interactive: (1, 1),
+            batch: (1, 1),
+        };
+        let open = AdmissionConfig {
+            max_queue_wait_s: 0.0,
+            ..cfg.clone()
+        };
+        let t0 = Instant::now();
+        let at = |s: f64| t0 + std::time::Duration::from_secs_f64(s);
+        for i in 0..4 {
+            a.observe_step(&step, 0.5, at(0.5 * (i + 1) as f64));
+            a.try_admit(&open, SloClass::Batch, 1, None).unwrap();
+            a.try_admit(&open, SloClass::Interactive, 1, Some(60_000.0))
+                .unwrap();
+        }
+        assert_eq!(a.waiting_requests.batch, 8);
+        assert!((a.predicted_wait_s(SloClass::Batch) - 4.5).abs() < 1e-9);
+        // 8 ahead at 2/s: it starts at the 9th departure, in 4.5 s > 3 s for batch;
+        // 4.5 s + a 0.5 s step > 2 s for interactive.
+        match a.try_admit(&cfg, SloClass::Batch, 1, None) {
+            Err(EngineError::QueueWaitTooLong {
+                class: SloClass::Batch,
+                predicted_s,
+                retry_after_s: 5,
+            }) => assert!((predicted_s - 4.5).abs() < 1e-9),
+            other => panic!("{other:?}"),
+        }
+        match a.try_admit(&open, SloClass::Interactive, 1, Some(2000.0)) {
+            Err(EngineError::TtftUnreachable { predicted_ms, .. }) => {
+                assert!((predicted_ms - 5000.0).abs() < 1e-6, "{predicted_ms}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // Drained to 4 waiting: 2.5 s to start, 3 s to the first token.
+        a.release(SloClass::Interactive, 4, 4);
+        assert!(a
+            .try_admit(&cfg, SloClass::Interactive, 1, Some(2900.0))
+            .is_err());
+        a.try_admit(&cfg, SloClass::Interactive, 1, Some(3100.0))
+            .unwrap();
+        // A queue that stops draining predicts ever longer waits.
+        let none = PerClass::default();
+        for i in 0..100 {
+            a.observe_step(&none, 0.1, at(2.5 + 0.5 * i as f64));
+        }
+        assert!(a.predicted_wait_s(SloClass::Batch) > 1000.0);
+        assert!(a.try_admit(&cfg, SloClass::Batch, 1, None).is_err());
+        // An empty queue is always admitted, whatever the rate.
+        a.release(SloClass::Batch, 8, 8);
+        a.try_admit(&cfg, SloClass::Batch, 1, None).unwrap();
+        assert_eq!(a.rejected.batch, 2);
+        // Idle time between steps is not drain time.
+        a.mark_idle();
+        a.observe_step(&step, 0.5, at(1000.0));
+        assert!(a.predicted_wait_s(SloClass::Batch) < 1.0);
     }
 }

@@ -34,6 +34,9 @@ pub struct AdmissionConfig {
     /// An interactive request whose predicted TTFT exceeds `ttft_slo_ms` times this
     /// factor is refused at submit. 0 disables the check.
     pub ttft_reject_factor: f64,
+    /// A request predicted to wait longer than this many seconds before it starts
+    /// is refused at submit (either class). 0 disables the check.
+    pub max_queue_wait_s: f64,
 }
 
 impl Default for AdmissionConfig {
@@ -44,7 +47,8 @@ impl Default for AdmissionConfig {
                 max_waiting_requests: 16384,
                 max_waiting_prompt_tokens: 1 << 24,
             },
-            ttft_reject_factor: 2.0,
+            ttft_reject_factor: 0.9,
+            max_queue_wait_s: 30.0,
         }
     }
 }
@@ -293,9 +297,19 @@ impl EngineConfig {
                 return Err(bad(format!("{name} must be > 0")));
             }
         }
-        let f = self.admission.ttft_reject_factor;
-        if f.is_nan() || f < 0.0 {
-            return Err(bad("admission.ttft_reject_factor must be >= 0"));
+        for (name, v) in [
+            (
+                "admission.ttft_reject_factor",
+                self.admission.ttft_reject_factor,
+            ),
+            (
+                "admission.max_queue_wait_s",
+                self.admission.max_queue_wait_s,
+            ),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(bad(format!("{name} must be >= 0")));
+            }
         }
         if self.num_kv_blocks == Some(0) {
             return Err(bad("num_kv_blocks must be > 0"));

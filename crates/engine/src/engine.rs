@@ -352,6 +352,7 @@ fn turn(core: &mut EngineCore, rx: &Receiver<Command>, sh: &Shared, st: &mut Loo
         if st.disconnected || sh.stopping.load(Ordering::Acquire) {
             return Turn::Exit;
         }
+        lock(&sh.admission).mark_idle();
         return Turn::Idle;
     }
     let report = core.step();
@@ -399,11 +400,7 @@ fn publish(core: &EngineCore, sh: &Shared, report: &StepReport) {
     let out = &report.outcome;
     let prefill_rate = {
         let mut a = lock(&sh.admission);
-        for (class, &(n, t)) in report.released.iter() {
-            if n > 0 {
-                a.release(class, n, t);
-            }
-        }
+        a.observe_step(&report.released, out.secs, Instant::now());
         a.observe_prefill(out.prefill_tokens, out.secs);
         a.prefill_rate
     };

@@ -10,9 +10,20 @@ pub enum EngineError {
     /// with `Retry-After: retry_after_s`.
     #[error("the {class} waiting queue is full; retry after {retry_after_s} s")]
     QueueFull { class: SloClass, retry_after_s: u64 },
-    /// An interactive request whose predicted TTFT (`predicted_ms`, the prompt
-    /// tokens waiting ahead of it at the measured prefill rate) exceeds its target
-    /// by more than `ttft_reject_factor`: HTTP 429.
+    /// A request predicted to wait `predicted_s` before it starts (the requests
+    /// ahead of it at its class's measured drain rate), more than
+    /// `max_queue_wait_s`: HTTP 429.
+    #[error(
+        "the {class} queue is predicted to take {predicted_s:.0} s to reach this request; retry after {retry_after_s} s"
+    )]
+    QueueWaitTooLong {
+        class: SloClass,
+        predicted_s: f64,
+        retry_after_s: u64,
+    },
+    /// An interactive request whose predicted TTFT (`predicted_ms`: its queue
+    /// wait, its own prefill and one step) exceeds its target times
+    /// `ttft_reject_factor`: HTTP 429.
     #[error(
         "predicted time to first token {predicted_ms:.0} ms exceeds the target {target_ms:.0} ms; retry after {retry_after_s} s"
     )]
@@ -62,6 +73,7 @@ impl EngineError {
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
             EngineError::QueueFull { retry_after_s, .. }
+            | EngineError::QueueWaitTooLong { retry_after_s, .. }
             | EngineError::TtftUnreachable { retry_after_s, .. } => Some(*retry_after_s),
             EngineError::EngineStopped => Some(1),
             _ => None,

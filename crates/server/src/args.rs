@@ -97,6 +97,9 @@ pub struct ServeArgs {
     /// Refuse an interactive request whose predicted TTFT exceeds its SLO times this (0: never).
     #[arg(long)]
     pub ttft_reject_factor: Option<f64>,
+    /// Refuse a request predicted to wait longer than this to start (seconds; 0: never).
+    #[arg(long)]
+    pub max_queue_wait: Option<f64>,
     /// Waiting-queue bound (requests) of both classes.
     #[arg(long)]
     pub max_waiting_requests: Option<usize>,
@@ -174,6 +177,7 @@ impl ServeArgs {
         set!(kv_cache_memory => kv_cache_memory);
         set!(default_slo_class => default_slo_class);
         set!(ttft_reject_factor => admission.ttft_reject_factor);
+        set!(max_queue_wait => admission.max_queue_wait_s);
         set!(step_budget => step_budget);
         set!(max_batch_interference => max_batch_interference);
         set!(slo_margin => slo_margin);

@@ -111,6 +111,13 @@ fn engine_error(e: &EngineError, prompt_param: &str) -> ApiError {
         EngineError::QueueFull { class, retry_after_s } => ApiError::overloaded(format!(
             "the server is overloaded for {class} requests (waiting queue full); retry after {retry_after_s} s"
         )),
+        EngineError::QueueWaitTooLong {
+            class,
+            predicted_s,
+            retry_after_s,
+        } => ApiError::overloaded(format!(
+            "the server is overloaded for {class} requests: this request would wait about {predicted_s:.0} s to start; retry after {retry_after_s} s"
+        )),
         EngineError::TtftUnreachable {
             predicted_ms,
             target_ms,
@@ -200,6 +207,15 @@ mod tests {
                 },
                 429,
                 Some(3),
+            ),
+            (
+                EngineError::QueueWaitTooLong {
+                    class: SloClass::Batch,
+                    predicted_s: 75.0,
+                    retry_after_s: 60,
+                },
+                429,
+                Some(60),
             ),
             (
                 EngineError::TtftUnreachable {
