@@ -8,6 +8,7 @@ use std::time::Instant;
 use crate::config::{AdmissionConfig, EngineConfig};
 use crate::error::EngineError;
 use crate::request::{Admitted, Request, SloClass, SloTargets};
+use crate::scheduler::{QueueExits, Released};
 use crate::stats::PerClass;
 
 /// What a request must fit in (fixed at engine start).
@@ -115,6 +116,9 @@ pub(crate) struct AdmissionState {
     pub prefill_rate: f64,
     /// How fast each class's waiting queue drains while it has waiters.
     departures: PerClass<Departures>,
+    /// How long the requests that started lately had waited (moving average of
+    /// each step's longest wait, seconds): the queue as it is felt.
+    felt_wait_s: PerClass<f64>,
     /// Wall time from one step's end to the next (moving average, seconds; it
     /// includes what the engine does between steps); 0 until measured.
     step_s: f64,
@@ -130,29 +134,38 @@ const MIN_RATE_SAMPLE_TOKENS: usize = 16;
 const DEPARTURE_WINDOW_S: f64 = 10.0;
 /// Backlogged engine time needed before the departure rate is trusted.
 const MIN_DEPARTURE_SAMPLE_S: f64 = 0.5;
+/// Weight of a step's longest start wait in the felt wait.
+const FELT_EMA_ALPHA: f64 = 0.5;
 /// A drain rate below this counts as this (a starved queue: very long waits).
 const MIN_DEPARTURE_RATE: f64 = 1e-3;
 
-/// Requests leaving a class's waiting queue (started or cancelled) per second
-/// of engine time during which the queue had waiters: a decaying window, so a
-/// queue that stops draining soon predicts long waits.
+/// Requests (and their prompt tokens) leaving a class's waiting queue, started
+/// or cancelled, per second of engine time during which the queue had waiters:
+/// a decaying window, so a queue that stops draining soon predicts long waits.
 #[derive(Debug, Clone, Copy, Default)]
 struct Departures {
-    count: f64,
+    requests: f64,
+    tokens: f64,
     secs: f64,
 }
 
 impl Departures {
-    fn observe(&mut self, count: usize, secs: f64) {
+    fn observe(&mut self, requests: usize, tokens: usize, secs: f64) {
         let keep = (-secs / DEPARTURE_WINDOW_S).exp();
-        self.count = self.count * keep + count as f64;
+        self.requests = self.requests * keep + requests as f64;
+        self.tokens = self.tokens * keep + tokens as f64;
         self.secs = self.secs * keep + secs;
     }
 
-    /// Departures per second; `None` until enough backlogged time was seen.
-    fn rate(&self) -> Option<f64> {
-        (self.secs >= MIN_DEPARTURE_SAMPLE_S)
-            .then(|| (self.count / self.secs).max(MIN_DEPARTURE_RATE))
+    /// (requests, prompt tokens) per second; `None` until enough backlogged
+    /// time was seen.
+    fn rates(&self) -> Option<(f64, f64)> {
+        (self.secs >= MIN_DEPARTURE_SAMPLE_S).then(|| {
+            (
+                (self.requests / self.secs).max(MIN_DEPARTURE_RATE),
+                (self.tokens / self.secs).max(MIN_DEPARTURE_RATE),
+            )
+        })
     }
 }
 
@@ -221,10 +234,13 @@ impl AdmissionState {
         e
     }
 
-    /// Seconds until a new request of `class` would start: the larger of the
+    /// Seconds until a new request of `class` would start, the largest of: the
     /// prompt tokens waiting ahead of it at the prefill rate (interactive work
-    /// runs first) and the requests waiting ahead of it at its class's measured
-    /// departure rate (which already reflects what interactive work leaves).
+    /// runs first); the requests and prompt tokens waiting ahead of it at its
+    /// class's measured departure rates (which reflect what interactive work and
+    /// the step budget leave);
+    /// and, while requests wait ahead of it, how long those that started lately
+    /// had waited.
     pub fn predicted_wait_s(&self, class: SloClass) -> f64 {
         let ahead_tokens = match class {
             SloClass::Interactive => self.waiting_tokens.interactive,
@@ -236,13 +252,21 @@ impl AdmissionState {
             0.0
         };
         // With `n` ahead the queue is backlogged: this request starts at the
-        // (n + 1)-th departure from now.
+        // (n + 1)-th departure from now, once the prompt tokens ahead of it in
+        // its class have gone at the rate they went lately.
         let ahead = self.waiting_requests[class];
-        let by_departures = match (ahead, self.departures[class].rate()) {
+        let by_departures = match (ahead, self.departures[class].rates()) {
             (0, _) | (_, None) => 0.0,
-            (n, Some(rate)) => (n + 1) as f64 / rate,
+            (n, Some((requests, tokens))) => {
+                ((n + 1) as f64 / requests).max(self.waiting_tokens[class] as f64 / tokens)
+            }
         };
-        by_tokens.max(by_departures)
+        let felt = if ahead > 0 {
+            self.felt_wait_s[class]
+        } else {
+            0.0
+        };
+        by_tokens.max(by_departures).max(felt)
     }
 
     /// Seconds until the class's queue has drained (1 to 60).
@@ -269,17 +293,26 @@ impl AdmissionState {
     /// (requests, prompt tokens) had left each class's waiting queue: feeds the
     /// departure rates of the classes that had waiters and the step time (wall
     /// time since the previous step's end), then releases them.
-    pub fn observe_step(&mut self, left: &PerClass<(usize, usize)>, step_secs: f64, now: Instant) {
+    pub fn observe_step(&mut self, left: &Released, step_secs: f64, now: Instant) {
         let secs = match self.last_step_end.replace(now) {
             Some(prev) => now.saturating_duration_since(prev).as_secs_f64(),
             None => step_secs,
         };
-        for (class, &(n, tokens)) in left.iter() {
+        for (class, exits) in left.iter() {
+            let &QueueExits {
+                requests,
+                prompt_tokens,
+                longest_start_wait_s,
+            } = exits;
             if self.waiting_requests[class] > 0 {
-                self.departures[class].observe(n, secs);
+                self.departures[class].observe(requests, prompt_tokens, secs);
             }
-            if n > 0 {
-                self.release(class, n, tokens);
+            if longest_start_wait_s > 0.0 {
+                let felt = &mut self.felt_wait_s[class];
+                *felt = FELT_EMA_ALPHA * longest_start_wait_s + (1.0 - FELT_EMA_ALPHA) * *felt;
+            }
+            if requests > 0 {
+                self.release(class, requests, prompt_tokens);
             }
         }
         if secs > 0.0 {
@@ -454,8 +487,8 @@ mod tests {
         }
         // Both queues drain at 2 requests per second of backlogged engine time.
         let step = PerClass {
-            interactive: (1, 1),
-            batch: (1, 1),
+            interactive: exits(1, 0.0),
+            batch: exits(1, 0.0),
         };
         let open = AdmissionConfig {
             max_queue_wait_s: 0.0,
@@ -509,5 +542,64 @@ mod tests {
         a.mark_idle();
         a.observe_step(&step, 0.5, at(1000.0));
         assert!(a.predicted_wait_s(SloClass::Batch) < 1.0);
+    }
+
+    fn exits(requests: usize, longest_start_wait_s: f64) -> QueueExits {
+        QueueExits {
+            requests,
+            prompt_tokens: requests,
+            longest_start_wait_s,
+        }
+    }
+
+    #[test]
+    fn long_prompts_ahead_drain_at_the_measured_token_rate() {
+        let cfg = EngineConfig::default().admission;
+        let mut a = AdmissionState::default();
+        let t0 = Instant::now();
+        a.try_admit(&cfg, SloClass::Batch, 100, None).unwrap();
+        // One request of 100 prompt tokens leaves every 0.5 s: 2/s, 200 tokens/s.
+        let left = PerClass {
+            interactive: exits(0, 0.0),
+            batch: QueueExits {
+                requests: 1,
+                prompt_tokens: 100,
+                longest_start_wait_s: 0.0,
+            },
+        };
+        for i in 0..4 {
+            a.observe_step(&left, 0.5, t0 + std::time::Duration::from_millis(500 * i));
+            a.try_admit(&cfg, SloClass::Batch, 100, None).unwrap();
+        }
+        a.try_admit(&cfg, SloClass::Batch, 900, None).unwrap();
+        // 2 ahead: the 3rd departure in 1.5 s, but 1000 tokens take 5 s.
+        assert!((a.predicted_wait_s(SloClass::Batch) - 5.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_waits_requests_felt_lately_count_while_others_wait() {
+        let cfg = EngineConfig::default().admission;
+        let mut a = AdmissionState::default();
+        let t0 = Instant::now();
+        for _ in 0..2 {
+            a.try_admit(&cfg, SloClass::Interactive, 1, None).unwrap();
+        }
+        // One started after waiting 3 s: felt 1.5 s (a moving average from 0).
+        let left = PerClass {
+            interactive: exits(1, 3.0),
+            batch: exits(0, 0.0),
+        };
+        a.observe_step(&left, 0.01, t0);
+        assert_eq!(a.waiting_requests.interactive, 1);
+        assert!((a.predicted_wait_s(SloClass::Interactive) - 1.5).abs() < 1e-9);
+        assert!(a
+            .try_admit(&cfg, SloClass::Interactive, 1, Some(1000.0))
+            .is_err());
+        assert_eq!(a.predicted_wait_s(SloClass::Batch), 0.0, "per class");
+        // With nobody waiting, a new request starts at once.
+        a.release(SloClass::Interactive, 1, 1);
+        assert_eq!(a.predicted_wait_s(SloClass::Interactive), 0.0);
+        a.try_admit(&cfg, SloClass::Interactive, 1, Some(1000.0))
+            .unwrap();
     }
 }

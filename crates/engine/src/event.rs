@@ -42,6 +42,10 @@ pub enum FinishReason {
     TimedOut,
     /// The client stopped reading its stream for longer than the write timeout.
     ClientStalled,
+    /// It could no longer start in time (an interactive request past its TTFT
+    /// target times `ttft_reject_factor`, another past twice `max_queue_wait_s`):
+    /// shed from the queue under overload (the server answers 503 + `Retry-After`).
+    Shed,
     /// Every request was ended at once ([`crate::EngineHandle::abort`], e.g. a forced
     /// shutdown).
     Aborted,
@@ -60,13 +64,14 @@ impl FinishReason {
             FinishReason::Cancelled
             | FinishReason::Aborted
             | FinishReason::TimedOut
-            | FinishReason::ClientStalled => "abort",
+            | FinishReason::ClientStalled
+            | FinishReason::Shed => "abort",
             FinishReason::Error(_) => "error",
         }
     }
 
     /// A distinct name per variant, for logs: "stop", "length", "stop_string",
-    /// "client_disconnected", "aborted", "timeout", "client_stalled", "error".
+    /// "client_disconnected", "aborted", "timeout", "client_stalled", "shed", "error".
     pub fn label(&self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
@@ -76,6 +81,7 @@ impl FinishReason {
             FinishReason::Aborted => "aborted",
             FinishReason::TimedOut => "timeout",
             FinishReason::ClientStalled => "client_stalled",
+            FinishReason::Shed => "shed",
             FinishReason::Error(_) => "error",
         }
     }

@@ -39,12 +39,19 @@ pub enum ServerError {
     /// the client gets a generic message).
     #[error("engine failure: {0}")]
     EngineFailure(String),
+    /// The engine shed the request: it waited too long in the queue to start.
+    #[error("the server is overloaded: the request waited too long to start")]
+    Shed,
     /// The request's deadline (`--request-timeout` / `x-request-timeout-ms`) passed.
     #[error("the request timed out after {ms} ms")]
     TimedOut { ms: u64 },
     #[error("internal error: {0}")]
     Internal(String),
 }
+
+/// `Retry-After` for a request shed from the queue (the queue was overloaded for
+/// far longer than a second).
+const SHED_RETRY_AFTER_S: u64 = 5;
 
 impl From<EngineError> for ServerError {
     fn from(source: EngineError) -> Self {
@@ -95,6 +102,10 @@ impl ServerError {
                 None,
             ),
             ServerError::TimedOut { .. } => (ApiError::timed_out(self.to_string()), None),
+            ServerError::Shed => (
+                ApiError::unavailable(self.to_string()),
+                Some(SHED_RETRY_AFTER_S),
+            ),
             ServerError::Engine {
                 source,
                 prompt_param,

@@ -66,12 +66,7 @@ pub async fn generate(
         model: state.model_name.clone(),
     };
     if params.stream {
-        Ok(sse_response(
-            gen,
-            out,
-            params.include_usage,
-            state.stream_write_timeout,
-        ))
+        sse_response(gen, out, params.include_usage, state.stream_write_timeout).await
     } else {
         collect(gen, out).await
     }

@@ -121,7 +121,8 @@ impl Metrics {
                 FinishReason::Cancelled
                 | FinishReason::Aborted
                 | FinishReason::TimedOut
-                | FinishReason::ClientStalled => 3,
+                | FinishReason::ClientStalled
+                | FinishReason::Shed => 3,
             };
             m.finished[c][reason] += 1;
             if reason > 1 {

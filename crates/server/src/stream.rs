@@ -16,6 +16,7 @@ use sloserve_api::{
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::SendTimeoutError;
 
+use crate::error::ServerError;
 use crate::generate::{wire_finish_reason, Kind, Out};
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs};
 use crate::generation::{Delta, Generation};
@@ -90,6 +91,8 @@ enum Phase {
 
 struct SseState {
     gen: Generation,
+    /// The first output, taken before the status line was sent.
+    first: Option<Delta>,
     out: Out,
     phase: Phase,
     include_usage: bool,
@@ -105,7 +108,10 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
             s.phase = Phase::Tokens;
             chunk(&s.out, &s.gen, None, true, None, None)
         }
-        Phase::Tokens => match s.gen.next().await {
+        Phase::Tokens => match match s.first.take() {
+            Some(d) => Some(d),
+            None => s.gen.next().await,
+        } {
             Some(d) => chunk(&s.out, &s.gen, Some(d), false, None, None),
             None => match s.gen.failure() {
                 Some(e) => {
@@ -175,18 +181,28 @@ async fn produce(mut s: SseState, tx: mpsc::Sender<Bytes>, write_timeout: Option
 
 /// The streaming response: a task produces the frames (it owns the `Generation`,
 /// and so the engine's `RequestStream`) into a bounded channel the body reads.
-pub(crate) fn sse_response(
-    gen: Generation,
+/// The status line waits for the first output, so a request the engine ends
+/// before producing any (shed from an overloaded queue, timed out, failed) gets
+/// a plain HTTP error that a client or router can act on (retry elsewhere).
+pub(crate) async fn sse_response(
+    mut gen: Generation,
     out: Out,
     include_usage: bool,
     write_timeout: Option<Duration>,
-) -> Response {
+) -> Result<Response, ServerError> {
+    let first = gen.next().await;
+    if first.is_none() {
+        if let Some(e) = gen.failure() {
+            return Err(e);
+        }
+    }
     let phase = match out.kind {
         Kind::Chat => Phase::Role,
         Kind::Completion => Phase::Tokens,
     };
     let st = SseState {
         gen,
+        first,
         out,
         phase,
         include_usage,
@@ -197,7 +213,7 @@ pub(crate) fn sse_response(
         let b = rx.recv().await?;
         Some((Ok::<Bytes, Infallible>(b), rx))
     });
-    (
+    Ok((
         StatusCode::OK,
         [
             (
@@ -208,5 +224,5 @@ pub(crate) fn sse_response(
         ],
         Body::from_stream(stream),
     )
-        .into_response()
+        .into_response())
 }

@@ -99,7 +99,7 @@ impl Scheduler {
                     }
                 }
             }
-            self.start(s, aged, matched);
+            self.start(s, aged, matched, now);
             let i = self.running.len() - 1;
             self.allocate(i, n, budget);
         }
@@ -121,7 +121,7 @@ impl Scheduler {
     }
 
     /// Moves an admitted sequence to the running set, with its bookkeeping.
-    fn start(&mut self, mut s: Sequence, aged: bool, matched: usize) {
+    fn start(&mut self, mut s: Sequence, aged: bool, matched: usize, now: Instant) {
         let c = &mut self.counters;
         c.prefix_cache_queried_tokens += s.tokens.len() as u64;
         c.prefix_cache_hit_tokens += matched as u64;
@@ -133,9 +133,7 @@ impl Scheduler {
             c.requests_started += 1;
             c.prompt_tokens_cached += matched as u64;
             c.prompt_tokens_computed += (s.prompt_len - matched) as u64;
-            let r = &mut self.released[s.class];
-            r.0 += 1;
-            r.1 += s.prompt_len;
+            self.released[s.class].record(&s, Some(now));
         }
         s.promoted |= aged;
         s.last_run_step = self.step;

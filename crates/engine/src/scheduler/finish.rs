@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use super::Scheduler;
 use crate::event::{Event, FinishReason};
 use crate::runner::{Batch, Logits};
+use crate::sequence::Sequence;
 use crate::stats::Counters;
 
 /// What one step did.
@@ -104,6 +105,34 @@ impl Scheduler {
         }
     }
 
+    /// Sheds requests that can no longer start in time (admission predicted they
+    /// would, but bursts and a starving low class can make waits longer): an
+    /// interactive request with a TTFT target once it has waited that target
+    /// times `ttft_reject_factor`, any other after twice `max_queue_wait_s`. A
+    /// clear refusal the client can retry elsewhere beats a late answer.
+    pub(super) fn shed_overdue(&mut self, now: Instant) {
+        let adm = &self.cfg.admission;
+        let queue_limit = adm.max_queue_wait_s * 2.0;
+        let limit = |s: &Sequence| match s.targets.ttft_ms {
+            Some(ms) if adm.ttft_reject_factor > 0.0 => ms / 1e3 * adm.ttft_reject_factor,
+            _ if queue_limit > 0.0 => queue_limit,
+            _ => f64::INFINITY,
+        };
+        let (counters, released) = (&mut self.counters, &mut self.released);
+        for (_, q) in self.waiting.iter_mut() {
+            q.retain_mut(|s| {
+                let waited = now.saturating_duration_since(s.timings.arrival);
+                if s.started || waited.as_secs_f64() <= limit(s) {
+                    return true;
+                }
+                released[s.class].record(s, None);
+                count_finish(counters, &FinishReason::Shed);
+                s.send_finished(FinishReason::Shed, now, &mut counters.slo[s.class]);
+                false
+            });
+        }
+    }
+
     /// Drops sequences whose client dropped the stream, freeing their blocks.
     pub(super) fn reap_cancelled(&mut self, now: Instant) {
         let (counters, released) = (&mut self.counters, &mut self.released);
@@ -113,9 +142,7 @@ impl Scheduler {
                     return true;
                 }
                 if !s.started {
-                    let r = &mut released[s.class];
-                    r.0 += 1;
-                    r.1 += s.prompt_len;
+                    released[s.class].record(s, None);
                 }
                 counters.requests_cancelled += 1;
                 s.send_finished(FinishReason::Cancelled, now, &mut counters.slo[s.class]);
@@ -148,9 +175,7 @@ impl Scheduler {
             };
             let mut s = q.remove(k).expect("position is in range");
             if !s.started {
-                let r = &mut released[s.class];
-                r.0 += 1;
-                r.1 += s.prompt_len;
+                released[s.class].record(&s, None);
             }
             count_finish(counters, &reason);
             s.send_finished(reason, now, &mut counters.slo[s.class]);
@@ -181,9 +206,7 @@ impl Scheduler {
         for (_, q) in self.waiting.iter_mut() {
             for mut s in q.drain(..) {
                 if !s.started {
-                    let r = &mut released[s.class];
-                    r.0 += 1;
-                    r.1 += s.prompt_len;
+                    released[s.class].record(&s, None);
                 }
                 count_finish(c, &reason);
                 s.send_finished(reason.clone(), now, &mut c.slo[s.class]);
@@ -200,7 +223,8 @@ fn count_finish(c: &mut Counters, reason: &FinishReason) {
         FinishReason::Cancelled
         | FinishReason::Aborted
         | FinishReason::TimedOut
-        | FinishReason::ClientStalled => c.requests_cancelled += 1,
+        | FinishReason::ClientStalled
+        | FinishReason::Shed => c.requests_cancelled += 1,
         FinishReason::Error(_) => c.requests_failed += 1,
     }
 }

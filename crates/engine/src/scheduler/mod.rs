@@ -59,9 +59,30 @@ use crate::sequence::Sequence;
 use crate::stats::{Counters, EngineStats, PerClass};
 use crate::step_cost::{StepCostModel, StepShape};
 
-/// Requests (count, prompt tokens) that left the not-yet-started waiting queue:
-/// what admission control gets back.
-pub(crate) type Released = PerClass<(usize, usize)>;
+/// Requests that left the not-yet-started waiting queue since the last report
+/// (started, or ended before starting): what admission control gets back.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct QueueExits {
+    pub requests: usize,
+    pub prompt_tokens: usize,
+    /// The longest wait, arrival to start, among those that started (seconds).
+    pub longest_start_wait_s: f64,
+}
+
+impl QueueExits {
+    /// `s` left the queue: by starting at `started` or by ending (`None`).
+    pub(super) fn record(&mut self, s: &Sequence, started: Option<Instant>) {
+        self.requests += 1;
+        self.prompt_tokens += s.prompt_len;
+        if let Some(now) = started {
+            let wait = now.saturating_duration_since(s.timings.arrival);
+            self.longest_start_wait_s = self.longest_start_wait_s.max(wait.as_secs_f64());
+        }
+    }
+}
+
+/// Per class.
+pub(crate) type Released = PerClass<QueueExits>;
 
 /// What the planned step is expected to cost.
 #[derive(Debug, Clone, Copy, Default)]
@@ -175,6 +196,7 @@ impl Scheduler {
         batch.clear();
         self.step_seqs.clear();
         self.reap_cancelled(now);
+        self.shed_overdue(now);
         let mut budget = StepBudget::new(self.cfg.max_num_batched_tokens);
         self.step_bound = None;
         match (self.cfg.slo_classes, self.cfg.step_budget) {

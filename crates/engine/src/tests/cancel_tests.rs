@@ -56,7 +56,12 @@ fn cancelling_a_waiting_request_removes_it_from_its_queue() {
     let released = core.step().released;
     assert_eq!(core.sched().waiting(SloClass::Batch).len(), 1);
     // `a` left the not-yet-started queue when it started; now `b` leaves it too.
-    assert_eq!(released.batch, (1, 10));
+    let started = released.batch;
+    assert_eq!((started.requests, started.prompt_tokens), (1, 10));
+    assert!(
+        started.longest_start_wait_s > 0.0,
+        "it waited from submit to start"
+    );
     core.cancel(2, FinishReason::Aborted);
     assert!(b.done());
     let f = b.finish.as_ref().unwrap();
@@ -66,12 +71,66 @@ fn cancelling_a_waiting_request_removes_it_from_its_queue() {
     );
     assert!(f.timings.first_scheduled.is_none());
     assert!(b.tokens.is_empty());
-    assert_eq!(core.sched().released().batch, (1, 12));
+    let ended = core.sched().released().batch;
+    assert_eq!((ended.requests, ended.prompt_tokens), (1, 12));
+    assert_eq!(ended.longest_start_wait_s, 0.0, "it never started");
     assert_eq!(core.sched().counters().requests_cancelled, 1);
     run_to_idle(&mut core, 100);
     assert!(a.done());
     assert_eq!(a.tokens.len(), 30);
     assert_all_blocks_return(&mut core);
+}
+
+#[test]
+fn a_request_waiting_past_twice_the_queue_wait_bound_is_shed() {
+    let mut c = cfg(64);
+    c.max_num_seqs = 1;
+    c.admission.max_queue_wait_s = 0.001;
+    let (mut core, _) = new_core(c);
+    let mut a = submit(&mut core, 1, greedy(prompt(1, 10), 30, SloClass::Batch));
+    let mut b = submit(&mut core, 2, greedy(prompt(2, 12), 30, SloClass::Batch));
+    core.step();
+    std::thread::sleep(Duration::from_millis(5));
+    let left = core.step().released.batch;
+    assert!(b.done());
+    let f = b.finish.as_ref().unwrap();
+    assert_eq!(
+        (f.reason.clone(), f.completion_tokens),
+        (FinishReason::Shed, 0)
+    );
+    assert_eq!((left.requests, left.prompt_tokens), (1, 12));
+    assert_eq!(core.sched().waiting(SloClass::Batch).len(), 0);
+    // A running request is never shed, however long it has been in the engine.
+    run_to_idle(&mut core, 100);
+    assert!(a.done());
+    assert_eq!(a.finish.as_ref().unwrap().reason, FinishReason::Length);
+    assert_eq!(a.tokens.len(), 30);
+}
+
+#[test]
+fn an_interactive_request_past_its_ttft_target_in_the_queue_is_shed() {
+    let mut conf = cfg(64);
+    conf.max_num_seqs = 1;
+    conf.admission.ttft_reject_factor = 0.5;
+    let (mut core, _) = new_core(conf);
+    let mut a = submit(
+        &mut core,
+        1,
+        greedy(prompt(1, 10), 30, SloClass::Interactive),
+    );
+    let slow = greedy(prompt(2, 12), 30, SloClass::Interactive).with_ttft_slo_ms(60_000.0);
+    let mut b = submit(&mut core, 2, slow);
+    let tight = greedy(prompt(3, 12), 30, SloClass::Interactive).with_ttft_slo_ms(8.0);
+    let mut c = submit(&mut core, 3, tight);
+    core.step();
+    std::thread::sleep(Duration::from_millis(5)); // > 8 ms x 0.5
+    core.step();
+    assert!(c.done());
+    assert_eq!(c.finish.as_ref().unwrap().reason, FinishReason::Shed);
+    assert!(!b.done(), "within its own target it keeps waiting");
+    run_to_idle(&mut core, 200);
+    assert!(a.done() && b.done());
+    assert_eq!(b.finish.as_ref().unwrap().reason, FinishReason::Length);
 }
 
 #[test]

@@ -171,7 +171,13 @@ fn cancellation_frees_blocks_at_the_next_step() {
     let first = core2.step().released.interactive;
     drop(y);
     let second = core2.step().released.interactive;
-    assert_eq!((first.0 + second.0, first.1 + second.1), (2, 80));
+    assert_eq!(
+        (
+            first.requests + second.requests,
+            first.prompt_tokens + second.prompt_tokens
+        ),
+        (2, 80)
+    );
     assert_eq!(core2.sched().waiting(SloClass::Interactive).len(), 0);
     run_to_idle(&mut core, 500);
     a.poll();

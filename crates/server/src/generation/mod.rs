@@ -152,6 +152,7 @@ impl Generation {
             FinishReason::TimedOut => Some(ServerError::TimedOut {
                 ms: self.deadline.map_or(0, |(_, d)| d.as_millis() as u64),
             }),
+            FinishReason::Shed => Some(ServerError::Shed),
             FinishReason::Aborted | FinishReason::Cancelled | FinishReason::ClientStalled => {
                 Some(ServerError::Aborted)
             }
