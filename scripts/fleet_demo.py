@@ -36,7 +36,8 @@ def main():
     # Short steps on the interactive replica: spilled batch prefill must not hold an
     # interactive arrival for long.
     _, i_url = fc.replica(args.bin, BASE_PORT + 1, "interactive", 1, args.out, ["--max-step-ms", "100"])
-    _, b_url = fc.replica(args.bin, BASE_PORT + 2, "batch", 1, args.out)
+    # The job's requests arrive at once and are meant to queue (no wait refusals).
+    _, b_url = fc.replica(args.bin, BASE_PORT + 2, "batch", 1, args.out, ["--max-queue-wait", "0"])
     extra = ["--spill-over"] if args.spill_over else []
     _, r_url = fc.router(args.bin, BASE_PORT, {"interactive": [i_url], "batch": [b_url]}, args.out, extra)
     print(f"replicas: interactive {i_url}, batch {b_url}; router {r_url}")

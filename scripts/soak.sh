@@ -9,7 +9,9 @@
 #
 # Env: SLOSERVE_BIN (default target/release/sloserve, built if missing), MODEL,
 # PORT (8093), DURATION (300), CALIBRATE (30), OVERLOAD (2.0), TTFT_SLO_MS (2000),
-# MAX_TOKENS (64), OUT (soak.json), SERVE_ARGS (extra flags for serve).
+# MAX_TOKENS (64), OUT (soak.json), SERVE_ARGS (extra flags for serve),
+# MAX_QUEUE_WAIT (30: the soak's clients give up after 120 s, so queue waits are
+# bounded well below that; serve's default is 60).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${SLOSERVE_BIN:-target/release/sloserve}
@@ -24,6 +26,7 @@ fi
 LOG=$(mktemp /tmp/sloserve-soak.XXXXXX.log)
 "$BIN" serve --model "$MODEL" --host 127.0.0.1 --port "$PORT" \
   --default-ttft-slo-ms "${TTFT_SLO_MS:-2000}" --stream-write-timeout 3 \
+  --max-queue-wait "${MAX_QUEUE_WAIT:-30}" \
   ${SERVE_ARGS:-} >"$LOG" 2>&1 &
 PID=$!
 trap 'kill $PID 2>/dev/null || true' EXIT

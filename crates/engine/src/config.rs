@@ -48,7 +48,7 @@ impl Default for AdmissionConfig {
                 max_waiting_prompt_tokens: 1 << 24,
             },
             ttft_reject_factor: 0.9,
-            max_queue_wait_s: 30.0,
+            max_queue_wait_s: 60.0,
         }
     }
 }
