@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The fleet benchmarks of issue #12, on one machine.
 
-1. Router overhead: an idle `sloserve serve` replica, `sloserve bench` at
-   concurrency 1 directly and through `sloserve route`, alternating, ROUNDS times;
-   reports TTFT p50 through the router minus direct (median over rounds).
+1. Router overhead: an idle `sloserve serve` replica; ROUNDS rounds of 100 pairs of
+   one-token streamed requests, one directly and one through `sloserve route`
+   (order flipped every pair, distinct prompts); reports the median of the paired
+   TTFT differences (router minus direct), median over rounds.
 2. One fleet or two, with one workload: interactive shared-prefix traffic at a
    fixed rate (class interactive, 1 s TTFT SLO) beside a batch job of BATCH
    requests submitted at once (class batch), both through the router, for
@@ -22,37 +23,66 @@ usage: scripts/fleet_bench.py [--bin target/release/sloserve] [--out out/fleet-b
 Run it on a quiet machine: both cores are the thing measured. Loopback only.
 """
 import argparse
+import http.client
 import json
 import os
+import random
 import statistics
+import time
+from urllib.parse import urlparse
 
 import fleet_common as fc
 
 PORT = 8400
 
 
+WORDS = ("the quick brown fox jumps over a lazy dog while small models serve many streams "
+         "of text in order and every request gets its answer soon").split()
+
+
+def ttft_ms(url, prompt):
+    """One streamed one-token completion on a fresh connection: ms to the first event."""
+    u = urlparse(url)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    body = json.dumps({"prompt": prompt, "max_tokens": 1, "stream": True, "temperature": 0})
+    t0 = time.perf_counter()
+    c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"{url}: HTTP {r.status}: {r.read()[:200]!r}")
+    ms = None
+    for line in r:
+        if line.startswith(b"data: ") and ms is None:
+            ms = (time.perf_counter() - t0) * 1e3
+    c.close()
+    return ms
+
+
 def overhead(args):
+    """Paired requests, direct and through the router alternately (order flipped
+    every pair), each with its own prompt (no prefix-cache hit on the other's):
+    the median of the paired differences per round, then over rounds."""
     rows = []
     _, direct = fc.replica(args.bin, PORT + 1, "interactive", 2, args.out)
     _, routed = fc.router(args.bin, PORT, {"interactive": [direct]}, args.out)
-    n = 4 if args.smoke else 40
+    n = 4 if args.smoke else 100
+    rng = random.Random(7)
+    for _ in range(3):  # warm both paths
+        ttft_ms(direct, "warm up"), ttft_ms(routed, "warm up")
     for r in range(args.rounds):
-        p50 = {}
-        # Distinct prompts per path (no prefix-cache hits on what the other path
-        # just sent) and the order alternating by round.
-        paths = [("direct", direct, 0), ("router", routed, 1)]
-        for name, url, k in paths if r % 2 == 0 else paths[::-1]:
-            out = os.path.join(args.out, f"overhead-{name}-{r}")
-            b = fc.bench(args.bin, url, out, ["--concurrency", "1", "--num-requests", str(n), "--warmup", "2",
-                                              "--input-len", "32", "--output-len", "2",
-                                              "--seed", str(1000 * r + k)])
-            fc.finish(b, f"overhead {name}")
-            p50[name] = fc.results(out)[0]["ttft_ms"]["median"]
-        rows.append(p50)
-        print(f"  round {r}: TTFT p50 direct {p50['direct']:.2f} ms, router {p50['router']:.2f} ms")
+        d_ms, r_ms = [], []
+        for i in range(n):
+            prompts = [" ".join(rng.choice(WORDS) for _ in range(32)) for _ in range(2)]
+            order = [("d", direct), ("r", routed)] if i % 2 == 0 else [("r", routed), ("d", direct)]
+            got = {k: ttft_ms(url, p) for (k, url), p in zip(order, prompts)}
+            d_ms.append(got["d"])
+            r_ms.append(got["r"])
+        diff = statistics.median(b - a for a, b in zip(d_ms, r_ms))
+        rows.append({"direct": statistics.median(d_ms), "router": statistics.median(r_ms), "paired_diff": diff})
+        print(f"  round {r}: TTFT p50 direct {rows[-1]['direct']:.2f} ms, router {rows[-1]['router']:.2f} ms, "
+              f"median paired difference {diff:.2f} ms ({n} pairs)")
     fc.stop_all()
-    diff = statistics.median(r["router"] - r["direct"] for r in rows)
-    return {"rounds": rows, "median_overhead_ms": diff}
+    return {"rounds": rows, "median_overhead_ms": statistics.median(r["paired_diff"] for r in rows)}
 
 
 # The interactive replica caps steps at 100 ms (`max_step_ms`, as `mixed` does at 200):
@@ -82,7 +112,7 @@ def fleet_run(args, name, cfg, idx):
         "--slo-class", "interactive=1", "--slo", "ttft=1000ms", "--seed", str(idx)])
     batch = fc.bench(args.bin, r_url, batch_out, [
         "--dataset", "synthetic", "--input-len", "128", "--output-len", "32", "--ignore-eos",
-        "--concurrency", str(args.batch), "--num-requests", str(args.batch),
+        "--concurrency", str(min(args.batch, args.batch_concurrency)), "--num-requests", str(args.batch),
         "--slo-class", "batch=1", "--seed", str(100 + idx)])
     fc.finish(inter, f"{name} interactive")
     fc.finish(batch, f"{name} batch")
@@ -112,8 +142,8 @@ def fleet_run(args, name, cfg, idx):
 def table(over, rows):
     lines = []
     if over:
-        lines.append(f"Router overhead (TTFT p50 through the router minus direct, idle replica, median of "
-                     f"{len(over['rounds'])} rounds): **{over['median_overhead_ms']:.2f} ms**\n")
+        lines.append(f"Router overhead (TTFT through the router minus direct, median of paired requests, idle "
+                     f"replica, median of {len(over['rounds'])} rounds): **{over['median_overhead_ms']:.2f} ms**\n")
     lines.append("| config | interactive TTFT p50 ms | TTFT P95 ms | goodput @ 1 s (req/s) | attainment | "
                  "batch output tok/s | batch job s | spilled |")
     lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -159,6 +189,8 @@ def main():
     ap.add_argument("--rate", type=float, default=1.0, help="interactive requests per second")
     ap.add_argument("--interactive", type=int, default=90, help="interactive requests")
     ap.add_argument("--batch", type=int, default=200, help="requests in the batch job")
+    ap.add_argument("--batch-concurrency", type=int, default=32,
+                    help="the job's requests in flight (the router picks a replica, and may spill, per request)")
     ap.add_argument("--only", choices=["overhead", "fleets"])
     args = ap.parse_args()
     if args.smoke:
