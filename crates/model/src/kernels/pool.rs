@@ -6,7 +6,8 @@
 //! workers that find no job for `SPIN` park until the next one.
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,8 @@ struct Shared {
     next: AtomicUsize,
     /// Workers that have not finished the current job.
     busy: AtomicUsize,
+    /// Whether a task panicked on a worker during the current job.
+    panicked: AtomicBool,
     /// Parked workers (changed only under this lock) and their wake-up.
     parked: Mutex<usize>,
     wake: Condvar,
@@ -57,6 +60,7 @@ fn pool() -> &'static Pool {
             job: UnsafeCell::new(None),
             next: AtomicUsize::new(0),
             busy: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
             parked: Mutex::new(0),
             wake: Condvar::new(),
         }));
@@ -110,6 +114,7 @@ pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         });
     }
     s.next.store(0, Ordering::Relaxed);
+    s.panicked.store(false, Ordering::Relaxed);
     s.busy.store(p.workers, Ordering::Relaxed);
     s.generation.fetch_add(1, Ordering::Release);
     {
@@ -118,15 +123,30 @@ pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
             s.wake.notify_all();
         }
     }
-    run_tasks(s, f, tasks);
-    let mut spins = 0u32;
-    while s.busy.load(Ordering::Acquire) != 0 {
-        spins += 1;
-        if spins < 1 << 14 {
-            std::hint::spin_loop();
-        } else {
-            // A worker was descheduled (a busy machine): let it run.
-            std::thread::yield_now();
+    {
+        // Waits for the workers even if a task panics here: they use `f` until then.
+        let _wait = WaitForWorkers(s);
+        run_tasks(s, f, tasks);
+    }
+    if s.panicked.swap(false, Ordering::Relaxed) {
+        panic!("a compute task panicked on a pool worker");
+    }
+}
+
+/// Spins (then yields) until every worker has left the current job.
+struct WaitForWorkers(&'static Shared);
+
+impl Drop for WaitForWorkers {
+    fn drop(&mut self) {
+        let mut spins = 0u32;
+        while self.0.busy.load(Ordering::Acquire) != 0 {
+            spins += 1;
+            if spins < 1 << 14 {
+                std::hint::spin_loop();
+            } else {
+                // A worker was descheduled (a busy machine): let it run.
+                std::thread::yield_now();
+            }
         }
     }
 }
@@ -167,7 +187,10 @@ fn worker(s: &'static Shared) {
         // SAFETY: the submitter wrote the job before bumping the generation we just
         // Acquire-loaded, and keeps it alive until we decrement `busy`.
         let job = unsafe { (*s.job.get()).expect("a job with its generation") };
-        run_tasks(s, unsafe { &*job.f }, job.tasks);
+        let run = AssertUnwindSafe(|| run_tasks(s, unsafe { &*job.f }, job.tasks));
+        if catch_unwind(run).is_err() {
+            s.panicked.store(true, Ordering::Relaxed);
+        }
         s.busy.fetch_sub(1, Ordering::Release);
     }
 }
@@ -187,6 +210,23 @@ mod tests {
             }
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
         }
+    }
+
+    #[test]
+    fn a_panicking_task_panics_the_caller_and_the_pool_still_works() {
+        let r = std::panic::catch_unwind(|| {
+            parallel_for(64, &|t| {
+                if t % 7 == 3 {
+                    panic!("task {t}");
+                }
+            })
+        });
+        assert!(r.is_err());
+        let n = AtomicUsize::new(0);
+        parallel_for(10, &|_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 10);
     }
 
     #[test]
