@@ -12,7 +12,7 @@ use std::sync::{Condvar, Mutex, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins for the next job before it parks.
-const SPIN: Duration = Duration::from_millis(2);
+const SPIN: Duration = Duration::from_micros(500);
 
 /// A job: `f(task)` for every task in `0..tasks`, borrowed for the job's length.
 #[derive(Clone, Copy)]
