@@ -97,6 +97,7 @@ fn decode_setup(r: &mut LlamaRunner, tables: &[Vec<u32>], batch: &mut Batch, out
 /// `DECODE_STEPS` timed decode steps of B rows (positions `DECODE_CONTEXT..`, so
 /// every run overwrites the same KV slots over the same prefilled context); returns
 /// tok/s.
+#[inline(never)] // a symbol for callgrind --toggle-collect (docs/profile-decode.md)
 fn decode_once(
     r: &mut LlamaRunner,
     tables: &[Vec<u32>],

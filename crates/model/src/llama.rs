@@ -5,6 +5,7 @@
 
 mod attention;
 mod block;
+mod fused;
 mod mlp;
 
 use sloserve_engine::{Batch, Logits};

@@ -10,6 +10,8 @@ use half::{bf16, f16};
 
 use crate::kernels::gemm_f32::gemm_f32;
 use crate::kernels::packed_gemm::PackedMatrix;
+use crate::kernels::q4_1_rows::Q4_1Rows;
+use crate::kernels::q8_0_rows::Q8_0Rows;
 
 /// One tensor's data, in the file's own block format.
 #[derive(Clone)]
@@ -81,6 +83,28 @@ impl WeightData {
             GgmlDType::Q6K => WeightData::Q6K(cast_blocks(bytes)),
             _ => return None,
         })
+    }
+
+    /// The blocks' raw bytes (the file's layout).
+    pub fn as_bytes(&self) -> &[u8] {
+        fn bytes<T>(v: &[T]) -> &[u8] {
+            // SAFETY: block types are plain `repr(C)` data; the view covers exactly
+            // the vector's initialised elements.
+            unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) }
+        }
+        with_blocks!(self, v => bytes(v))
+    }
+
+    /// The rows of several `[n_i, k]` tensors of one type stacked into one
+    /// `[sum n_i, k]` tensor (e.g. q, k and v projections, multiplied in one pass);
+    /// `None` if their types differ.
+    pub fn concat_rows(parts: &[&WeightData]) -> Option<WeightData> {
+        let dtype = parts.first()?.dtype();
+        if parts.iter().any(|p| p.dtype() != dtype) {
+            return None;
+        }
+        let bytes: Vec<u8> = parts.iter().flat_map(|p| p.as_bytes()).copied().collect();
+        WeightData::from_bytes(dtype, &bytes)
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -156,12 +180,20 @@ enum Dense {
     RowMajor(Vec<f32>),
 }
 
+/// Quantized weights repacked for the decode kernels.
+enum Rows {
+    Q4_1(Q4_1Rows),
+    Q8_0(Q8_0Rows),
+}
+
 /// A linear layer `y = x·Wᵀ (+ b)` with W of shape `[n_out, k]`.
 pub struct Linear {
     /// Quantized (fast) or f32 (exact) weights.
     pub weight: WeightData,
     /// f32 copy of quantized weights for large batches (fast mode only).
     dense: Option<Dense>,
+    /// Q4_1 or Q8_0 weights repacked for small batches (fast mode, AVX2).
+    rows: Option<Rows>,
     pub n_out: usize,
     pub k: usize,
     pub bias: Option<Vec<f32>>,
@@ -175,6 +207,12 @@ impl Linear {
         bias: Option<Vec<f32>>,
         precision: Precision,
     ) -> Self {
+        let rows = match (&weight, precision) {
+            (_, Precision::Fast) if !crate::kernels::cpu::has_avx2() => None,
+            (WeightData::Q4_1(w), Precision::Fast) => Some(Rows::Q4_1(Q4_1Rows::pack(w, n_out, k))),
+            (WeightData::Q8_0(w), Precision::Fast) => Some(Rows::Q8_0(Q8_0Rows::pack(w, n_out, k))),
+            _ => None,
+        };
         let (weight, dense) = match (precision, weight) {
             (_, WeightData::F32(w)) => (WeightData::F32(w), None),
             (Precision::Exact, w) => (WeightData::F32(w.to_f32()), None),
@@ -195,6 +233,7 @@ impl Linear {
         Linear {
             weight,
             dense,
+            rows,
             n_out,
             k,
             bias,
@@ -204,11 +243,13 @@ impl Linear {
     /// `x` is `[m, k]`, `out` is `[m, n_out]`.
     pub fn forward(&self, x: &[f32], m: usize, out: &mut [f32]) {
         let (k, n) = (self.k, self.n_out);
-        match (&self.weight, &self.dense) {
-            (WeightData::F32(w), _) => gemm_f32(x, w, m, k, n, out),
-            (_, Some(Dense::Packed(w))) if m >= GEMM_MIN_ROWS => w.matmul(x, m, out),
-            (_, Some(Dense::RowMajor(w))) if m >= GEMM_MIN_ROWS => gemm_f32(x, w, m, k, n, out),
-            (q, _) => q.matmul(x, m, k, n, out),
+        match (&self.weight, &self.dense, &self.rows) {
+            (WeightData::F32(w), _, _) => gemm_f32(x, w, m, k, n, out),
+            (_, Some(Dense::Packed(w)), _) if m >= GEMM_MIN_ROWS => w.matmul(x, m, out),
+            (_, Some(Dense::RowMajor(w)), _) if m >= GEMM_MIN_ROWS => gemm_f32(x, w, m, k, n, out),
+            (_, _, Some(Rows::Q4_1(r))) => r.matmul(x, m, out),
+            (_, _, Some(Rows::Q8_0(r))) => r.matmul(x, m, out),
+            (q, _, _) => q.matmul(x, m, k, n, out),
         }
         if let Some(b) = &self.bias {
             for row in out[..m * n].chunks_exact_mut(n) {

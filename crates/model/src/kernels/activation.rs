@@ -1,17 +1,33 @@
-//! The gated activations of the feed-forward, element-wise over the rayon pool:
+//! The gated activations of the feed-forward, element-wise (over the pool when large):
 //! `silu_mul` (SwiGLU) and `gelu_mul` (GEGLU with the tanh GELU, rounded through f16
 //! exactly as llama.cpp's CPU backend computes it).
 
 use std::sync::OnceLock;
 
+use crate::kernels::cpu::OutPtr;
+use crate::kernels::pool::parallel_for;
 use half::f16;
-use rayon::prelude::*;
+
+/// Elements per parallel task; a decode step's few thousand run on the caller alone.
+const CHUNK: usize = 16 * 1024;
+
+/// `gate[i] = f(gate[i], up[i])` for every `i`, in chunks over the pool.
+fn zip_map(gate: &mut [f32], up: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
+    let n = gate.len().min(up.len());
+    let ptr = OutPtr(gate.as_mut_ptr());
+    parallel_for(n.div_ceil(CHUNK), &|c| {
+        let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(n));
+        // SAFETY: task c alone writes gate[lo..hi], inside gate.
+        let g = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(lo), hi - lo) };
+        for (g, u) in g.iter_mut().zip(&up[lo..hi]) {
+            *g = f(*g, *u);
+        }
+    });
+}
 
 /// `gate[i] = silu(gate[i]) * up[i]`, where `silu(g) = g / (1 + e^-g)`.
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    gate.par_iter_mut().zip(up.par_iter()).for_each(|(g, u)| {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    });
+    zip_map(gate, up, |g, u| g / (1.0 + (-g).exp()) * u);
 }
 
 /// The tanh approximation of GELU in f32 (ggml's `ggml_gelu_f32`).
@@ -47,9 +63,7 @@ fn gelu_ggml(table: &[f16], x: f32) -> f32 {
 /// `gate[i] = gelu(gate[i]) * up[i]` (ggml's `ggml_vec_geglu_f32`).
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     let table = gelu_table();
-    gate.par_iter_mut().zip(up.par_iter()).for_each(|(g, u)| {
-        *g = gelu_ggml(table, *g) * u;
-    });
+    zip_map(gate, up, |g, u| gelu_ggml(table, g) * u);
 }
 
 #[cfg(test)]

@@ -6,12 +6,12 @@ use std::cell::RefCell;
 
 use half::f16;
 
-use rayon::prelude::*;
 use sloserve_engine::Batch;
 
-use crate::kernels::cpu::has_avx2;
 #[cfg(target_arch = "x86_64")]
 use crate::kernels::cpu::hsum256;
+use crate::kernels::cpu::{has_avx2, OutPtr};
+use crate::kernels::pool::parallel_for;
 use crate::kv_cache::{KvCache, KvData};
 
 /// Shapes of one attention layer.
@@ -115,27 +115,30 @@ fn run<T: KvElem>(
     let group = num_heads / num_kv_heads;
     // One task per (token, KV head): the query heads of its group are contiguous in
     // q and out, and share every key and value row read.
-    out.par_chunks_mut(group * head_dim)
-        .enumerate()
-        .for_each(|(idx, o)| {
-            let (t, kvh) = (idx / num_kv_heads, idx % num_kv_heads);
-            let s = &batch.seqs[token_seq[t] as usize];
-            let n = s.position(t - s.token_start) + 1;
-            let task = Task {
-                q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
-                keys,
-                values,
-                table: batch.block_table(s),
-                block_size: cache.block_size,
-                kv_size: cache.kv_size,
-                kv_off: kvh * head_dim,
-                head_dim,
-                first: window.map_or(0, |w| n.saturating_sub(w)),
-                n,
-                scale,
-            };
-            SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
-        });
+    let width = group * head_dim;
+    let tasks = out.len() / width;
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    parallel_for(tasks, &|idx| {
+        // SAFETY: task idx alone writes out[idx * width..][..width], inside out.
+        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(idx * width), width) };
+        let (t, kvh) = (idx / num_kv_heads, idx % num_kv_heads);
+        let s = &batch.seqs[token_seq[t] as usize];
+        let n = s.position(t - s.token_start) + 1;
+        let task = Task {
+            q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
+            keys,
+            values,
+            table: batch.block_table(s),
+            block_size: cache.block_size,
+            kv_size: cache.kv_size,
+            kv_off: kvh * head_dim,
+            head_dim,
+            first: window.map_or(0, |w| n.saturating_sub(w)),
+            n,
+            scale,
+        };
+        SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
+    });
 }
 
 /// Softmax(q·Kᵀ·scale)·V for each query head of a task into `out`; `scores` is

@@ -2,11 +2,15 @@
 //! its AVX2 path and a portable one: quantized and packed matrix products, the f32
 //! GEMM, paged attention, RMS norm and the SiLU activation.
 
+pub mod act_quant;
 pub mod activation;
 pub mod attention;
 pub mod cpu;
 pub mod gemm_f32;
 pub mod norm;
 pub mod packed_gemm;
+pub mod pool;
+pub mod q4_1_rows;
+pub mod q8_0_rows;
 pub mod qmatmul;
 pub mod quant_dot;

@@ -7,9 +7,8 @@
 //! per `KC` block, blocks summed in order) whatever the batch's size or the row's
 //! place in it, so results are batch-invariant.
 
-use rayon::prelude::*;
-
 use crate::kernels::cpu::{has_avx2, OutPtr};
+use crate::kernels::pool::{parallel_for, threads};
 
 /// Outputs per panel (two AVX registers).
 const NR: usize = 16;
@@ -59,11 +58,11 @@ impl PackedMatrix {
         let panels = n.div_ceil(NR);
         let m_chunks = m.div_ceil(MC);
         // Enough tasks to balance the pool, each a run of whole panels.
-        let want = rayon::current_num_threads() * 4;
+        let want = threads() * 4;
         let per_task = (panels * m_chunks).div_ceil(want).clamp(1, panels);
         let groups = panels.div_ceil(per_task);
         let out_ptr = OutPtr(out.as_mut_ptr());
-        (0..m_chunks * groups).into_par_iter().for_each(|t| {
+        parallel_for(m_chunks * groups, &|t| {
             let (mc, g) = (t / groups, t % groups);
             let (r0, r1) = (mc * MC, ((mc + 1) * MC).min(m));
             let (p0, p1) = (g * per_task, ((g + 1) * per_task).min(panels));

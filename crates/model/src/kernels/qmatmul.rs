@@ -1,14 +1,13 @@
 //! Quantized matrix multiplication for small batches (decode): activations quantized
-//! to 8 bits once per row, weight rows split over the rayon pool, each weight row
+//! to 8 bits once per row, weight rows split over the spinning pool, each weight row
 //! multiplied into two activation rows at a time by `quant_dot::dot_rows`.
 
 use std::cell::RefCell;
 
-use candle_core::quantized::k_quants::GgmlType;
-use rayon::prelude::*;
-
 use crate::kernels::cpu::OutPtr;
+use crate::kernels::pool::{parallel_for, threads};
 use crate::kernels::quant_dot::dot_rows;
+use candle_core::quantized::k_quants::GgmlType;
 
 thread_local! {
     /// Quantized activations, reused across calls (u64 for alignment).
@@ -35,10 +34,10 @@ pub fn qmatmul<T: GgmlType>(w: &[T], x: &[f32], m: usize, k: usize, n: usize, ou
             T::VecDotType::from_float(&x[r * k..(r + 1) * k], &mut xq[r * kb..(r + 1) * kb]);
         }
         let xq: &[T::VecDotType] = xq;
-        let tasks = (rayon::current_num_threads() * 8).max(1);
+        let tasks = threads() * 8;
         let tile = n.div_ceil(tasks).max(4);
         let ptr = OutPtr(out.as_mut_ptr());
-        (0..n.div_ceil(tile)).into_par_iter().for_each(|t| {
+        parallel_for(n.div_ceil(tile), &|t| {
             for c in t * tile..((t + 1) * tile).min(n) {
                 let wr = &w[c * kb..(c + 1) * kb];
                 for r in (0..m).step_by(2) {

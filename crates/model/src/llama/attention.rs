@@ -2,6 +2,7 @@
 //! the model has them), RoPE, the write of new keys and values into the paged cache,
 //! paged attention (over a sliding window on local layers) and the output projection.
 
+use super::fused::FusedLinear;
 use super::{sized, Loader, Step};
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -11,9 +12,8 @@ use crate::kv_cache::KvCache;
 use crate::weights::Linear;
 
 pub(super) struct Attention {
-    q: Linear,
-    k: Linear,
-    v: Linear,
+    /// q, k and v projections (parts 0, 1, 2).
+    qkv: FusedLinear,
     output: Linear,
     /// `attn_q_norm` and `attn_k_norm`, one weight per head dimension.
     qk_norm: Option<(Vec<f32>, Vec<f32>)>,
@@ -29,6 +29,7 @@ pub(super) struct AttnScratch {
     q: Vec<f32>,
     k: Vec<f32>,
     v: Vec<f32>,
+    qkv: Vec<f32>,
     attn: Vec<f32>,
 }
 
@@ -51,9 +52,16 @@ impl Attention {
             qk_norm,
             eps: c.rms_norm_eps,
             rope: usize::from(window.is_some()),
-            q: ld.linear(&format!("{prefix}.attn_q"), q, h, c.qkv_bias)?,
-            k: ld.linear(&format!("{prefix}.attn_k"), kv, h, c.qkv_bias)?,
-            v: ld.linear(&format!("{prefix}.attn_v"), kv, h, c.qkv_bias)?,
+            qkv: FusedLinear::load(
+                ld,
+                &[
+                    (format!("{prefix}.attn_q"), q),
+                    (format!("{prefix}.attn_k"), kv),
+                    (format!("{prefix}.attn_v"), kv),
+                ],
+                h,
+                c.qkv_bias,
+            )?,
             output: ld.linear(&format!("{prefix}.attn_output"), h, q, false)?,
             shape: AttnShape {
                 num_heads: c.num_heads,
@@ -77,13 +85,13 @@ impl Attention {
         out: &mut [f32],
     ) {
         let t = step.num_tokens;
-        let (qn, kvn) = (self.q.n_out, self.k.n_out);
+        let (qn, kvn) = (self.qkv.width(0), self.qkv.width(1));
         let q = sized(&mut s.q, t * qn);
         let k = sized(&mut s.k, t * kvn);
         let v = sized(&mut s.v, t * kvn);
-        self.q.forward(xn, t, q);
-        self.k.forward(xn, t, k);
-        self.v.forward(xn, t, v);
+        let mut outs = [q, k, v];
+        self.qkv.forward(xn, t, &mut s.qkv, &mut outs);
+        let [q, k, v] = outs;
         if let Some((qn_w, kn_w)) = &self.qk_norm {
             rms_norm_in_place(q, qn_w, self.eps);
             rms_norm_in_place(k, kn_w, self.eps);

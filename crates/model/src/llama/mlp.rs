@@ -1,6 +1,7 @@
 //! `Mlp`: a block's gated feed-forward, `down(act(gate(x)) · up(x))` with SiLU or
 //! the tanh GELU.
 
+use super::fused::FusedLinear;
 use super::{sized, Loader};
 use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
@@ -8,8 +9,8 @@ use crate::kernels::activation::{gelu_mul, silu_mul};
 use crate::weights::Linear;
 
 pub(super) struct Mlp {
-    gate: Linear,
-    up: Linear,
+    /// gate and up projections (parts 0, 1).
+    gate_up: FusedLinear,
     down: Linear,
     activation: Activation,
 }
@@ -19,6 +20,7 @@ pub(super) struct Mlp {
 pub(super) struct MlpScratch {
     gate: Vec<f32>,
     up: Vec<f32>,
+    both: Vec<f32>,
 }
 
 impl Mlp {
@@ -26,8 +28,15 @@ impl Mlp {
     pub(super) fn new(ld: &mut Loader, prefix: &str, c: &ModelConfig) -> Result<Self> {
         let (h, ffn) = (c.hidden_size, c.intermediate_size);
         Ok(Mlp {
-            gate: ld.linear(&format!("{prefix}.ffn_gate"), ffn, h, false)?,
-            up: ld.linear(&format!("{prefix}.ffn_up"), ffn, h, false)?,
+            gate_up: FusedLinear::load(
+                ld,
+                &[
+                    (format!("{prefix}.ffn_gate"), ffn),
+                    (format!("{prefix}.ffn_up"), ffn),
+                ],
+                h,
+                false,
+            )?,
             down: ld.linear(&format!("{prefix}.ffn_down"), h, ffn, false)?,
             activation: c.activation,
         })
@@ -35,11 +44,12 @@ impl Mlp {
 
     /// `xn` is the normed input `[t, hidden]`; writes `[t, hidden]` into `out`.
     pub(super) fn forward(&self, xn: &[f32], t: usize, s: &mut MlpScratch, out: &mut [f32]) {
-        let ffn = self.gate.n_out;
+        let ffn = self.gate_up.width(0);
         let gate = sized(&mut s.gate, t * ffn);
         let up = sized(&mut s.up, t * ffn);
-        self.gate.forward(xn, t, gate);
-        self.up.forward(xn, t, up);
+        let mut outs = [gate, up];
+        self.gate_up.forward(xn, t, &mut s.both, &mut outs);
+        let [gate, up] = outs;
         match self.activation {
             Activation::Silu => silu_mul(gate, up),
             Activation::GeluTanh => gelu_mul(gate, up),

@@ -1,0 +1,235 @@
+//! `QuantActs`: activation rows quantized to 8 bits in blocks of 32 for the decode
+//! kernels (`q4_1_rows`, `q8_0_rows`), vectorized with AVX2 but bit for bit what
+//! candle's `BlockQ8_0::from_float` and `BlockQ8_1::from_float` compute (scale
+//! `amax / 127` rounded to f16, values `round(x / scale)` half away from zero, and
+//! for Q8_1 the f16 product of the f16 value sum and the scale). The values of each
+//! block lie in one aligned 32-byte vector; scales and scaled sums as f32, eight of
+//! them load at once. Also the driver that spreads a matrix's rows over the pool.
+
+use std::cell::RefCell;
+
+use half::f16;
+
+use crate::kernels::cpu::OutPtr;
+use crate::kernels::pool::{parallel_for, threads};
+
+/// One block's 8-bit values.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub struct Block(pub [i8; 32]);
+
+/// `rows` activation rows of `kb` blocks each.
+#[derive(Default)]
+pub struct QuantActs {
+    pub kb: usize,
+    pub qs: Vec<Block>,
+    /// Block scales (f16 values, as f32).
+    pub d: Vec<f32>,
+    /// Q8_1 only: the f16 `scale · Σ values`, as f32.
+    pub s: Vec<f32>,
+}
+
+/// One activation row's blocks.
+pub struct ActRow<'a> {
+    pub qs: &'a [Block],
+    pub d: &'a [f32],
+    pub s: &'a [f32],
+}
+
+impl QuantActs {
+    /// Quantizes `x` (`[rows, k]`, k a multiple of 32); `sums` also fills `s` (Q8_1).
+    pub fn quantize(&mut self, x: &[f32], k: usize, sums: bool) {
+        let kb = k / 32;
+        let blocks = x.len() / 32;
+        self.kb = kb;
+        if self.qs.len() < blocks {
+            self.qs.resize(blocks, Block([0; 32]));
+            self.d.resize(blocks, 0.0);
+            self.s.resize(blocks, 0.0);
+        }
+        for (i, xb) in x.chunks_exact(32).enumerate() {
+            let (d, sum) = quantize_block(xb, &mut self.qs[i]);
+            let d16 = f16::from_f32(d);
+            self.d[i] = d16.to_f32();
+            if sums {
+                self.s[i] =
+                    f16::from_f32(f16::from_f32(sum as f32).to_f32() * d16.to_f32()).to_f32();
+            }
+        }
+    }
+
+    /// Row `r`.
+    pub fn row(&self, r: usize) -> ActRow<'_> {
+        let kb = self.kb;
+        ActRow {
+            qs: &self.qs[r * kb..][..kb],
+            d: &self.d[r * kb..][..kb],
+            s: &self.s[r * kb..][..kb],
+        }
+    }
+}
+
+thread_local! {
+    static ACTS: RefCell<QuantActs> = RefCell::new(QuantActs::default());
+}
+
+/// `out[r, c] = dot(c, row r of x quantized)` for `x` `[rows, k]` and `c` in `0..n`,
+/// the weight rows split over the pool. The quantized rows are reused across calls.
+pub fn gemv(
+    x: &[f32],
+    rows: usize,
+    k: usize,
+    n: usize,
+    sums: bool,
+    out: &mut [f32],
+    dot: &(dyn Fn(usize, &ActRow) -> f32 + Sync),
+) {
+    assert!(x.len() >= rows * k && out.len() >= rows * n && k.is_multiple_of(32));
+    ACTS.with(|cell| {
+        let acts = &mut *cell.borrow_mut();
+        acts.quantize(&x[..rows * k], k, sums);
+        let acts: &QuantActs = acts;
+        let tile = n.div_ceil(threads() * 8).max(4);
+        let ptr = OutPtr(out.as_mut_ptr());
+        parallel_for(n.div_ceil(tile), &|t| {
+            for c in t * tile..((t + 1) * tile).min(n) {
+                for r in 0..rows {
+                    let v = dot(c, &acts.row(r));
+                    // SAFETY: (r, c) lies inside out; only this task writes column c.
+                    unsafe { *ptr.get().add(r * n + c) = v };
+                }
+            }
+        });
+    });
+}
+
+/// One block: its values into `q`; returns the unrounded scale and the value sum.
+fn quantize_block(x: &[f32], q: &mut Block) -> (f32, i32) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::kernels::cpu::has_avx2() {
+        // SAFETY: the CPU has AVX2; x holds 32 values.
+        return unsafe { quantize_block_avx2(x, q) };
+    }
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut sum = 0;
+    for (o, &v) in q.0.iter_mut().zip(x) {
+        *o = f32::round(v * id) as i8;
+        sum += *o as i32;
+    }
+    (d, sum)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_block_avx2(x: &[f32], q: &mut Block) -> (f32, i32) {
+    use std::arch::x86_64::*;
+    assert!(x.len() >= 32);
+    let sign = _mm256_set1_ps(-0.0);
+    let p = x.as_ptr();
+    let v = [
+        _mm256_loadu_ps(p),
+        _mm256_loadu_ps(p.add(8)),
+        _mm256_loadu_ps(p.add(16)),
+        _mm256_loadu_ps(p.add(24)),
+    ];
+    let m = _mm256_max_ps(
+        _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+        _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
+    );
+    let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+    let i = [
+        round_away(v[0], id),
+        round_away(v[1], id),
+        round_away(v[2], id),
+        round_away(v[3], id),
+    ];
+    let s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)));
+    // Packing interleaves 4-value groups across the two 128-bit lanes; undo it.
+    let p = _mm256_packs_epi16(
+        _mm256_packs_epi32(i[0], i[1]),
+        _mm256_packs_epi32(i[2], i[3]),
+    );
+    let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_store_si256(q.0.as_mut_ptr() as *mut __m256i, p);
+    (d, sum)
+}
+
+/// `f32::round(v * id)` as i32: truncate, then step away from zero where the
+/// dropped part is at least 1/2.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn round_away(
+    v: std::arch::x86_64::__m256,
+    id: std::arch::x86_64::__m256,
+) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let sign = _mm256_set1_ps(-0.0);
+    let v = _mm256_mul_ps(v, id);
+    let t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    let frac = _mm256_andnot_ps(sign, _mm256_sub_ps(v, t));
+    let step = _mm256_or_ps(_mm256_and_ps(v, sign), _mm256_set1_ps(1.0));
+    let up = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5), _CMP_GE_OQ), step);
+    _mm256_cvttps_epi32(_mm256_add_ps(t, up))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8_1, GgmlType};
+    use rand::{Rng, SeedableRng};
+
+    /// ggml's block layouts, to read candle's blocks.
+    #[repr(C)]
+    struct Q8_0 {
+        d: f16,
+        qs: [i8; 32],
+    }
+    #[repr(C)]
+    struct Q8_1 {
+        d: f16,
+        s: f16,
+        qs: [i8; 32],
+    }
+
+    #[test]
+    fn equals_candles_quantizers_bit_for_bit() {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(9);
+        let k = 32 * 40;
+        let mut x: Vec<f32> = (0..k).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+        // Values at exactly half steps (x / scale = n + 1/2), a zero block, tiny values.
+        for (j, v) in x[..32].iter_mut().enumerate() {
+            *v = (j as f32 - 15.5) * 0.5;
+        }
+        x[32..64].fill(0.0);
+        x[64..96].iter_mut().for_each(|v| *v *= 1e-30);
+        let mut ours = QuantActs::default();
+        ours.quantize(&x, k, true);
+        let mut c0 = vec![BlockQ8_0::zeros(); k / 32];
+        BlockQ8_0::from_float(&x, &mut c0);
+        let mut c1 = vec![BlockQ8_1::zeros(); k / 32];
+        BlockQ8_1::from_float(&x, &mut c1);
+        // SAFETY: the mirrors have the blocks' repr(C) layouts.
+        let (c0, c1): (&[Q8_0], &[Q8_1]) = unsafe {
+            (
+                std::slice::from_raw_parts(c0.as_ptr() as *const Q8_0, c0.len()),
+                std::slice::from_raw_parts(c1.as_ptr() as *const Q8_1, c1.len()),
+            )
+        };
+        for i in 0..k / 32 {
+            assert_eq!(ours.qs[i].0, c0[i].qs, "block {i} values vs Q8_0");
+            assert_eq!(ours.qs[i].0, c1[i].qs, "block {i} values vs Q8_1");
+            assert_eq!(ours.d[i], c0[i].d.to_f32(), "block {i} scale");
+            assert_eq!(ours.s[i], c1[i].s.to_f32(), "block {i} sum");
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! `FusedLinear`: linear layers that read the same input (q/k/v; gate/up), stacked
+//! at load into one matrix when their weight types agree, so that one pass quantizes
+//! the input once and multiplies every part in one parallel section.
+
+use super::{sized, Loader};
+use crate::error::Result;
+use crate::weights::{Linear, WeightData};
+
+pub(super) struct FusedLinear {
+    /// Output width of each part, in order.
+    widths: Vec<usize>,
+    kind: Kind,
+}
+
+enum Kind {
+    /// The parts' rows stacked: `[sum widths, k]`.
+    Stacked(Linear),
+    /// Types differ (e.g. a Q6_K `attn_v` among Q4_K): one matrix per part.
+    Separate(Vec<Linear>),
+}
+
+impl FusedLinear {
+    /// Loads `{name}.weight` (and `{name}.bias` with `bias`) of each `(name, width)`,
+    /// all `[width, k]`.
+    pub(super) fn load(
+        ld: &mut Loader,
+        parts: &[(String, usize)],
+        k: usize,
+        bias: bool,
+    ) -> Result<Self> {
+        let mut weights = Vec::with_capacity(parts.len());
+        let mut biases = Vec::with_capacity(parts.len());
+        for (name, n) in parts {
+            weights.push(ld.tensor(&format!("{name}.weight"), &[*n, k])?);
+            if bias {
+                biases.push(ld.vector(&format!("{name}.bias"), *n)?);
+            }
+        }
+        let widths: Vec<usize> = parts.iter().map(|p| p.1).collect();
+        let refs: Vec<&WeightData> = weights.iter().collect();
+        let kind = match WeightData::concat_rows(&refs) {
+            Some(w) => {
+                let b = bias.then(|| biases.concat());
+                Kind::Stacked(Linear::new(w, widths.iter().sum(), k, b, ld.precision))
+            }
+            None => {
+                let mut biases = biases.into_iter();
+                let linears = weights
+                    .into_iter()
+                    .zip(&widths)
+                    .map(|(w, &n)| Linear::new(w, n, k, biases.next(), ld.precision))
+                    .collect();
+                Kind::Separate(linears)
+            }
+        };
+        Ok(FusedLinear { widths, kind })
+    }
+
+    /// Output width of part `i`.
+    pub(super) fn width(&self, i: usize) -> usize {
+        self.widths[i]
+    }
+
+    /// `x` is `[t, k]`; writes part `i`'s `[t, width(i)]` into `outs[i]`. `tmp` holds
+    /// the stacked product before it is split.
+    pub(super) fn forward(&self, x: &[f32], t: usize, tmp: &mut Vec<f32>, outs: &mut [&mut [f32]]) {
+        match &self.kind {
+            Kind::Separate(linears) => {
+                for (l, out) in linears.iter().zip(outs.iter_mut()) {
+                    l.forward(x, t, out);
+                }
+            }
+            Kind::Stacked(l) => {
+                let n = l.n_out;
+                let all = sized(tmp, t * n);
+                l.forward(x, t, all);
+                for (r, row) in all.chunks_exact(n).enumerate() {
+                    let mut off = 0;
+                    for (out, &w) in outs.iter_mut().zip(&self.widths) {
+                        out[r * w..(r + 1) * w].copy_from_slice(&row[off..off + w]);
+                        off += w;
+                    }
+                }
+            }
+        }
+    }
+}
