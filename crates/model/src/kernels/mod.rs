@@ -10,3 +10,4 @@ pub mod norm;
 pub mod packed_gemm;
 pub mod qmatmul;
 pub mod quant_dot;
+pub mod quantize;
