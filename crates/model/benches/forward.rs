@@ -206,14 +206,13 @@ fn main() {
         .iter()
         .position(|a| a == "--model")
         .and_then(|i| args.get(i + 1));
-    let quantize: Option<WeightType> = args
-        .iter()
-        .position(|a| a == "--quantize")
-        .map(|i| match args.get(i + 1).map(|t| t.parse()) {
+    let quantize: Option<WeightType> = args.iter().position(|a| a == "--quantize").map(|i| {
+        match args.get(i + 1).map(|t| t.parse()) {
             Some(Ok(t)) => t,
             Some(Err(e)) => panic!("--quantize: {e}"),
             None => panic!("--quantize needs a type"),
-        });
+        }
+    });
     // A relative path may be from the repository root (cargo runs benches in the crate).
     let path = model.map_or_else(model_path, |m| {
         let p = std::path::PathBuf::from(m);

@@ -86,7 +86,9 @@ fn main() {
     } else {
         Precision::Fast
     };
-    let content = GgufFile::open(model_path()).expect("open the default model").content;
+    let content = GgufFile::open(model_path())
+        .expect("open the default model")
+        .content;
     let mut rows = Vec::new();
     println!(
         "{:<12} {:>12} {:>8} {:>10} {:>16}  weights",
