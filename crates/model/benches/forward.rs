@@ -11,13 +11,15 @@
 //!
 //! Flags: `--quick` (fewer runs), `--fast-only`, `--only CASE` (e.g. `decode_b32`, for
 //! profiling one case), `--model PATH` (another GGUF file, e.g.
-//! `models/gemma-3-270m-q4_k_m.gguf`; results go to `forward-<file stem>.json`).
+//! `models/gemma-3-270m-q4_k_m.gguf`; results go to `forward-<file stem>.json`),
+//! `--quantize q8_0|q4_0|q4_1|f16` (re-quantize the weights at load; the JSON name
+//! gets `-<type>`).
 
 use std::path::Path;
 use std::time::Instant;
 
 use sloserve_engine::{Batch, Logits, ModelRunner};
-use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
+use sloserve_model::{LlamaRunner, Precision, RunnerOptions, WeightType};
 
 #[path = "common.rs"]
 mod common;
@@ -135,6 +137,7 @@ fn run_precision(
     runs: usize,
     only: Option<&str>,
     path: &Path,
+    quantize: Option<WeightType>,
 ) -> Vec<Case> {
     let wanted = |name: &str| only.is_none_or(|o| o == name);
     let opts = RunnerOptions {
@@ -142,6 +145,7 @@ fn run_precision(
         block_size: BLOCK,
         kv_cache_memory: 256 << 20,
         max_model_len: None,
+        quantize,
     };
     let t0 = Instant::now();
     let mut r =
@@ -203,6 +207,13 @@ fn main() {
         .iter()
         .position(|a| a == "--model")
         .and_then(|i| args.get(i + 1));
+    let quantize: Option<WeightType> = args.iter().position(|a| a == "--quantize").map(|i| {
+        match args.get(i + 1).map(|t| t.parse()) {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => panic!("--quantize: {e}"),
+            None => panic!("--quantize needs a type"),
+        }
+    });
     // A relative path may be from the repository root (cargo runs benches in the crate).
     let path = model.map_or_else(model_path, |m| {
         let p = std::path::PathBuf::from(m);
@@ -223,7 +234,7 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }
     );
-    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only, &path);
+    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only, &path, quantize);
     if !fast_only {
         cases.extend(run_precision(
             Precision::Exact,
@@ -231,13 +242,15 @@ fn main() {
             exact_runs,
             only,
             &path,
+            quantize,
         ));
     }
     let load_after = load_avg();
 
     println!();
     println!(
-        "forward: {stem}, {threads} threads, block {BLOCK}; load {load_before} -> {load_after}"
+        "forward: {stem}{}, {threads} threads, block {BLOCK}; load {load_before} -> {load_after}",
+        quantize.map_or(String::new(), |t| format!(" --quantize {t}"))
     );
     println!(
         "decode = {DECODE_STEPS} steps after a {DECODE_CONTEXT}-token prefill per sequence; median of N timed runs"
@@ -264,6 +277,7 @@ fn main() {
     let json = serde_json::json!({
         "bench": "forward",
         "model": path.display().to_string(),
+        "quantize": quantize.map(|t| t.name()),
         "threads": threads,
         "quick": quick,
         "block_size": BLOCK,
@@ -276,12 +290,17 @@ fn main() {
     });
     let dir = target_dir().join("bench");
     std::fs::create_dir_all(&dir).expect("create target/bench");
-    let name = match (model.is_some(), quick) {
-        (false, false) => "forward.json".to_string(),
-        (false, true) => "forward-quick.json".to_string(),
-        (true, false) => format!("forward-{stem}.json"),
-        (true, true) => format!("forward-{stem}-quick.json"),
-    };
+    let mut name = "forward".to_string();
+    if model.is_some() {
+        name += &format!("-{stem}");
+    }
+    if let Some(t) = quantize {
+        name += &format!("-{t}");
+    }
+    if quick {
+        name += "-quick";
+    }
+    name += ".json";
     let path = dir.join(name);
     std::fs::write(&path, serde_json::to_string_pretty(&json).unwrap()).expect("write json");
     println!("wrote {}", path.display());

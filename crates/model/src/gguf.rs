@@ -10,6 +10,7 @@ use candle_core::quantized::GgmlDType;
 
 use crate::error::{ModelError, Result};
 use crate::gguf_header::{read_header, tensor_nbytes};
+use crate::requantize::{self, WeightType};
 use crate::weights::WeightData;
 
 /// Tensor types the forward pass can run.
@@ -42,6 +43,8 @@ pub struct GgufFile {
     pub path: PathBuf,
     pub content: Content,
     reader: BufReader<File>,
+    /// `--quantize`: weight matrices are re-quantized to this type as they are read.
+    quantize: Option<WeightType>,
 }
 
 impl GgufFile {
@@ -71,7 +74,17 @@ impl GgufFile {
             path,
             content,
             reader,
+            quantize: None,
         })
+    }
+
+    /// Makes `read_tensor` re-quantize weight matrices to `ty` (see `requantize`).
+    pub fn set_quantize(&mut self, ty: Option<WeightType>) {
+        self.quantize = ty;
+    }
+
+    pub fn quantize(&self) -> Option<WeightType> {
+        self.quantize
     }
 
     pub fn meta(&self, key: &str) -> Option<&Value> {
@@ -155,7 +168,7 @@ impl GgufFile {
         Ok(())
     }
 
-    /// Reads one tensor's raw blocks. Returns the data and its dims in GGUF order
+    /// Reads one tensor's blocks (re-quantized if `set_quantize` asked). Returns the data and its dims in GGUF order
     /// reversed (rows last): `(rows, cols)` for a matrix means `dims = [rows, cols]`.
     pub fn read_tensor(&mut self, name: &str) -> Result<(WeightData, Vec<usize>)> {
         let info =
@@ -195,6 +208,13 @@ impl GgufFile {
                 supported: supported_dtypes_list(),
             }
         })?;
+        let data = match self
+            .quantize
+            .and_then(|ty| requantize::target(&self.content, ty, name, &dims))
+        {
+            Some(to) => requantize::requantize(data, to),
+            None => data,
+        };
         Ok((data, dims))
     }
 }

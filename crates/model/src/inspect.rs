@@ -11,6 +11,7 @@ use candle_core::quantized::gguf_file::Value;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::gguf::GgufFile;
+use crate::requantize::WeightPlan;
 use crate::tokenizer::{Tokenizer, SUPPORTED_TOKENIZERS};
 
 /// The summary; a file sloserve cannot serve is described too, ending in
@@ -118,6 +119,18 @@ fn describe_tensors(w: &mut String, file: &GgufFile) {
             w,
             "  {dtype:<6} {count:>4} tensors, {:>5.1}% of parameters",
             100.0 * *n as f64 / params.max(1) as f64
+        );
+    }
+    let _ = writeln!(
+        w,
+        "weights:         {}",
+        WeightPlan::new(&file.content, None).summary()
+    );
+    if let Some(ty) = file.quantize() {
+        let _ = writeln!(
+            w,
+            "--quantize {ty:<5} {}",
+            WeightPlan::new(&file.content, Some(ty)).summary()
         );
     }
 }

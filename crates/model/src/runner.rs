@@ -10,6 +10,7 @@ use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvDtype};
 use crate::llama::{Llama, Scratch};
+use crate::requantize::{WeightPlan, WeightType};
 use crate::weights::Precision;
 
 /// How to load a runner.
@@ -22,6 +23,8 @@ pub struct RunnerOptions {
     pub kv_cache_memory: usize,
     /// Cap on the context length (defaults to the model's own).
     pub max_model_len: Option<usize>,
+    /// Re-quantize the weight matrices to this type at load (`--quantize`).
+    pub quantize: Option<WeightType>,
 }
 
 impl Default for RunnerOptions {
@@ -31,6 +34,7 @@ impl Default for RunnerOptions {
             block_size: 16,
             kv_cache_memory: 512 << 20,
             max_model_len: None,
+            quantize: None,
         }
     }
 }
@@ -66,7 +70,13 @@ impl LlamaRunner {
         let max_positions = max_model_len.min(num_blocks.saturating_mul(block_size));
         // The weights first: they prove the layer count and sizes before the cache is
         // allocated from them.
+        file.set_quantize(opts.quantize);
         let model = Llama::load(file, opts.precision, max_positions)?;
+        tracing::info!(
+            quantize = opts.quantize.map_or("none (the file's types)", |t| t.name()),
+            weights = %WeightPlan::new(&file.content, opts.quantize).summary(),
+            "effective weight types"
+        );
         let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks, dtype);
         let info = RunnerInfo {
             block_size,

@@ -127,6 +127,7 @@ fn load_runner() -> LlamaRunner {
         block_size: 16,
         kv_cache_memory: 128 << 20,
         max_model_len: Some(1024),
+        quantize: None,
     };
     LlamaRunner::load(common::model_path(), &opts).expect("load the default model")
 }

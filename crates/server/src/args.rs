@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use sloserve_engine::{EngineConfig, SloClass, StepBudgetPolicy};
-use sloserve_model::{Precision, RunnerOptions};
+use sloserve_model::{Precision, RunnerOptions, WeightType};
 
 /// The default model file (fetched by `make model`).
 pub use sloserve_model::DEFAULT_MODEL_PATH as DEFAULT_MODEL;
@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// fast (quantized dot products) or exact (f32 on dequantized weights).
     #[arg(long, default_value = "fast")]
     pub precision: Precision,
+    /// Re-quantize the weight matrices at load to q8_0, q4_0, q4_1 or f16 (default:
+    /// the file's own types): trades accuracy for speed and memory.
+    #[arg(long)]
+    pub quantize: Option<WeightType>,
     /// Model name clients use (default: the file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -220,6 +224,7 @@ impl ServeArgs {
             block_size: cfg.block_size,
             kv_cache_memory: cfg.kv_cache_memory as usize,
             max_model_len: cfg.max_model_len,
+            quantize: self.quantize,
         }
     }
 

@@ -10,7 +10,7 @@ use sloserve_engine::SamplingParams;
 use sloserve_model::chat_template::ChatMessage;
 use sloserve_model::detokenizer::StreamDecoder;
 use sloserve_model::generate::{generate, GenerateOptions};
-use sloserve_model::{LoadedModel, Precision, RunnerOptions};
+use sloserve_model::{LoadedModel, Precision, RunnerOptions, WeightType};
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -49,6 +49,10 @@ pub struct GenerateArgs {
     /// fast (quantized dot products) or exact (f32 on dequantized weights).
     #[arg(long, default_value = "fast")]
     precision: Precision,
+    /// Re-quantize the weight matrices at load to q8_0, q4_0, q4_1 or f16 (default:
+    /// the file's own types).
+    #[arg(long)]
+    quantize: Option<WeightType>,
     /// Prefill the prompt in chunks of this many tokens (0: one piece).
     #[arg(long, default_value_t = 0)]
     prefill_chunk: usize,
@@ -61,6 +65,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
     sloserve_model::set_compute_threads(a.threads);
     let opts = RunnerOptions {
         precision: a.precision,
+        quantize: a.quantize,
         ..Default::default()
     };
     let mut m = LoadedModel::load(&a.model, &opts)?;

@@ -40,6 +40,9 @@ enum Command {
         /// GGUF model file.
         #[arg(long, default_value = DEFAULT_MODEL)]
         model: PathBuf,
+        /// Also show the weight types `--quantize TYPE` would give (q8_0, q4_0, q4_1, f16).
+        #[arg(long)]
+        quantize: Option<sloserve_model::WeightType>,
     },
 }
 
@@ -76,8 +79,11 @@ fn main() -> ExitCode {
         Command::Route(args) => sloserve_router::run(args),
         Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
         Command::Tune(args) => sloserve_tune::run_tune_blocking(args).map(|_| ()),
-        Command::Inspect { model } => sloserve_model::GgufFile::open(&model)
-            .and_then(|f| sloserve_model::inspect::inspect(&f))
+        Command::Inspect { model, quantize } => sloserve_model::GgufFile::open(&model)
+            .and_then(|mut f| {
+                f.set_quantize(quantize);
+                sloserve_model::inspect::inspect(&f)
+            })
             .map(|s| print!("{s}"))
             .map_err(anyhow::Error::from),
     };

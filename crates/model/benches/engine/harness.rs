@@ -22,6 +22,7 @@ pub fn start(cfg: EngineConfig) -> EngineHandle {
         block_size: 16,
         kv_cache_memory: KV_BYTES,
         max_model_len: None,
+        quantize: None,
     };
     let runner = LlamaRunner::load(model_path(), &opts).expect("load the default model");
     Engine::start(Box::new(runner), cfg).expect("start the engine")

@@ -14,3 +14,4 @@ pub mod q4_1_rows;
 pub mod q8_0_rows;
 pub mod qmatmul;
 pub mod quant_dot;
+pub mod quantize;
