@@ -6,6 +6,7 @@
 use std::time::Instant;
 
 use crate::config::{AdmissionConfig, EngineConfig};
+use crate::departures::Departures;
 use crate::error::EngineError;
 use crate::request::{Admitted, Request, SloClass, SloTargets};
 use crate::scheduler::{QueueExits, Released};
@@ -130,44 +131,8 @@ pub(crate) struct AdmissionState {
 const RATE_EMA_ALPHA: f64 = 0.2;
 /// Steps with fewer prefill tokens do not update the rate (too noisy).
 const MIN_RATE_SAMPLE_TOKENS: usize = 16;
-/// The departure rate forgets with this time constant (seconds of engine time).
-const DEPARTURE_WINDOW_S: f64 = 10.0;
-/// Backlogged engine time needed before the departure rate is trusted.
-const MIN_DEPARTURE_SAMPLE_S: f64 = 0.5;
 /// Weight of a step's longest start wait in the felt wait.
 const FELT_EMA_ALPHA: f64 = 0.5;
-/// A drain rate below this counts as this (a starved queue: very long waits).
-const MIN_DEPARTURE_RATE: f64 = 1e-3;
-
-/// Requests (and their prompt tokens) leaving a class's waiting queue, started
-/// or cancelled, per second of engine time during which the queue had waiters:
-/// a decaying window, so a queue that stops draining soon predicts long waits.
-#[derive(Debug, Clone, Copy, Default)]
-struct Departures {
-    requests: f64,
-    tokens: f64,
-    secs: f64,
-}
-
-impl Departures {
-    fn observe(&mut self, requests: usize, tokens: usize, secs: f64) {
-        let keep = (-secs / DEPARTURE_WINDOW_S).exp();
-        self.requests = self.requests * keep + requests as f64;
-        self.tokens = self.tokens * keep + tokens as f64;
-        self.secs = self.secs * keep + secs;
-    }
-
-    /// (requests, prompt tokens) per second; `None` until enough backlogged
-    /// time was seen.
-    fn rates(&self) -> Option<(f64, f64)> {
-        (self.secs >= MIN_DEPARTURE_SAMPLE_S).then(|| {
-            (
-                (self.requests / self.secs).max(MIN_DEPARTURE_RATE),
-                (self.tokens / self.secs).max(MIN_DEPARTURE_RATE),
-            )
-        })
-    }
-}
 
 impl AdmissionState {
     /// Admits a request of `class` with `prompt_len` tokens or refuses it; on

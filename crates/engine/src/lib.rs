@@ -14,6 +14,7 @@ pub mod block_pool;
 mod budget;
 pub mod config;
 mod core;
+mod departures;
 pub mod engine;
 pub mod error;
 pub mod event;
