@@ -7,6 +7,12 @@ const DEPARTURE_WINDOW_S: f64 = 10.0;
 const MIN_DEPARTURE_SAMPLE_S: f64 = 0.5;
 /// A drain rate below this counts as this (a starved queue: very long waits).
 const MIN_DEPARTURE_RATE: f64 = 1e-3;
+/// Backlogged engine time with (next to) no departure before the queue counts
+/// as starved. Less proves nothing: one slow step (a long prefill on a loaded
+/// machine) can pass before the first waiter could have started at all.
+const STARVED_AFTER_S: f64 = 5.0;
+/// Departures (decayed weight) that make a drain rate, short of starvation.
+const MIN_DEPARTURES: f64 = 0.5;
 
 /// Requests (and their prompt tokens) leaving a class's waiting queue, started
 /// or cancelled, per second of engine time during which the queue had waiters:
@@ -27,9 +33,11 @@ impl Departures {
     }
 
     /// (requests, prompt tokens) per second; `None` until enough backlogged
-    /// time was seen.
+    /// time was seen, and until a request departed or the queue starved.
     pub fn rates(&self) -> Option<(f64, f64)> {
-        (self.secs >= MIN_DEPARTURE_SAMPLE_S).then(|| {
+        let trusted = self.secs >= MIN_DEPARTURE_SAMPLE_S
+            && (self.requests >= MIN_DEPARTURES || self.secs >= STARVED_AFTER_S);
+        trusted.then(|| {
             (
                 (self.requests / self.secs).max(MIN_DEPARTURE_RATE),
                 (self.tokens / self.secs).max(MIN_DEPARTURE_RATE),
@@ -63,5 +71,20 @@ mod tests {
             d.observe(0, 0, 0.5);
         }
         assert_eq!(d.rates().unwrap().0, MIN_DEPARTURE_RATE, "never 0");
+    }
+
+    #[test]
+    fn a_slow_step_without_departures_is_no_evidence_but_a_starved_queue_is() {
+        let mut d = Departures::default();
+        // One 0.8 s step ended with a waiter that could not have started yet.
+        d.observe(0, 0, 0.8);
+        assert_eq!(d.rates(), None);
+        d.observe(0, 0, 2.0);
+        assert_eq!(d.rates(), None, "2.8 s without a departure: not yet starved");
+        for _ in 0..5 {
+            d.observe(0, 0, 1.0);
+        }
+        let (r, _) = d.rates().unwrap();
+        assert_eq!(r, MIN_DEPARTURE_RATE, "starved: {r}");
     }
 }
