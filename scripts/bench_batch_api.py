@@ -17,6 +17,7 @@ Prints medians over RUNS, writes OUT/results.json, OUT/table.md and a plot of
 the job's throughput and the stream's TTFT over time (OUT/batch-api.png).
 
 usage: scripts/bench_batch_api.py [--runs 3] [--job 500] [--stream-requests 100] [--bin target/release/sloserve]
+       [--only a|b] [--mixed-args "SERVE FLAGS"]
 Loopback only; every loop is bounded.
 """
 import argparse, http.client, io, json, os, random, statistics, subprocess, sys, tempfile
@@ -31,10 +32,10 @@ URL = f"http://127.0.0.1:{PORT}"
 
 
 class Server:
-    def __init__(self, binary, model, profile, log):
+    def __init__(self, binary, model, profile, log, extra=()):
         self.data = tempfile.mkdtemp(prefix="sloserve-bench-batch-")
         args = [binary, "serve", "--model", model, "--port", str(PORT), "--profile", profile,
-                "--data-dir", self.data]
+                "--data-dir", self.data, *extra]
         self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         for _ in range(600):
             try:
@@ -158,7 +159,7 @@ def part_a(args, log):
 
 
 def part_b(args, log, run):
-    srv = Server(args.bin, args.model, "mixed", log)
+    srv = Server(args.bin, args.model, "mixed", log, args.mixed_args.split())
     w = slo.Workload(seed=run + 1)
     try:
         slo.warm(w)
@@ -191,6 +192,7 @@ def part_b(args, log, run):
             "capacity_req_s": capacity, "stream_rate_req_s": rate,
             "ttft_p95_alone_ms": st_alone["ttft_p95_ms"], "ttft_p95_beside_ms": st_beside["ttft_p95_ms"],
             "ttft_p95_ratio": st_beside["ttft_p95_ms"] / st_alone["ttft_p95_ms"],
+            "tpot_p50_alone_ms": st_alone["tpot_p50_ms"], "tpot_p50_beside_ms": st_beside["tpot_p50_ms"],
             "stream_tok_s": st_alone["output_tok_s"], "job_alone_tok_s": job_alone,
             "job_beside_tok_s": job_beside, "job_floor_tok_s": floor,
         }, {"job_alone": job_alone_trace, "job_beside": res["trace"], "window": [a, b_],
@@ -240,6 +242,8 @@ def main():
                     help="interactive requests in each stream (a P95 over 40 is the 2nd worst)")
     ap.add_argument("--out", default="out/bench-batch-api")
     ap.add_argument("--only", choices=["a", "b"])
+    ap.add_argument("--mixed-args", default="",
+                    help="extra `serve` flags for part B (the mixed profile), e.g. '--default-tpot-slo-ms 40'")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "server.log"), "w")
@@ -264,6 +268,7 @@ def main():
         rows += [f"| interactive stream rate (req/s; capacity {med('b', 'capacity_req_s'):.2f}) | {med('b', 'stream_rate_req_s'):.2f} |",
                  f"| TTFT P95 alone / beside the job (ms) | {med('b', 'ttft_p95_alone_ms'):.0f} / {med('b', 'ttft_p95_beside_ms'):.0f} |",
                  f"| TTFT P95 ratio (goal <= 1.2) | {med('b', 'ttft_p95_ratio'):.2f} |",
+                 f"| interactive TPOT p50 alone / beside the job (ms) | {med('b', 'tpot_p50_alone_ms'):.1f} / {med('b', 'tpot_p50_beside_ms'):.1f} |",
                  f"| job alone / beside the stream, output tok/s | {med('b', 'job_alone_tok_s'):.1f} / {med('b', 'job_beside_tok_s'):.1f} |",
                  f"| floor 0.8 x (job alone - stream {med('b', 'stream_tok_s'):.1f} tok/s) | {med('b', 'job_floor_tok_s'):.1f} |"]
     table = "| medians of %d runs | |\n|---|---|\n" % args.runs + "\n".join(rows) + "\n"

@@ -80,7 +80,11 @@ mod tests {
         d.observe(0, 0, 0.8);
         assert_eq!(d.rates(), None);
         d.observe(0, 0, 2.0);
-        assert_eq!(d.rates(), None, "2.8 s without a departure: not yet starved");
+        assert_eq!(
+            d.rates(),
+            None,
+            "2.8 s without a departure: not yet starved"
+        );
         for _ in 0..5 {
             d.observe(0, 0, 1.0);
         }

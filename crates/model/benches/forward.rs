@@ -10,7 +10,7 @@
 //! `target/bench/forward.json`.
 //!
 //! Flags: `--quick` (fewer runs), `--fast-only`, `--only CASE` (e.g. `decode_b32`, for
-//! profiling one case), `--model PATH` (another GGUF file, e.g.
+//! profiling one case; `decode_bN` for any batch size N), `--model PATH` (another GGUF file, e.g.
 //! `models/gemma-3-270m-q4_k_m.gguf`; results go to `forward-<file stem>.json`),
 //! `--quantize q8_0|q4_0|q4_1|f16` (re-quantize the weights at load; the JSON name
 //! gets `-<type>`).
@@ -172,7 +172,12 @@ fn run_precision(
             tok_s,
         });
     }
-    for b in DECODE_BATCHES {
+    // `--only decode_bN` measures any batch size N.
+    let batches = match only.and_then(|o| o.strip_prefix("decode_b")?.parse().ok()) {
+        Some(b) => vec![b],
+        None => DECODE_BATCHES.to_vec(),
+    };
+    for b in batches {
         if !wanted(&format!("decode_b{b}")) {
             continue;
         }

@@ -124,6 +124,17 @@ impl Llama {
         })
     }
 
+    /// The largest batch (tokens) that every block multiplies on its quantized
+    /// path: past it a step's cost jumps (`Linear::small_batch_max_rows`; `None`
+    /// when no layer switches). The output layer only sees the rows that want
+    /// logits, so the blocks decide.
+    pub fn small_batch_max_tokens(&self) -> Option<usize> {
+        self.blocks
+            .iter()
+            .map(Block::small_batch_max_rows)
+            .fold(None, crate::weights::first_switch)
+    }
+
     /// Positions the RoPE table covers.
     pub fn rope_positions(&self) -> usize {
         self.ropes[0].max_pos()

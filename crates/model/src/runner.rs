@@ -84,12 +84,9 @@ impl LlamaRunner {
             vocab_size: c.vocab_size,
             max_model_len,
             kv_bytes_per_token,
-            // Fast precision multiplies batches of GEMM_MIN_ROWS+ tokens with the
-            // dense packed weights (a step's cost jumps there); exact never does.
-            small_batch_max_tokens: match opts.precision {
-                Precision::Fast => crate::weights::GEMM_MIN_ROWS - 1,
-                Precision::Exact => 0,
-            },
+            // Fast precision multiplies larger batches with the dense f32
+            // weights (a step's cost jumps there); exact never switches.
+            small_batch_max_tokens: model.small_batch_max_tokens().unwrap_or(0),
         };
         Ok(LlamaRunner {
             model,

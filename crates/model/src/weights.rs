@@ -166,9 +166,9 @@ impl std::str::FromStr for Precision {
     }
 }
 
-/// Batches with at least this many rows run as an f32 GEMM on dequantized weights
-/// (compute-bound); smaller ones as quantized dot products (memory-bound: one or two
-/// decoding sequences). Measured with the forward bench: at 3 rows the f32 GEMM is
+/// Without repacked decode kernels (`Rows`), batches with at least this many rows
+/// run as an f32 GEMM on dequantized weights (compute-bound); smaller ones as
+/// quantized dot products (memory-bound: one or two decoding sequences). Measured with the forward bench: at 3 rows the f32 GEMM is
 /// already ahead (71 vs 68 tok/s), at 4 rows by 1.3x, at 8 by 1.7x.
 pub const GEMM_MIN_ROWS: usize = 3;
 
@@ -180,10 +180,41 @@ enum Dense {
     RowMajor(Vec<f32>),
 }
 
+/// The earlier of two path switches (`Linear::small_batch_max_rows`).
+pub fn first_switch(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Quantized weights repacked for the decode kernels.
 enum Rows {
     Q4_1(Q4_1Rows),
     Q8_0(Q8_0Rows),
+}
+
+impl Rows {
+    /// Batches up to this many rows run on the repacked kernel; larger ones on
+    /// the f32 GEMM. The repacked kernels read the quantized bytes once for all
+    /// rows (memory-bound at a few rows) where the GEMM reads 4-byte weights, so
+    /// they win well past `GEMM_MIN_ROWS`. Measured on the default model's shapes
+    /// (forward bench `--only decode_bN`, 2 threads, AVX2, stop 11), tok/s rows
+    /// kernel vs GEMM: Q4_1 b4 295 vs 146, b16 316 vs 290, b20 314 vs 320, b24 262
+    /// vs 335; Q8_0 b8 265 vs 200, b12 277 vs 256, b16 284 vs 300.
+    fn max_rows(&self) -> usize {
+        match self {
+            Rows::Q4_1(_) => 16,
+            Rows::Q8_0(_) => 12,
+        }
+    }
+
+    fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
+        match self {
+            Rows::Q4_1(r) => r.matmul(x, m, out),
+            Rows::Q8_0(r) => r.matmul(x, m, out),
+        }
+    }
 }
 
 /// A linear layer `y = x·Wᵀ (+ b)` with W of shape `[n_out, k]`.
@@ -240,15 +271,25 @@ impl Linear {
         }
     }
 
+    /// The largest batch (rows of `x`) multiplied on the quantized path before
+    /// `forward` switches to the f32 GEMM (a step's cost jumps there); `None` when
+    /// it never switches (f32 weights).
+    pub fn small_batch_max_rows(&self) -> Option<usize> {
+        match (&self.weight, &self.dense, &self.rows) {
+            (WeightData::F32(_), _, _) | (_, None, _) => None,
+            (_, Some(_), Some(r)) => Some(r.max_rows().max(GEMM_MIN_ROWS - 1)),
+            (_, Some(_), None) => Some(GEMM_MIN_ROWS - 1),
+        }
+    }
+
     /// `x` is `[m, k]`, `out` is `[m, n_out]`.
     pub fn forward(&self, x: &[f32], m: usize, out: &mut [f32]) {
         let (k, n) = (self.k, self.n_out);
         match (&self.weight, &self.dense, &self.rows) {
             (WeightData::F32(w), _, _) => gemm_f32(x, w, m, k, n, out),
+            (_, _, Some(r)) if m <= r.max_rows() => r.matmul(x, m, out),
             (_, Some(Dense::Packed(w)), _) if m >= GEMM_MIN_ROWS => w.matmul(x, m, out),
             (_, Some(Dense::RowMajor(w)), _) if m >= GEMM_MIN_ROWS => gemm_f32(x, w, m, k, n, out),
-            (_, _, Some(Rows::Q4_1(r))) => r.matmul(x, m, out),
-            (_, _, Some(Rows::Q8_0(r))) => r.matmul(x, m, out),
             (q, _, _) => q.matmul(x, m, k, n, out),
         }
         if let Some(b) = &self.bias {
@@ -256,6 +297,68 @@ impl Linear {
                 for (o, b) in row.iter_mut().zip(b) {
                     *o += b;
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::{has_avx2, test_data};
+    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, GgmlType};
+
+    fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
+        let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
+        T::from_float(&test_data(n * k, 5), &mut w);
+        w
+    }
+
+    /// Each batch size gives the same product on whichever path it takes, and the
+    /// reported switch is where the path changes.
+    #[test]
+    fn every_batch_size_agrees_across_the_path_switch() {
+        let (n, k) = (24, 256);
+        let q41 = Linear::new(
+            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+            n,
+            k,
+            None,
+            Precision::Fast,
+        );
+        let q4k = Linear::new(
+            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
+            n,
+            k,
+            None,
+            Precision::Fast,
+        );
+        let exact = Linear::new(
+            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+            n,
+            k,
+            None,
+            Precision::Exact,
+        );
+        assert_eq!(
+            exact.small_batch_max_rows(),
+            None,
+            "f32 weights never switch"
+        );
+        assert_eq!(q4k.small_batch_max_rows(), Some(GEMM_MIN_ROWS - 1));
+        let switch = q41.small_batch_max_rows().unwrap();
+        assert_eq!(switch, if has_avx2() { 16 } else { GEMM_MIN_ROWS - 1 });
+        assert_eq!(first_switch(Some(16), Some(2)), Some(2));
+        assert_eq!(first_switch(None, Some(16)), Some(16));
+        let x = test_data(20 * k, 9);
+        for m in [1, switch, switch + 1, 20] {
+            let (mut fast, mut reference) = (vec![0f32; m * n], vec![0f32; m * n]);
+            q41.forward(&x[..m * k], m, &mut fast);
+            exact.forward(&x[..m * k], m, &mut reference);
+            for (a, b) in fast.iter().zip(&reference) {
+                // 8-bit activations on the quantized path: each of the 256 products
+                // off by at most |w| * amax / 254 (typically ~0.03 in all).
+                assert!((a - b).abs() <= 0.1, "m={m}: {a} vs {b}");
             }
         }
     }

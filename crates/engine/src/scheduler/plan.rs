@@ -213,14 +213,29 @@ impl Scheduler {
     }
 
     /// Just after interactive work (within `interactive_linger_ms`), a step with
-    /// none is bounded as if it carried the last interactive step's work, so an
-    /// interactive request arriving now waits for no longer a step than beside
-    /// that work. `None` otherwise (a full step: throughput).
+    /// none is bounded as if it carried the last interactive step's decode rows,
+    /// so an interactive request arriving now waits for no longer a step than
+    /// beside that work. `None` otherwise (a full step: throughput).
     fn linger_limit(&self, now: Instant) -> Option<f64> {
         let (at, base) = self.last_interactive?;
         let linger = Duration::from_millis(self.cfg.interactive_linger_ms);
-        let bound = base * (1.0 + self.cfg.max_batch_interference * (1.0 - self.cfg.slo_margin));
-        (now.saturating_duration_since(at) < linger).then_some(bound)
+        (now.saturating_duration_since(at) < linger).then(|| self.decode_limit(base))
+    }
+
+    /// The bound of a step whose interactive work (predicted `base` seconds) is
+    /// decode rows without a TPOT target of their own: `default_tpot_slo_ms`, else
+    /// the relative bound; less the margin.
+    fn decode_limit(&self, base: f64) -> f64 {
+        base + (self.decode_bound(base) - base).max(0.0) * (1.0 - self.cfg.slo_margin)
+    }
+
+    /// How long a step with interactive decode rows (predicted `base` seconds)
+    /// may take before the margin: `default_tpot_slo_ms`, else `base` times
+    /// `1 + max_batch_interference`.
+    fn decode_bound(&self, base: f64) -> f64 {
+        self.cfg
+            .default_tpot_slo_ms
+            .map_or(base * (1.0 + self.cfg.max_batch_interference), |t| t / 1e3)
     }
 
     /// The step's time limit while interactive work runs or waits (`None`

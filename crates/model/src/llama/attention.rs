@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::kernels::attention::{paged_attention, AttnShape};
 use crate::kernels::norm::rms_norm_in_place;
 use crate::kv_cache::KvCache;
-use crate::weights::Linear;
+use crate::weights::{first_switch, Linear};
 
 pub(super) struct Attention {
     /// q, k and v projections (parts 0, 1, 2).
@@ -75,6 +75,14 @@ impl Attention {
 
     /// `xn` is the normed input `[T, hidden]`; writes this step's keys and values
     /// into `cache` at `layer` and the projected attention `[T, hidden]` into `out`.
+    /// Where its batches leave the quantized path (`Linear::small_batch_max_rows`).
+    pub(super) fn small_batch_max_rows(&self) -> Option<usize> {
+        first_switch(
+            self.qkv.small_batch_max_rows(),
+            self.output.small_batch_max_rows(),
+        )
+    }
+
     pub(super) fn forward(
         &self,
         xn: &[f32],

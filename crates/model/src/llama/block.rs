@@ -8,6 +8,7 @@ use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::kernels::norm::rms_norm;
 use crate::kv_cache::KvCache;
+use crate::weights::first_switch;
 
 pub(super) struct Block {
     attn_norm: Vec<f32>,
@@ -49,6 +50,14 @@ impl Block {
             },
             eps: c.rms_norm_eps,
         })
+    }
+
+    /// Where its batches leave the quantized path (`Linear::small_batch_max_rows`).
+    pub(super) fn small_batch_max_rows(&self) -> Option<usize> {
+        first_switch(
+            self.attn.small_batch_max_rows(),
+            self.mlp.small_batch_max_rows(),
+        )
     }
 
     /// Runs layer `layer` over the residual stream `x` (`[T, hidden]`), in place.

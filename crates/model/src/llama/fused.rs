@@ -4,7 +4,7 @@
 
 use super::{sized, Loader};
 use crate::error::Result;
-use crate::weights::{Linear, WeightData};
+use crate::weights::{first_switch, Linear, WeightData};
 
 pub(super) struct FusedLinear {
     /// Output width of each part, in order.
@@ -54,6 +54,17 @@ impl FusedLinear {
             }
         };
         Ok(FusedLinear { widths, kind })
+    }
+
+    /// Where the parts' batches leave the quantized path (`Linear::small_batch_max_rows`).
+    pub(super) fn small_batch_max_rows(&self) -> Option<usize> {
+        match &self.kind {
+            Kind::Stacked(l) => l.small_batch_max_rows(),
+            Kind::Separate(ls) => ls
+                .iter()
+                .map(Linear::small_batch_max_rows)
+                .fold(None, first_switch),
+        }
     }
 
     /// Output width of part `i`.

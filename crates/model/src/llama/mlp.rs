@@ -6,7 +6,7 @@ use super::{sized, Loader};
 use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
 use crate::kernels::activation::{gelu_mul, silu_mul};
-use crate::weights::Linear;
+use crate::weights::{first_switch, Linear};
 
 pub(super) struct Mlp {
     /// gate and up projections (parts 0, 1).
@@ -43,6 +43,14 @@ impl Mlp {
     }
 
     /// `xn` is the normed input `[t, hidden]`; writes `[t, hidden]` into `out`.
+    /// Where its batches leave the quantized path (`Linear::small_batch_max_rows`).
+    pub(super) fn small_batch_max_rows(&self) -> Option<usize> {
+        first_switch(
+            self.gate_up.small_batch_max_rows(),
+            self.down.small_batch_max_rows(),
+        )
+    }
+
     pub(super) fn forward(&self, xn: &[f32], t: usize, s: &mut MlpScratch, out: &mut [f32]) {
         let ffn = self.gate_up.width(0);
         let gate = sized(&mut s.gate, t * ffn);
