@@ -147,6 +147,9 @@ impl AdmissionState {
         let limits = cfg.limits(class);
         let n = *self.waiting_requests.get(class);
         let tokens = *self.waiting_tokens.get(class);
+        let wait_s = self.predicted_wait_s(class);
+        // Come back when the class's queue has drained (1 to 60 s).
+        let retry_after_s = (wait_s.ceil() as u64).clamp(1, 60);
         if n + 1 > limits.max_waiting_requests
             || tokens + prompt_len > limits.max_waiting_prompt_tokens
         {
@@ -154,18 +157,17 @@ impl AdmissionState {
                 class,
                 EngineError::QueueFull {
                     class,
-                    retry_after_s: self.retry_after_s(class),
+                    retry_after_s,
                 },
             ));
         }
-        let wait_s = self.predicted_wait_s(class);
         if cfg.max_queue_wait_s > 0.0 && wait_s > cfg.max_queue_wait_s {
             return Err(self.refuse(
                 class,
                 EngineError::QueueWaitTooLong {
                     class,
                     predicted_s: wait_s,
-                    retry_after_s: self.retry_after_s(class),
+                    retry_after_s,
                 },
             ));
         }
@@ -183,7 +185,7 @@ impl AdmissionState {
                         EngineError::TtftUnreachable {
                             predicted_ms,
                             target_ms: slo,
-                            retry_after_s: self.retry_after_s(class),
+                            retry_after_s,
                         },
                     ));
                 }
@@ -232,11 +234,6 @@ impl AdmissionState {
             0.0
         };
         by_tokens.max(by_departures).max(felt)
-    }
-
-    /// Seconds until the class's queue has drained (1 to 60).
-    fn retry_after_s(&self, class: SloClass) -> u64 {
-        (self.predicted_wait_s(class).ceil() as u64).clamp(1, 60)
     }
 
     /// `count` requests with `tokens` prompt tokens left the waiting queue.

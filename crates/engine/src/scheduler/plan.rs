@@ -219,23 +219,25 @@ impl Scheduler {
     fn linger_limit(&self, now: Instant) -> Option<f64> {
         let (at, base) = self.last_interactive?;
         let linger = Duration::from_millis(self.cfg.interactive_linger_ms);
-        (now.saturating_duration_since(at) < linger).then(|| self.decode_limit(base))
+        (now.saturating_duration_since(at) < linger).then(|| {
+            let bound = self
+                .cfg
+                .default_tpot_slo_ms
+                .map_or(self.relative_bound(base), |t| t / 1e3);
+            self.with_margin(base, bound)
+        })
     }
 
-    /// The bound of a step whose interactive work (predicted `base` seconds) is
-    /// decode rows without a TPOT target of their own: `default_tpot_slo_ms`, else
-    /// the relative bound; less the margin.
-    fn decode_limit(&self, base: f64) -> f64 {
-        base + (self.decode_bound(base) - base).max(0.0) * (1.0 - self.cfg.slo_margin)
+    /// How long a step whose interactive work is predicted to take `base`
+    /// seconds may take without a target: `base` times `1 + max_batch_interference`.
+    fn relative_bound(&self, base: f64) -> f64 {
+        base * (1.0 + self.cfg.max_batch_interference)
     }
 
-    /// How long a step with interactive decode rows (predicted `base` seconds)
-    /// may take before the margin: `default_tpot_slo_ms`, else `base` times
-    /// `1 + max_batch_interference`.
-    fn decode_bound(&self, base: f64) -> f64 {
-        self.cfg
-            .default_tpot_slo_ms
-            .map_or(base * (1.0 + self.cfg.max_batch_interference), |t| t / 1e3)
+    /// The limit of a step with interactive work of `base` seconds and the
+    /// tightest `bound`: `base` plus the allowance less `slo_margin` of it.
+    fn with_margin(&self, base: f64, bound: f64) -> f64 {
+        base + (bound - base).max(0.0) * (1.0 - self.cfg.slo_margin)
     }
 
     /// The step's time limit while interactive work runs or waits (`None`
@@ -250,7 +252,7 @@ impl Scheduler {
         let cost = &self.cost;
         let one_row = cost.predict(&StepShape::of_seq(1, 0, true));
         let base = cost.predict(budget.shape()).max(one_row);
-        let relative = base * (1.0 + self.cfg.max_batch_interference);
+        let relative = self.relative_bound(base);
         let mut bound = if self.waiting[SloClass::Interactive].is_empty() {
             f64::INFINITY
         } else {
@@ -277,7 +279,6 @@ impl Scheduler {
         if !bound.is_finite() {
             return None;
         }
-        let allowance = (bound - base).max(0.0) * (1.0 - self.cfg.slo_margin);
-        Some((base + allowance, base))
+        Some((self.with_margin(base, bound), base))
     }
 }
