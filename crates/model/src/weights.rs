@@ -168,8 +168,9 @@ impl std::str::FromStr for Precision {
 
 /// Without repacked decode kernels (`Rows`), batches with at least this many rows
 /// run as an f32 GEMM on dequantized weights (compute-bound); smaller ones as
-/// quantized dot products (memory-bound: one or two decoding sequences). Measured with the forward bench: at 3 rows the f32 GEMM is
-/// already ahead (71 vs 68 tok/s), at 4 rows by 1.3x, at 8 by 1.7x.
+/// quantized dot products (memory-bound: one or two decoding sequences). Measured
+/// with the forward bench: at 3 rows the f32 GEMM is already ahead (71 vs 68
+/// tok/s), at 4 rows by 1.3x, at 8 by 1.7x.
 pub const GEMM_MIN_ROWS: usize = 3;
 
 /// The f32 copy of quantized weights that large batches multiply with.
@@ -271,25 +272,30 @@ impl Linear {
         }
     }
 
-    /// The largest batch (rows of `x`) multiplied on the quantized path before
-    /// `forward` switches to the f32 GEMM (a step's cost jumps there); `None` when
-    /// it never switches (f32 weights).
+    /// The smallest batch (rows of `x`) that `forward` multiplies with the dense
+    /// f32 copy instead of the quantized weights; `None` without one (f32 weights).
+    fn dense_from(&self) -> Option<usize> {
+        self.dense.as_ref()?;
+        let rows_end = self.rows.as_ref().map_or(0, |r| r.max_rows() + 1);
+        Some(rows_end.max(GEMM_MIN_ROWS))
+    }
+
+    /// The largest batch multiplied on the quantized path before `forward`
+    /// switches to the f32 GEMM (a step's cost jumps there); `None` when it never
+    /// switches (f32 weights).
     pub fn small_batch_max_rows(&self) -> Option<usize> {
-        match (&self.weight, &self.dense, &self.rows) {
-            (WeightData::F32(_), _, _) | (_, None, _) => None,
-            (_, Some(_), Some(r)) => Some(r.max_rows().max(GEMM_MIN_ROWS - 1)),
-            (_, Some(_), None) => Some(GEMM_MIN_ROWS - 1),
-        }
+        self.dense_from().map(|d| d - 1)
     }
 
     /// `x` is `[m, k]`, `out` is `[m, n_out]`.
     pub fn forward(&self, x: &[f32], m: usize, out: &mut [f32]) {
         let (k, n) = (self.k, self.n_out);
+        let dense = self.dense_from().is_some_and(|d| m >= d);
         match (&self.weight, &self.dense, &self.rows) {
             (WeightData::F32(w), _, _) => gemm_f32(x, w, m, k, n, out),
-            (_, _, Some(r)) if m <= r.max_rows() => r.matmul(x, m, out),
-            (_, Some(Dense::Packed(w)), _) if m >= GEMM_MIN_ROWS => w.matmul(x, m, out),
-            (_, Some(Dense::RowMajor(w)), _) if m >= GEMM_MIN_ROWS => gemm_f32(x, w, m, k, n, out),
+            (_, Some(Dense::Packed(w)), _) if dense => w.matmul(x, m, out),
+            (_, Some(Dense::RowMajor(w)), _) if dense => gemm_f32(x, w, m, k, n, out),
+            (_, _, Some(r)) => r.matmul(x, m, out),
             (q, _, _) => q.matmul(x, m, k, n, out),
         }
         if let Some(b) = &self.bias {

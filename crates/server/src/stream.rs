@@ -101,6 +101,14 @@ struct SseState {
 /// Frames produced ahead of what the connection has taken.
 const FRAME_BUFFER: usize = 8;
 
+/// The next output: the one taken before the status line, then the stream's.
+async fn next_delta(s: &mut SseState) -> Option<Delta> {
+    match s.first.take() {
+        Some(d) => Some(d),
+        None => s.gen.next().await,
+    }
+}
+
 /// The next SSE frame, `None` after `[DONE]`.
 async fn next_frame(s: &mut SseState) -> Option<String> {
     Some(match s.phase {
@@ -108,10 +116,7 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
             s.phase = Phase::Tokens;
             chunk(&s.out, &s.gen, None, true, None, None)
         }
-        Phase::Tokens => match match s.first.take() {
-            Some(d) => Some(d),
-            None => s.gen.next().await,
-        } {
+        Phase::Tokens => match next_delta(s).await {
             Some(d) => chunk(&s.out, &s.gen, Some(d), false, None, None),
             None => match s.gen.failure() {
                 Some(e) => {
