@@ -13,6 +13,7 @@ pub mod gguf_header;
 pub mod inspect;
 pub mod kernels;
 pub mod kv_cache;
+pub mod linear;
 pub mod llama;
 pub mod loaded;
 pub mod requantize;

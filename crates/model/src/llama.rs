@@ -16,8 +16,9 @@ use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::kernels::norm::rms_norm;
 use crate::kv_cache::KvCache;
+use crate::linear::{Linear, Tokens};
 use crate::rope::Rope;
-use crate::weights::{Linear, Precision, WeightData};
+use crate::weights::{Precision, WeightData};
 
 /// Reusable activation buffers, grown to the largest batch seen.
 #[derive(Default)]
@@ -43,8 +44,8 @@ struct Step<'a> {
     token_seq: &'a [u32],
     /// The global layers' RoPE, then (with sliding windows) the local layers'.
     ropes: &'a [Rope],
-    /// Tokens in the batch.
-    num_tokens: usize,
+    /// Tokens in the batch, and whether a prompt is among them.
+    tokens: Tokens,
 }
 
 pub struct Llama {
@@ -132,7 +133,7 @@ impl Llama {
         self.blocks
             .iter()
             .map(Block::small_batch_max_rows)
-            .fold(None, crate::weights::first_switch)
+            .fold(None, crate::linear::first_switch)
     }
 
     /// Positions the RoPE table covers.
@@ -162,12 +163,15 @@ impl Llama {
             batch,
             token_seq: &s.token_seq,
             ropes: &self.ropes,
-            num_tokens: t,
+            tokens: Tokens {
+                n: t,
+                prompt: batch.seqs.iter().any(|q| q.num_tokens > 1),
+            },
         };
         for (layer, block) in self.blocks.iter().enumerate() {
             block.forward(x, &step, cache, layer, &mut s.block);
         }
-        self.logits(x, batch, &mut s.last, &mut s.last_norm, logits);
+        self.logits(x, &step, &mut s.last, &mut s.last_norm, logits);
     }
 
     /// Each token's embedding row into `x` (`[T, hidden]`).
@@ -186,14 +190,15 @@ impl Llama {
     fn logits(
         &self,
         x: &[f32],
-        batch: &Batch,
+        step: &Step,
         last: &mut Vec<f32>,
         last_norm: &mut Vec<f32>,
         logits: &mut Logits,
     ) {
         let c = &self.config;
         let h = c.hidden_size;
-        let rows = batch
+        let rows = step
+            .batch
             .seqs
             .iter()
             .filter(|q| q.want_logits)
@@ -207,6 +212,10 @@ impl Llama {
         rms_norm(last, &self.output_norm, c.rms_norm_eps, xn);
         logits.vocab_size = c.vocab_size;
         logits.data.resize(r * c.vocab_size, 0.0);
-        self.output.forward(xn, r, &mut logits.data);
+        let t = Tokens {
+            n: r,
+            ..step.tokens
+        };
+        self.output.forward(xn, t, &mut logits.data);
     }
 }

@@ -57,7 +57,7 @@ impl LlamaRunner {
         let block_size = opts.block_size.max(1);
         let dtype = match opts.precision {
             Precision::Exact => KvDtype::F32,
-            Precision::Fast => KvDtype::F16,
+            Precision::Fast | Precision::Int8 => KvDtype::F16,
         };
         let kv_bytes_per_token = c.kv_bytes_per_token(dtype.size());
         let num_blocks =

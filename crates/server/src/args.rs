@@ -27,7 +27,9 @@ pub struct ServeArgs {
     /// TOML file of engine settings laid over the profile (same keys as the profiles).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// fast (quantized dot products) or exact (f32 on dequantized weights).
+    /// fast (quantized weights; 8-bit activations in decode steps, f32 products for
+    /// prompts), int8 (8-bit activations throughout, as llama.cpp: faster prefill,
+    /// llama.cpp's accuracy) or exact (f32 on dequantized weights).
     #[arg(long, default_value = "fast")]
     pub precision: Precision,
     /// Re-quantize the weight matrices at load to q8_0, q4_0, q4_1 or f16 (default:

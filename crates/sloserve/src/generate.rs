@@ -46,7 +46,9 @@ pub struct GenerateArgs {
     /// Keep generating past end-of-sequence tokens.
     #[arg(long)]
     ignore_eos: bool,
-    /// fast (quantized dot products) or exact (f32 on dequantized weights).
+    /// fast (quantized weights; 8-bit activations in decode steps, f32 products for
+    /// prompts), int8 (8-bit activations throughout, as llama.cpp: faster prefill,
+    /// llama.cpp's accuracy) or exact (f32 on dequantized weights).
     #[arg(long, default_value = "fast")]
     precision: Precision,
     /// Re-quantize the weight matrices at load to q8_0, q4_0, q4_1 or f16 (default:

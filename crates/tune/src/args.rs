@@ -29,8 +29,10 @@ pub struct TuneArgs {
     /// GGUF model file.
     #[arg(long, default_value = DEFAULT_MODEL)]
     pub model: PathBuf,
-    /// fast (quantized dot products) or exact (f32 on dequantized weights).
-    #[arg(long, default_value = "fast", value_parser = ["fast", "exact"])]
+    /// fast (quantized weights; 8-bit activations in decode steps, f32 products for
+    /// prompts), int8 (8-bit activations throughout, as llama.cpp: faster prefill,
+    /// llama.cpp's accuracy) or exact (f32 on dequantized weights).
+    #[arg(long, default_value = "fast", value_parser = ["fast", "int8", "exact"])]
     pub precision: String,
     /// Engine profile every measured configuration starts from (interactive, batch, mixed).
     #[arg(long, default_value = "interactive")]

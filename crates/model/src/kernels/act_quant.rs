@@ -27,6 +27,8 @@ pub struct QuantActs {
     pub d: Vec<f32>,
     /// Q8_1 only: the f16 `scale · Σ values`, as f32.
     pub s: Vec<f32>,
+    /// Each block's exact sum of its 8-bit values.
+    pub sum: Vec<i32>,
 }
 
 /// One activation row's blocks.
@@ -38,6 +40,7 @@ pub struct ActRow<'a> {
 
 impl QuantActs {
     /// Quantizes `x` (`[rows, k]`, k a multiple of 32); `sums` also fills `s` (Q8_1).
+    /// Many blocks (a prefill's) are split over the pool.
     pub fn quantize(&mut self, x: &[f32], k: usize, sums: bool) {
         let kb = k / 32;
         let blocks = x.len() / 32;
@@ -46,15 +49,27 @@ impl QuantActs {
             self.qs.resize(blocks, Block([0; 32]));
             self.d.resize(blocks, 0.0);
             self.s.resize(blocks, 0.0);
+            self.sum.resize(blocks, 0);
         }
-        for (i, xb) in x.chunks_exact(32).enumerate() {
-            let (d, sum) = quantize_block(xb, &mut self.qs[i]);
-            let d16 = f16::from_f32(d);
-            self.d[i] = d16.to_f32();
-            if sums {
-                self.s[i] =
-                    f16::from_f32(f16::from_f32(sum as f32).to_f32() * d16.to_f32()).to_f32();
+        const PER_TASK: usize = 512;
+        let tasks = blocks.div_ceil(PER_TASK);
+        let out = BlockOut {
+            qs: self.qs.as_mut_ptr(),
+            d: self.d.as_mut_ptr(),
+            s: self.s.as_mut_ptr(),
+            sum: self.sum.as_mut_ptr(),
+        };
+        let run = |t: usize| {
+            for i in t * PER_TASK..((t + 1) * PER_TASK).min(blocks) {
+                // SAFETY: i < blocks <= every vector's length; each block index is
+                // written by one task only.
+                unsafe { out.write(i, &x[i * 32..][..32], sums) };
             }
+        };
+        if tasks > 1 {
+            parallel_for(tasks, &run);
+        } else if tasks == 1 {
+            run(0);
         }
     }
 
@@ -65,6 +80,35 @@ impl QuantActs {
             qs: &self.qs[r * kb..][..kb],
             d: &self.d[r * kb..][..kb],
             s: &self.s[r * kb..][..kb],
+        }
+    }
+}
+
+/// Where `QuantActs::quantize`'s tasks write (disjoint blocks).
+#[derive(Clone, Copy)]
+struct BlockOut {
+    qs: *mut Block,
+    d: *mut f32,
+    s: *mut f32,
+    sum: *mut i32,
+}
+// SAFETY: tasks write disjoint indices (see `quantize`).
+unsafe impl Send for BlockOut {}
+unsafe impl Sync for BlockOut {}
+
+impl BlockOut {
+    /// Quantizes one block into index `i`.
+    ///
+    /// # Safety
+    /// `i` is in bounds of every vector and no other thread touches index `i`.
+    unsafe fn write(self, i: usize, xb: &[f32], sums: bool) {
+        let (d, sum) = quantize_block(xb, &mut *self.qs.add(i));
+        let d16 = f16::from_f32(d);
+        *self.d.add(i) = d16.to_f32();
+        *self.sum.add(i) = sum;
+        if sums {
+            *self.s.add(i) =
+                f16::from_f32(f16::from_f32(sum as f32).to_f32() * d16.to_f32()).to_f32();
         }
     }
 }

@@ -18,6 +18,23 @@ pub fn has_avx2() -> bool {
     false
 }
 
+/// Whether the CPU also has AVX-512 (F, BW) with VNNI's 8-bit dot products.
+pub fn has_avx512_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static VNNI: OnceLock<bool> = OnceLock::new();
+        *VNNI.get_or_init(|| {
+            has_avx2()
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vnni")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Raw output pointer that may cross threads: every task writes disjoint elements.
 #[derive(Clone, Copy)]
 pub struct OutPtr(pub *mut f32);

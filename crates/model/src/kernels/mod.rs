@@ -7,6 +7,8 @@ pub mod activation;
 pub mod attention;
 pub mod cpu;
 pub mod gemm_f32;
+pub mod int8_gemm;
+pub mod int8_panels;
 pub mod norm;
 pub mod packed_gemm;
 pub mod pool;

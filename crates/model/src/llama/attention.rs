@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::kernels::attention::{paged_attention, AttnShape};
 use crate::kernels::norm::rms_norm_in_place;
 use crate::kv_cache::KvCache;
-use crate::weights::{first_switch, Linear};
+use crate::linear::{first_switch, Linear};
 
 pub(super) struct Attention {
     /// q, k and v projections (parts 0, 1, 2).
@@ -92,13 +92,13 @@ impl Attention {
         s: &mut AttnScratch,
         out: &mut [f32],
     ) {
-        let t = step.num_tokens;
+        let t = step.tokens.n;
         let (qn, kvn) = (self.qkv.width(0), self.qkv.width(1));
         let q = sized(&mut s.q, t * qn);
         let k = sized(&mut s.k, t * kvn);
         let v = sized(&mut s.v, t * kvn);
         let mut outs = [q, k, v];
-        self.qkv.forward(xn, t, &mut s.qkv, &mut outs);
+        self.qkv.forward(xn, step.tokens, &mut s.qkv, &mut outs);
         let [q, k, v] = outs;
         if let Some((qn_w, kn_w)) = &self.qk_norm {
             rms_norm_in_place(q, qn_w, self.eps);
@@ -126,6 +126,6 @@ impl Attention {
             self.shape,
             attn,
         );
-        self.output.forward(attn, t, out);
+        self.output.forward(attn, step.tokens, out);
     }
 }

@@ -8,7 +8,7 @@ use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::kernels::norm::rms_norm;
 use crate::kv_cache::KvCache;
-use crate::weights::first_switch;
+use crate::linear::first_switch;
 
 pub(super) struct Block {
     attn_norm: Vec<f32>,
@@ -69,14 +69,14 @@ impl Block {
         layer: usize,
         s: &mut BlockScratch,
     ) {
-        let n = step.num_tokens * self.attn_norm.len();
+        let n = step.tokens.n * self.attn_norm.len();
         let xn = sized(&mut s.xn, n);
         let proj = sized(&mut s.proj, n);
         rms_norm(x, &self.attn_norm, self.eps, xn);
         self.attn.forward(xn, step, cache, layer, &mut s.attn, proj);
         self.residual(x, proj, 0, &mut s.post);
         rms_norm(x, &self.ffn_norm, self.eps, xn);
-        self.mlp.forward(xn, step.num_tokens, &mut s.mlp, proj);
+        self.mlp.forward(xn, step.tokens, &mut s.mlp, proj);
         self.residual(x, proj, 1, &mut s.post);
     }
 

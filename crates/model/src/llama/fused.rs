@@ -4,7 +4,8 @@
 
 use super::{sized, Loader};
 use crate::error::Result;
-use crate::weights::{first_switch, Linear, WeightData};
+use crate::linear::{first_switch, Linear, Tokens};
+use crate::weights::WeightData;
 
 pub(super) struct FusedLinear {
     /// Output width of each part, in order.
@@ -14,7 +15,7 @@ pub(super) struct FusedLinear {
 
 enum Kind {
     /// The parts' rows stacked: `[sum widths, k]`.
-    Stacked(Linear),
+    Stacked(Box<Linear>),
     /// Types differ (e.g. a Q6_K `attn_v` among Q4_K): one matrix per part.
     Separate(Vec<Linear>),
 }
@@ -41,7 +42,13 @@ impl FusedLinear {
         let kind = match WeightData::concat_rows(&refs) {
             Some(w) => {
                 let b = bias.then(|| biases.concat());
-                Kind::Stacked(Linear::new(w, widths.iter().sum(), k, b, ld.precision))
+                Kind::Stacked(Box::new(Linear::new(
+                    w,
+                    widths.iter().sum(),
+                    k,
+                    b,
+                    ld.precision,
+                )))
             }
             None => {
                 let mut biases = biases.into_iter();
@@ -72,9 +79,15 @@ impl FusedLinear {
         self.widths[i]
     }
 
-    /// `x` is `[t, k]`; writes part `i`'s `[t, width(i)]` into `outs[i]`. `tmp` holds
-    /// the stacked product before it is split.
-    pub(super) fn forward(&self, x: &[f32], t: usize, tmp: &mut Vec<f32>, outs: &mut [&mut [f32]]) {
+    /// `x` is `[t.n, k]`; writes part `i`'s `[t.n, width(i)]` into `outs[i]`. `tmp`
+    /// holds the stacked product before it is split.
+    pub(super) fn forward(
+        &self,
+        x: &[f32],
+        t: Tokens,
+        tmp: &mut Vec<f32>,
+        outs: &mut [&mut [f32]],
+    ) {
         match &self.kind {
             Kind::Separate(linears) => {
                 for (l, out) in linears.iter().zip(outs.iter_mut()) {
@@ -83,7 +96,7 @@ impl FusedLinear {
             }
             Kind::Stacked(l) => {
                 let n = l.n_out;
-                let all = sized(tmp, t * n);
+                let all = sized(tmp, t.n * n);
                 l.forward(x, t, all);
                 for (r, row) in all.chunks_exact(n).enumerate() {
                     let mut off = 0;

@@ -6,7 +6,7 @@ use super::{sized, Loader};
 use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
 use crate::kernels::activation::{gelu_mul, silu_mul};
-use crate::weights::{first_switch, Linear};
+use crate::linear::{first_switch, Linear, Tokens};
 
 pub(super) struct Mlp {
     /// gate and up projections (parts 0, 1).
@@ -51,10 +51,10 @@ impl Mlp {
         )
     }
 
-    pub(super) fn forward(&self, xn: &[f32], t: usize, s: &mut MlpScratch, out: &mut [f32]) {
+    pub(super) fn forward(&self, xn: &[f32], t: Tokens, s: &mut MlpScratch, out: &mut [f32]) {
         let ffn = self.gate_up.width(0);
-        let gate = sized(&mut s.gate, t * ffn);
-        let up = sized(&mut s.up, t * ffn);
+        let gate = sized(&mut s.gate, t.n * ffn);
+        let up = sized(&mut s.up, t.n * ffn);
         let mut outs = [gate, up];
         self.gate_up.forward(xn, t, &mut s.both, &mut outs);
         let [gate, up] = outs;

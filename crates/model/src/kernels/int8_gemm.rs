@@ -1,0 +1,352 @@
+//! The 8-bit GEMM for prefill and large decode batches: activations quantized to
+//! 8 bits per 32-value block (`act_quant`), weights as `Int8Panels` (exact integer
+//! values), integer products summed exactly per block, then one float multiply-add
+//! per block and output: `Σ_b d_w·d_a·(Σ q_w·q_a − zero·Σ q_a) + m_w·d_a·Σ q_a`.
+//! Register tiles of up to 8 activation rows by 16 outputs with AVX-512 VNNI
+//! (`vpdpbusd`: 64 products in one instruction), or 4 rows by 8 outputs with AVX2
+//! (`vpmaddubsw`, pairs summed in 16 bits: only for weights of at most 5 bits, which
+//! cannot overflow them). A panel's blocks (`k/32 · 576` bytes) stay in L1 across
+//! the row tiles of a task.
+//!
+//! Each output is summed block by block in order whatever the batch, so results do
+//! not depend on the batch's size or the row's place in it.
+
+use std::cell::RefCell;
+
+use crate::kernels::act_quant::QuantActs;
+use crate::kernels::cpu::{has_avx2, has_avx512_vnni, OutPtr};
+use crate::kernels::int8_panels::{Int8Panels, NR};
+use crate::kernels::pool::{parallel_for, threads};
+
+/// Activation rows per task: `MC · k` bytes of them stay in L2.
+const MC: usize = 64;
+
+/// Which instruction set multiplies.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Isa {
+    Avx512Vnni,
+    Avx2,
+}
+
+impl Isa {
+    /// The best this CPU has for weights whose values reach `qmax`, if any.
+    pub fn best_for(qmax: u8) -> Option<Isa> {
+        [Isa::Avx512Vnni, Isa::Avx2]
+            .into_iter()
+            .find(|isa| isa.available(qmax))
+    }
+
+    /// Whether this CPU can multiply weights whose values reach `qmax` with `self`.
+    pub fn available(self, qmax: u8) -> bool {
+        match self {
+            Isa::Avx512Vnni => has_avx512_vnni(),
+            Isa::Avx2 => has_avx2() && qmax <= 31,
+        }
+    }
+
+    /// Rows per register tile.
+    fn rows(self) -> usize {
+        match self {
+            Isa::Avx512Vnni => 8,
+            Isa::Avx2 => 4,
+        }
+    }
+}
+
+thread_local! {
+    static ACTS: RefCell<QuantActs> = RefCell::new(QuantActs::default());
+}
+
+/// `out[m, n] = x[m, k] · Wᵀ` on `isa` (one that is `available` for `w`).
+pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
+    let (n, k) = (w.n, w.k);
+    assert!(x.len() >= m * k && out.len() >= m * n && k.is_multiple_of(32));
+    assert!(
+        isa.available(w.qmax),
+        "{isa:?} cannot multiply these weights here"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    ACTS.with(|cell| {
+        let acts = &mut *cell.borrow_mut();
+        acts.quantize(&x[..m * k], k, false);
+        let acts: &QuantActs = acts;
+        let panels = n.div_ceil(NR);
+        let m_chunks = m.div_ceil(MC);
+        let want = threads() * 4;
+        let per_task = (panels * m_chunks).div_ceil(want).clamp(1, panels);
+        let groups = panels.div_ceil(per_task);
+        let out = OutPtr(out.as_mut_ptr());
+        parallel_for(m_chunks * groups, &|t| {
+            let (mc, g) = (t / groups, t % groups);
+            let (r0, r1) = (mc * MC, ((mc + 1) * MC).min(m));
+            for p in g * per_task..((g + 1) * per_task).min(panels) {
+                let mut r = r0;
+                while r < r1 {
+                    let rows = isa.rows().min(r1 - r);
+                    // SAFETY: rows r..r+rows and panel p's columns lie inside out and
+                    // only this task writes them; acts holds m rows of w.kb blocks;
+                    // `matmul` checked that the CPU has `isa`.
+                    unsafe { tile(isa, rows, w, p, acts, r, out, n) };
+                    r += rows;
+                }
+            }
+        });
+    });
+}
+
+/// Dispatches a tile of `rows` rows to its monomorphised kernel.
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile(
+    isa: Isa,
+    rows: usize,
+    w: &Int8Panels,
+    p: usize,
+    a: &QuantActs,
+    r0: usize,
+    out: OutPtr,
+    ldc: usize,
+) {
+    let c = out.get().add(r0 * ldc + p * NR);
+    let cols = NR.min(w.n - p * NR);
+    macro_rules! run {
+        ($kernel:ident, $($r:literal)*) => {
+            match rows {
+                $($r => $kernel::<$r>(w, p, a, r0, c, ldc, cols),)*
+                _ => unreachable!("tile rows"),
+            }
+        };
+    }
+    match isa {
+        Isa::Avx512Vnni => run!(tile_vnni, 1 2 3 4 5 6 7 8),
+        Isa::Avx2 => run!(tile_avx2, 1 2 3 4),
+    }
+}
+
+/// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni<const R: usize>(
+    w: &Int8Panels,
+    p: usize,
+    a: &QuantActs,
+    r0: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    let kb = w.kb;
+    let gp = w.groups.as_ptr().add(p * kb * 8) as *const __m512i;
+    let sp = w.scales.as_ptr().add(p * kb * 2);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..kb {
+        let mut s = [_mm512_setzero_si512(); R];
+        for g in 0..8 {
+            let wv = _mm512_load_si512(gp.add(b * 8 + g));
+            for (r, s) in s.iter_mut().enumerate() {
+                let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
+                let av = _mm512_set1_epi32((q as *const i32).read_unaligned());
+                *s = _mm512_dpbusd_epi32(*s, wv, av);
+            }
+        }
+        let d = _mm512_load_ps((*sp.add(2 * b)).0.as_ptr());
+        let m = _mm512_load_ps((*sp.add(2 * b + 1)).0.as_ptr());
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let i = (r0 + r) * kb + b;
+            let (da, sum) = (*a.d.get_unchecked(i), *a.sum.get_unchecked(i));
+            let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * sum));
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, *acc);
+            if w.has_min {
+                *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(da * sum as f32), *acc);
+            }
+        }
+    }
+    let mask = if cols == NR {
+        0xFFFF
+    } else {
+        (1u16 << cols) - 1
+    };
+    for (r, acc) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(c.add(r * ldc), mask, *acc);
+    }
+}
+
+/// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX2, 8 columns at a time.
+/// Pairs of products reach `2 · 31 · 127`: four groups' sums fit in 16 bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(
+    w: &Int8Panels,
+    p: usize,
+    a: &QuantActs,
+    r0: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    let kb = w.kb;
+    let ones = _mm256_set1_epi16(1);
+    // Groups summed in 16 bits before widening: 8 for 4-bit weights, 4 for 5-bit.
+    let run = if w.qmax <= 15 { 8 } else { 4 };
+    for half in 0..2 {
+        if half * 8 >= cols {
+            break;
+        }
+        let gp = (w.groups.as_ptr().add(p * kb * 8) as *const __m256i).add(half);
+        let sp = (w.scales.as_ptr().add(p * kb * 2) as *const f32).add(half * 8);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..kb {
+            let mut s = [_mm256_setzero_si256(); R];
+            for g0 in (0..8).step_by(run) {
+                let mut s16 = [_mm256_setzero_si256(); R];
+                for g in g0..g0 + run {
+                    let wv = _mm256_load_si256(gp.add((b * 8 + g) * 2));
+                    for (r, s16) in s16.iter_mut().enumerate() {
+                        let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
+                        let av = _mm256_set1_epi32((q as *const i32).read_unaligned());
+                        *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(wv, av));
+                    }
+                }
+                for (s, s16) in s.iter_mut().zip(&s16) {
+                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(*s16, ones));
+                }
+            }
+            let d = _mm256_loadu_ps(sp.add(2 * b * NR));
+            let m = _mm256_loadu_ps(sp.add((2 * b + 1) * NR));
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let i = (r0 + r) * kb + b;
+                let (da, sum) = (*a.d.get_unchecked(i), *a.sum.get_unchecked(i));
+                let t = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * sum));
+                let scale = _mm256_mul_ps(d, _mm256_set1_ps(da));
+                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
+                if w.has_min {
+                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(da * sum as f32), *acc);
+                }
+            }
+        }
+        let n8 = (cols - half * 8).min(8);
+        for (r, acc) in acc.iter().enumerate() {
+            let dst = c.add(r * ldc + half * 8);
+            if n8 == 8 {
+                _mm256_storeu_ps(dst, *acc);
+            } else {
+                let mut tmp = [0f32; 8];
+                _mm256_storeu_ps(tmp.as_mut_ptr(), *acc);
+                std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n8);
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile_vnni<const R: usize>(
+    _: &Int8Panels,
+    _: usize,
+    _: &QuantActs,
+    _: usize,
+    _: *mut f32,
+    _: usize,
+    _: usize,
+) {
+    unreachable!("guarded by Isa::best_for")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+use tile_vnni as tile_avx2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::test_data;
+    use crate::weights::WeightData;
+    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlType};
+
+    fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
+        let x: Vec<f32> = test_data(n * k, 13).iter().map(|v| v * 2.0).collect();
+        let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
+        T::from_float(&x, &mut w);
+        w
+    }
+
+    /// `x · Wᵀ` with x rounded as the GEMM rounds it (8 bits per block), in f64:
+    /// what the GEMM must equal up to f32 summation.
+    fn reference(w: &WeightData, x: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
+        let wf = w.to_f32();
+        let mut acts = QuantActs::default();
+        acts.quantize(x, k, false);
+        let xq: Vec<f64> = (0..m * k)
+            .map(|i| acts.qs[i / 32].0[i % 32] as f64 * acts.d[i / 32] as f64)
+            .collect();
+        let mut out = vec![0f32; m * n];
+        for r in 0..m {
+            for c in 0..n {
+                out[r * n + c] = (0..k)
+                    .map(|i| xq[r * k + i] * wf[c * k + i] as f64)
+                    .sum::<f64>() as f32;
+            }
+        }
+        out
+    }
+
+    fn check(isa: Isa, w: &WeightData, m: usize, k: usize, n: usize) {
+        let panels = Int8Panels::pack(w, n, k).unwrap();
+        if !isa.available(panels.qmax) {
+            eprintln!(
+                "skipped {isa:?} for {:?}: not on this CPU or type",
+                w.dtype()
+            );
+            return;
+        }
+        let x: Vec<f32> = test_data(m * k, 5).iter().map(|v| v * 1.7).collect();
+        let mut out = vec![f32::NAN; m * n];
+        matmul(&panels, isa, &x, m, &mut out);
+        for (i, (a, b)) in out.iter().zip(reference(w, &x, m, k, n)).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "{isa:?} {:?} {m}x{k}x{n} at {i}: {a} vs {b}",
+                w.dtype()
+            );
+        }
+    }
+
+    /// Each type, on each instruction set the CPU has, on ragged shapes (a partial
+    /// tile, a partial panel, several row chunks).
+    #[test]
+    fn equals_the_product_of_the_rounded_activations() {
+        for (m, k, n) in [(1, 256, 5), (7, 512, 33), (70, 256, 16), (130, 768, 40)] {
+            let types = [
+                WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+                WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
+                WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
+                WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
+            ];
+            for w in &types {
+                for isa in [Isa::Avx512Vnni, Isa::Avx2] {
+                    check(isa, w, m, k, n);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rows_do_not_depend_on_the_batch() {
+        let (k, n) = (512, 48);
+        let w = WeightData::Q4_1(quantized::<BlockQ4_1>(n, k));
+        let panels = Int8Panels::pack(&w, n, k).unwrap();
+        let Some(isa) = Isa::best_for(panels.qmax) else {
+            return eprintln!("skipped: no AVX2");
+        };
+        let x = test_data(40 * k, 5);
+        let mut all = vec![0f32; 40 * n];
+        matmul(&panels, isa, &x, 40, &mut all);
+        for r in [0, 6, 17, 39] {
+            let mut one = vec![0f32; n];
+            matmul(&panels, isa, &x[r * k..(r + 1) * k], 1, &mut one);
+            assert_eq!(one, all[r * n..(r + 1) * n], "row {r}");
+        }
+    }
+}
