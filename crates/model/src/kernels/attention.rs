@@ -161,7 +161,7 @@ impl Attend for Task<'_, f32> {
 impl Attend for Task<'_, f16> {
     fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
         let group = self.q.len() / self.head_dim;
-        if has_avx2() && self.head_dim.is_multiple_of(8) && group <= MAX_GROUP {
+        if has_avx2() && self.head_dim.is_multiple_of(32) && group <= MAX_GROUP {
             // SAFETY: the CPU has AVX2, FMA and F16C; the shapes were just checked.
             unsafe { attend_f16_avx2(self, scores, out) }
         } else {
@@ -243,44 +243,112 @@ fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Query heads per KV head that the f16 kernel keeps in registers.
+/// Query heads per KV head that the f16 kernel handles (in register tiles of 3).
 const MAX_GROUP: usize = 8;
 
-/// `attend` on f16 rows with F16C conversions: each key/value row is loaded and
-/// widened once, then used by every query head of the group.
+/// `attend` on f16 rows with F16C conversions, in register tiles: scores for up to
+/// three query heads by four keys at a time (each key row widened once for all
+/// of them, four sums reduced together), then the weighted values for up to three
+/// heads by 32 dimensions held in registers across all keys.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
+    let (hd, n) = (task.head_dim, task.n - task.first);
     let group = task.q.len() / hd;
     scores.clear();
     scores.resize(group * n, 0.0);
-    let (qp, kp, vp) = (task.q.as_ptr(), task.keys.as_ptr(), task.values.as_ptr());
-    for j in 0..n {
-        let k = kp.add(task.row(first + j)) as *const __m128i;
-        let mut acc = [_mm256_setzero_ps(); MAX_GROUP];
-        for c in 0..hd / 8 {
-            let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(c)));
-            for (g, a) in acc.iter_mut().enumerate().take(group) {
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(g * hd + c * 8)), kv, *a);
-            }
-        }
-        for (g, a) in acc.iter().enumerate().take(group) {
-            scores[g * n + j] = hsum256(*a) * task.scale;
+    for g0 in (0..group).step_by(3) {
+        match (group - g0).min(3) {
+            1 => scores_f16::<1>(task, g0, scores),
+            2 => scores_f16::<2>(task, g0, scores),
+            _ => scores_f16::<3>(task, g0, scores),
         }
     }
     softmax_rows(scores, n);
-    out.fill(0.0);
-    let op = out.as_mut_ptr();
-    for j in 0..n {
-        let v = vp.add(task.row(first + j)) as *const __m128i;
+    for g0 in (0..group).step_by(3) {
+        match (group - g0).min(3) {
+            1 => values_f16::<1>(task, g0, scores, out),
+            2 => values_f16::<2>(task, g0, scores, out),
+            _ => values_f16::<3>(task, g0, scores, out),
+        }
+    }
+}
+
+/// `scores[g, j] = q_g · k_j · scale` for heads `g0..g0 + G`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scores_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
+    let (qp, kp, sp) = (
+        task.q.as_ptr().add(g0 * hd),
+        task.keys.as_ptr(),
+        scores.as_mut_ptr(),
+    );
+    let key = |j: usize| kp.add(task.row(first + j)) as *const __m128i;
+    let scale = _mm_set1_ps(task.scale);
+    let mut j = 0;
+    while j + 4 <= n {
+        let k = [key(j), key(j + 1), key(j + 2), key(j + 3)];
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for c in 0..hd / 8 {
-            let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.add(c)));
-            for g in 0..group {
-                let o = op.add(g * hd + c * 8);
-                let w = _mm256_set1_ps(*scores.get_unchecked(g * n + j));
-                _mm256_storeu_ps(o, _mm256_fmadd_ps(w, vv, _mm256_loadu_ps(o)));
+            let kv = k.map(|k| _mm256_cvtph_ps(_mm_loadu_si128(k.add(c))));
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let q = _mm256_loadu_ps(qp.add(h * hd + c * 8));
+                for (a, kv) in acc.iter_mut().zip(&kv) {
+                    *a = _mm256_fmadd_ps(q, *kv, *a);
+                }
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            // Four eight-lane sums into one four-lane vector.
+            let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+            _mm_storeu_ps(sp.add((g0 + h) * n + j), _mm_mul_ps(s4, scale));
+        }
+        j += 4;
+    }
+    for j in j..n {
+        let k = key(j);
+        let mut acc = [_mm256_setzero_ps(); G];
+        for c in 0..hd / 8 {
+            let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(c)));
+            for (h, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + c * 8)), kv, *a);
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            *sp.add((g0 + h) * n + j) = hsum256(*a) * task.scale;
+        }
+    }
+}
+
+/// `out_g = Σ_j scores[g, j] · v_j` for heads `g0..g0 + G`, 32 dimensions at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn values_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
+    let (vp, sp, op) = (
+        task.values.as_ptr(),
+        scores.as_ptr(),
+        out.as_mut_ptr().add(g0 * hd),
+    );
+    for c0 in (0..hd).step_by(32) {
+        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        for j in 0..n {
+            let v = vp.add(task.row(first + j) + c0) as *const __m128i;
+            let vv = [0, 1, 2, 3].map(|i| _mm256_cvtph_ps(_mm_loadu_si128(v.add(i))));
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let w = _mm256_set1_ps(*sp.add((g0 + h) * n + j));
+                for (a, vv) in acc.iter_mut().zip(&vv) {
+                    *a = _mm256_fmadd_ps(w, *vv, *a);
+                }
+            }
+        }
+        for (h, acc) in acc.iter().enumerate() {
+            for (i, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(op.add(h * hd + c0 + 8 * i), *a);
             }
         }
     }
@@ -296,14 +364,18 @@ mod tests {
     use super::*;
     use crate::kv_cache::KvDtype;
 
+    /// Head size: the f16 kernel's 32-dimension tiles.
+    const HD: usize = 32;
+    /// Query heads' width.
+    const QW: usize = 6 * HD;
     const SHAPE: AttnShape = AttnShape {
         num_heads: 6,
         num_kv_heads: 2,
-        head_dim: 16,
+        head_dim: HD,
         scale: 0.25,
         window: None,
     };
-    const KV: usize = 32;
+    const KV: usize = 2 * HD;
     const BS: usize = 4;
 
     fn val(i: usize, seed: usize) -> f32 {
@@ -329,34 +401,34 @@ mod tests {
         let mut batch = Batch::default();
         batch.push(&[1, 2, 3], 7, &tables[0], true);
         batch.push(&[4], 5, &tables[1], true);
-        let q = (0..4 * 96).map(|i| val(i, 77)).collect();
+        let q = (0..4 * QW).map(|i| val(i, 77)).collect();
         (batch, vec![0, 0, 0, 1], q, cache)
     }
 
     /// Softmax attention computed directly from the generators, in f64, over the
     /// last `window` positions.
     fn reference(q: &[f32], window: usize) -> Vec<f32> {
-        let mut out = vec![0f32; 4 * 96];
+        let mut out = vec![0f32; 4 * QW];
         for (t, (s, pos)) in [(0, 7), (0, 8), (0, 9), (1, 5)].into_iter().enumerate() {
             for h in 0..6 {
-                let off = (h / 3) * 16;
-                let qh = &q[t * 96 + h * 16..][..16];
+                let off = (h / 3) * HD;
+                let qh = &q[t * QW + h * HD..][..HD];
                 let first = (pos + 1_usize).saturating_sub(window);
                 let scores: Vec<f64> = (first..=pos)
                     .map(|j| {
                         let k = kv(s, j, 1);
-                        (0..16).map(|i| (qh[i] * k[off + i]) as f64).sum::<f64>() / 4.0
+                        (0..HD).map(|i| (qh[i] * k[off + i]) as f64).sum::<f64>() / 4.0
                     })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::MIN, f64::max);
                 let sum: f64 = scores.iter().map(|x| (x - max).exp()).sum();
-                for i in 0..16 {
+                for i in 0..HD {
                     let o: f64 = (first..=pos)
                         .map(|j| {
                             (scores[j - first] - max).exp() / sum * kv(s, j, 2)[off + i] as f64
                         })
                         .sum();
-                    out[t * 96 + h * 16 + i] = o as f32;
+                    out[t * QW + h * HD + i] = o as f32;
                 }
             }
         }
@@ -369,7 +441,7 @@ mod tests {
             // No window, and a window of 3 that cuts every token's context.
             for window in [None, Some(3)] {
                 let (batch, token_seq, q, cache) = setup(dtype);
-                let mut out = vec![f32::NAN; 4 * 96];
+                let mut out = vec![f32::NAN; 4 * QW];
                 let shape = AttnShape { window, ..SHAPE };
                 paged_attention(&batch, &token_seq, &q, &cache, 0, shape, &mut out);
                 let want = reference(&q, window.unwrap_or(usize::MAX));
@@ -390,25 +462,29 @@ mod tests {
             unreachable!()
         };
         let s = &batch.seqs[0];
-        let task = Task {
-            q: &q[2 * 96 + 48..][..48],
-            keys: k,
-            values: v,
-            table: batch.block_table(s),
-            block_size: BS,
-            kv_size: KV,
-            kv_off: 16,
-            head_dim: 16,
-            first: 3,
-            n: 10,
-            scale: 0.25,
-        };
-        let (mut scores, mut portable) = (Vec::new(), vec![0f32; 48]);
-        attend(&task, &mut scores, &mut portable);
-        let mut fast = vec![0f32; 48];
-        task.attend(&mut scores, &mut fast);
-        for (a, b) in fast.iter().zip(&portable) {
-            assert!((a - b).abs() <= 1e-5, "{a} vs {b}");
+        // Groups of 1-3 query heads (each register tile width); 7 keys: one tile of
+        // four and three left over.
+        for group in 1..=3 {
+            let task = Task {
+                q: &q[2 * QW + 3 * HD..][..group * HD],
+                keys: k,
+                values: v,
+                table: batch.block_table(s),
+                block_size: BS,
+                kv_size: KV,
+                kv_off: HD,
+                head_dim: HD,
+                first: 3,
+                n: 10,
+                scale: 0.25,
+            };
+            let (mut scores, mut portable) = (Vec::new(), vec![0f32; group * HD]);
+            attend(&task, &mut scores, &mut portable);
+            let mut fast = vec![f32::NAN; group * HD];
+            task.attend(&mut scores, &mut fast);
+            for (a, b) in fast.iter().zip(&portable) {
+                assert!((a - b).abs() <= 1e-5, "group {group}: {a} vs {b}");
+            }
         }
     }
 }
