@@ -37,18 +37,22 @@ pub fn first_switch(a: Option<usize>, b: Option<usize>) -> Option<usize> {
 /// A GEMM that large batches take.
 #[derive(Clone, Copy)]
 enum Gemm {
-    Int8(Isa),
+    /// On this instruction set; whether 4-bit values stay packed.
+    Int8(Isa, bool),
     F32,
 }
 
 impl Gemm {
-    /// The fewest rows worth this GEMM without a repacked kernel: AVX-512 VNNI's
-    /// 8-bit GEMM is within 10% of the decode kernel at one row and ahead at two
-    /// (forward bench, stop 12: b2 252-320 vs 225-254 tok/s); the others from
+    /// The fewest rows worth this GEMM without a repacked kernel. AVX-512 VNNI's
+    /// 8-bit GEMM on 4-bit values kept packed reads no more than the decode
+    /// kernels and needs no horizontal sums: from one row; on 8-bit values
+    /// within 10% of the decode kernel at one row and ahead at two (forward
+    /// bench, stop 12: b2 252-320 vs 225-254 tok/s); the others from
     /// `GEMM_MIN_ROWS`.
     fn min_rows(self) -> usize {
         match self {
-            Gemm::Int8(Isa::Avx512Vnni) => 2,
+            Gemm::Int8(Isa::Avx512Vnni, true) => 1,
+            Gemm::Int8(Isa::Avx512Vnni, false) => 2,
             _ => GEMM_MIN_ROWS,
         }
     }
@@ -100,9 +104,9 @@ impl Repacked {
     /// - 8-bit, AVX-512 VNNI: see `Gemm::min_rows`.
     fn max_rows(&self, gemm: Gemm) -> usize {
         match (self, gemm) {
-            (_, Gemm::Int8(Isa::Avx512Vnni)) => 1,
-            (Repacked::Q4_1(_), Gemm::Int8(Isa::Avx2)) => 4,
-            (Repacked::Q8_0(_), Gemm::Int8(Isa::Avx2)) => 12,
+            (_, Gemm::Int8(Isa::Avx512Vnni, _)) => 1,
+            (Repacked::Q4_1(_), Gemm::Int8(Isa::Avx2, _)) => 4,
+            (Repacked::Q8_0(_), Gemm::Int8(Isa::Avx2, _)) => 12,
             (Repacked::Q4_1(_), Gemm::F32) => 16,
             (Repacked::Q8_0(_), Gemm::F32) => 12,
         }
@@ -143,18 +147,23 @@ pub struct Linear {
     pub bias: Option<Vec<f32>>,
 }
 
-/// `SLOSERVE_DENSE=f32` leaves out the 8-bit GEMM and `=avx2` takes its AVX2
-/// kernel on a CPU with AVX-512: A/B measurements of the other CPUs' paths.
+/// The 8-bit panels, 4-bit values kept packed with AVX-512 VNNI.
+/// `SLOSERVE_DENSE=f32` leaves out the 8-bit GEMM, `=avx2` takes its AVX2 kernel
+/// on a CPU with AVX-512 and `=u8` leaves 4-bit values unpacked: A/B measurements
+/// of the other paths.
 fn int8_panels(w: &WeightData, n: usize, k: usize) -> Option<(Int8Panels, Isa)> {
     let choice = std::env::var("SLOSERVE_DENSE").unwrap_or_default();
     if choice == "f32" {
         return None;
     }
-    let p = Int8Panels::pack(w, n, k)?;
+    let mut p = Int8Panels::pack(w, n, k)?;
     let isa = match choice.as_str() {
         "avx2" => Some(Isa::Avx2).filter(|i| i.available(p.qmax)),
         _ => Isa::best_for(p.qmax),
     }?;
+    if isa == Isa::Avx512Vnni && choice != "u8" {
+        p.to_nibbles();
+    }
     Some((p, isa))
 }
 
@@ -188,14 +197,15 @@ impl Linear {
             return linear;
         }
         let w = &linear.weight;
-        if crate::kernels::cpu::has_avx2() {
+        linear.int8 = int8_panels(w, n_out, k);
+        let packed_4bit = linear.int8.as_ref().is_some_and(|(p, _)| p.nibbles);
+        if crate::kernels::cpu::has_avx2() && !packed_4bit {
             linear.repacked = match w {
                 WeightData::Q4_1(b) => Some(Repacked::Q4_1(Q4_1Rows::pack(b, n_out, k))),
                 WeightData::Q8_0(b) => Some(Repacked::Q8_0(Q8_0Rows::pack(b, n_out, k))),
                 _ => None,
             };
         }
-        linear.int8 = int8_panels(w, n_out, k);
         if !linear.prompt_int8 || linear.int8.is_none() {
             linear.f32 = Some(F32Copy::new(w, n_out, k));
         }
@@ -214,7 +224,8 @@ impl Linear {
             return Path::F32Weights(w);
         }
         if let Some((p, isa)) = &self.int8 {
-            if (!t.prompt || self.prompt_int8) && t.n >= self.gemm_from(Gemm::Int8(*isa)) {
+            let gemm = Gemm::Int8(*isa, p.nibbles);
+            if (!t.prompt || self.prompt_int8) && t.n >= self.gemm_from(gemm) {
                 return Path::Int8(p, *isa);
             }
         }
@@ -233,7 +244,7 @@ impl Linear {
             return None;
         }
         let gemm = match (&self.int8, &self.f32) {
-            (Some((_, isa)), _) => Gemm::Int8(*isa),
+            (Some((p, isa)), _) => Gemm::Int8(*isa, p.nibbles),
             (None, Some(_)) => Gemm::F32,
             (None, None) => return None,
         };
@@ -291,10 +302,11 @@ mod tests {
         );
         let (vnni, avx2) = (has_avx512_vnni(), has_avx2());
         assert_eq!(q4_1(Precision::Exact).small_batch_max_rows(), None);
-        let no_repacked = if vnni { 1 } else { GEMM_MIN_ROWS - 1 };
+        // With AVX-512 VNNI, 4-bit values stay packed and every batch is a GEMM.
+        let no_repacked = if vnni { 0 } else { GEMM_MIN_ROWS - 1 };
         assert_eq!(q4k.small_batch_max_rows(), Some(no_repacked));
         let expected = match (vnni, avx2) {
-            (true, _) => 1,
+            (true, _) => 0,
             (false, true) => 4,
             (false, false) => GEMM_MIN_ROWS - 1,
         };

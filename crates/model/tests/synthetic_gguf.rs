@@ -316,17 +316,20 @@ fn check_batched_chunked_single(mut r: LlamaRunner, precision: Precision) {
         d.iter().all(|&x| x < tol),
         "{precision:?}: differences {d:?}"
     );
+    // The same argmax, unless the reference's top logit and the other path's are
+    // a near-tie within the measured difference (random weights make ties likely).
     let argmax = |v: &[f32]| (0..v.len()).max_by(|&i, &j| v[i].total_cmp(&v[j])).unwrap();
-    assert_eq!(
-        argmax(&a_alone),
-        argmax(out.row(0)),
-        "{precision:?}: batched A argmax"
-    );
-    assert_eq!(
-        argmax(&a_alone),
-        argmax(&a_chunked),
-        "{precision:?}: chunked A argmax"
-    );
+    for (name, other, diff) in [
+        ("batched A", out.row(0), d[1]),
+        ("chunked A", &a_chunked[..], d[0]),
+    ] {
+        let (i, j) = (argmax(&a_alone), argmax(other));
+        let gap = a_alone[i] - a_alone[j];
+        assert!(
+            i == j || gap <= 2.0 * diff,
+            "{precision:?}: {name} argmax {j}, alone {i} (gap {gap}, difference {diff})"
+        );
+    }
 }
 
 #[test]

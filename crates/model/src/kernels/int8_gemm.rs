@@ -65,6 +65,10 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
         isa.available(w.qmax),
         "{isa:?} cannot multiply these weights here"
     );
+    assert!(
+        !w.nibbles || isa == Isa::Avx512Vnni,
+        "nibbles need AVX-512 VNNI"
+    );
     if m == 0 || n == 0 {
         return;
     }
@@ -119,6 +123,7 @@ unsafe fn tile(
         };
     }
     match isa {
+        Isa::Avx512Vnni if w.nibbles => run!(tile_vnni_nibbles, 1 2 3 4 5 6 7 8),
         Isa::Avx512Vnni => run!(tile_vnni, 1 2 3 4 5 6 7 8),
         Isa::Avx2 => run!(tile_avx2, 1 2 3 4),
     }
@@ -149,6 +154,62 @@ unsafe fn tile_vnni<const R: usize>(
                 let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
                 let av = _mm512_set1_epi32((q as *const i32).read_unaligned());
                 *s = _mm512_dpbusd_epi32(*s, wv, av);
+            }
+        }
+        let d = _mm512_load_ps((*sp.add(2 * b)).0.as_ptr());
+        let m = _mm512_load_ps((*sp.add(2 * b + 1)).0.as_ptr());
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let i = (r0 + r) * kb + b;
+            let (da, sum) = (*a.d.get_unchecked(i), *a.sum.get_unchecked(i));
+            let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * sum));
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, *acc);
+            if w.has_min {
+                *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(da * sum as f32), *acc);
+            }
+        }
+    }
+    let mask = if cols == NR {
+        0xFFFF
+    } else {
+        (1u16 << cols) - 1
+    };
+    for (r, acc) in acc.iter().enumerate() {
+        _mm512_mask_storeu_ps(c.add(r * ldc), mask, *acc);
+    }
+}
+
+/// `tile_vnni` on nibble-packed panels: each 64-byte vector holds groups `g` and
+/// `g + 4`, split with a mask and a shift.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_vnni_nibbles<const R: usize>(
+    w: &Int8Panels,
+    p: usize,
+    a: &QuantActs,
+    r0: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    let kb = w.kb;
+    let gp = w.groups.as_ptr().add(p * kb * 4) as *const __m512i;
+    let sp = w.scales.as_ptr().add(p * kb * 2);
+    let low = _mm512_set1_epi8(0x0F);
+    let mut acc = [_mm512_setzero_ps(); R];
+    for b in 0..kb {
+        let mut s = [_mm512_setzero_si512(); R];
+        for g in 0..4 {
+            let v = _mm512_load_si512(gp.add(b * 4 + g));
+            let lo = _mm512_and_si512(v, low);
+            let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            for (r, s) in s.iter_mut().enumerate() {
+                let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr() as *const i32;
+                let a_lo = _mm512_set1_epi32(q.add(g).read_unaligned());
+                let a_hi = _mm512_set1_epi32(q.add(g + 4).read_unaligned());
+                *s = _mm512_dpbusd_epi32(*s, lo, a_lo);
+                *s = _mm512_dpbusd_epi32(*s, hi, a_hi);
             }
         }
         let d = _mm512_load_ps((*sp.add(2 * b)).0.as_ptr());
@@ -257,6 +318,8 @@ unsafe fn tile_vnni<const R: usize>(
 
 #[cfg(not(target_arch = "x86_64"))]
 use tile_vnni as tile_avx2;
+#[cfg(not(target_arch = "x86_64"))]
+use tile_vnni as tile_vnni_nibbles;
 
 #[cfg(test)]
 mod tests {
@@ -292,13 +355,16 @@ mod tests {
         out
     }
 
-    fn check(isa: Isa, w: &WeightData, m: usize, k: usize, n: usize) {
-        let panels = Int8Panels::pack(w, n, k).unwrap();
-        if !isa.available(panels.qmax) {
+    fn check(isa: Isa, nibbles: bool, w: &WeightData, m: usize, k: usize, n: usize) {
+        let mut panels = Int8Panels::pack(w, n, k).unwrap();
+        if !isa.available(panels.qmax) || (nibbles && isa != Isa::Avx512Vnni) {
             eprintln!(
                 "skipped {isa:?} for {:?}: not on this CPU or type",
                 w.dtype()
             );
+            return;
+        }
+        if nibbles && !panels.to_nibbles() {
             return;
         }
         let x: Vec<f32> = test_data(m * k, 5).iter().map(|v| v * 1.7).collect();
@@ -325,8 +391,12 @@ mod tests {
                 WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
             ];
             for w in &types {
-                for isa in [Isa::Avx512Vnni, Isa::Avx2] {
-                    check(isa, w, m, k, n);
+                for (isa, nibbles) in [
+                    (Isa::Avx512Vnni, false),
+                    (Isa::Avx512Vnni, true),
+                    (Isa::Avx2, false),
+                ] {
+                    check(isa, nibbles, w, m, k, n);
                 }
             }
         }
