@@ -1,7 +1,8 @@
 //! Roofline of this CPU for the default model (`cargo bench -p sloserve-model --bench
 //! peak`): the f32 FMA rate of every core at once (the arithmetic of the packed GEMM
 //! that decodes batches), the rate of an 8-bit block dot product (maddubs, madd,
-//! convert, scale: the arithmetic of a Q4_1 x Q8_1 kernel) on data in L1, and the
+//! convert, scale: the arithmetic of a Q4_1 x Q8_1 kernel) on data in L1, with
+//! AVX-512 VNNI the rate of `vpdpbusd` (the 8-bit GEMM's inner instruction), and the
 //! decode ceiling they imply: no kernel decodes faster than peak / FLOPs per token.
 //! Beside them the memory ceiling: sustained read bandwidth of all cores from DRAM
 //! (a buffer far larger than any cache) and from cache (a working set the size of
@@ -110,6 +111,30 @@ mod kernels {
         (n * reps) as f64
     }
 
+    /// 12 independent AVX-512 VNNI `vpdpbusd` chains (64 u8 x i8 products summed into
+    /// 16 i32 lanes each), the 8-bit GEMM's inner instruction; returns the
+    /// multiply-adds done.
+    pub fn vnni_dot() -> f64 {
+        // SAFETY: callers check AVX-512 F, BW and VNNI.
+        unsafe { vnni_inner() }
+    }
+
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn vnni_inner() -> f64 {
+        let mut a = [_mm512_setzero_si512(); 12];
+        let (w, x) = (_mm512_set1_epi8(3), _mm512_set1_epi8(-2));
+        for _ in 0..ITERS / 100 {
+            for _ in 0..100 {
+                for acc in a.iter_mut() {
+                    *acc = _mm512_dpbusd_epi32(*acc, w, x);
+                }
+            }
+            a = black_box(a);
+        }
+        black_box(a);
+        (ITERS * 12 * 64) as f64
+    }
+
     /// One 4-bit weight block (unpacked once) against 8 rows of 8-bit activations,
     /// 18 blocks per row (k = 576); returns the multiply-adds done.
     pub fn q4_block_dot() -> f64 {
@@ -175,10 +200,19 @@ fn main() {
             "{:<34} {:>12} {:>12} {:>20}",
             "kernel", "1 core", "all cores", "decode ceiling"
         );
-        for (name, one, all) in [
+        let vnni = is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni");
+        let mut rows = vec![
             ("f32 FMA (GFLOP/s)", f32_1, f32_n),
             ("q4 x q8 block dot (GMAC/s x 2)", q4_1, q4_n),
-        ] {
+        ];
+        let vnni_rates =
+            vnni.then(|| (runs(1, kernels::vnni_dot), runs(threads, kernels::vnni_dot)));
+        if let Some((v1, vn)) = vnni_rates {
+            rows.push(("u8 x i8 VNNI dot (GMAC/s x 2)", v1, vn));
+        }
+        for (name, one, all) in rows {
             println!(
                 "{name:<34} {:>12.1} {:>12.1} {:>14.0} tok/s",
                 2.0 * one / 1e9,
@@ -264,6 +298,7 @@ fn main() {
             "matmul_macs_per_token": macs,
             "f32_fma_gflops": {"one": 2.0 * f32_1 / 1e9, "all": 2.0 * f32_n / 1e9},
             "q4_block_dot_gflops": {"one": 2.0 * q4_1 / 1e9, "all": 2.0 * q4_n / 1e9},
+            "vnni_dot_gflops": vnni_rates.map(|(one, all)| serde_json::json!({"one": 2.0 * one / 1e9, "all": 2.0 * all / 1e9})),
             "decode_ceiling_tok_s": {"f32": f32_n / macs, "q4": q4_n / macs},
             "read_bandwidth_gb_s": {
                 "dram": {"one": dram_1 / 1e9, "all": dram_n / 1e9},

@@ -29,6 +29,8 @@ pub struct AttnShape {
 thread_local! {
     /// Attention scores of one task, reused across tasks and layers.
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// Row offsets of one task's positions, reused likewise.
+    static ROWS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A cache element the attention reads (f32 or f16).
@@ -54,24 +56,30 @@ struct Task<'a, T> {
     q: &'a [f32],
     keys: &'a [T],
     values: &'a [T],
-    table: &'a [u32],
-    block_size: usize,
-    kv_size: usize,
-    kv_off: usize,
+    /// Offset of each attended position's key (and value) row for this KV head, in
+    /// order (`row_offsets`).
+    rows: &'a [usize],
     head_dim: usize,
-    /// First position attended to (0 unless a sliding window cuts it).
-    first: usize,
-    /// One past the last position attended to (position + 1).
-    n: usize,
     scale: f32,
 }
 
-impl<T> Task<'_, T> {
-    /// Offset of token `j`'s row for this KV head.
-    #[inline(always)]
-    fn row(&self, j: usize) -> usize {
-        let bs = self.block_size;
-        (self.table[j / bs] as usize * bs + j % bs) * self.kv_size + self.kv_off
+/// Row offsets of positions `first..n` through block `table` (blocks of
+/// `block_size` rows of `kv_size`, this KV head at `kv_off`): one division per
+/// task instead of one per key.
+fn row_offsets(
+    table: &[u32],
+    (block_size, kv_size, kv_off): (usize, usize, usize),
+    (first, n): (usize, usize),
+    out: &mut Vec<usize>,
+) {
+    out.clear();
+    let (mut block, mut i) = (first / block_size, first % block_size);
+    for _ in first..n {
+        out.push((table[block] as usize * block_size + i) * kv_size + kv_off);
+        i += 1;
+        if i == block_size {
+            (block, i) = (block + 1, 0);
+        }
     }
 }
 
@@ -124,20 +132,21 @@ fn run<T: KvElem>(
         let (t, kvh) = (idx / num_kv_heads, idx % num_kv_heads);
         let s = &batch.seqs[token_seq[t] as usize];
         let n = s.position(t - s.token_start) + 1;
-        let task = Task {
-            q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
-            keys,
-            values,
-            table: batch.block_table(s),
-            block_size: cache.block_size,
-            kv_size: cache.kv_size,
-            kv_off: kvh * head_dim,
-            head_dim,
-            first: window.map_or(0, |w| n.saturating_sub(w)),
-            n,
-            scale,
-        };
-        SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
+        let first = window.map_or(0, |w| n.saturating_sub(w));
+        ROWS.with(|rows| {
+            let rows = &mut *rows.borrow_mut();
+            let layout = (cache.block_size, cache.kv_size, kvh * head_dim);
+            row_offsets(batch.block_table(s), layout, (first, n), rows);
+            let task = Task {
+                q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
+                keys,
+                values,
+                rows,
+                head_dim,
+                scale,
+            };
+            SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
+        });
     });
 }
 
@@ -185,11 +194,11 @@ unsafe fn attend_avx2(task: &Task<f32>, scores: &mut Vec<f32>, out: &mut [f32]) 
 /// The portable attention of one task.
 #[inline(always)]
 fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
+    let (hd, n) = (task.head_dim, task.rows.len());
     scores.clear();
     scores.resize(task.q.len() / hd * n, 0.0);
     for j in 0..n {
-        let kj = &task.keys[task.row(first + j)..][..hd];
+        let kj = &task.keys[task.rows[j]..][..hd];
         for (g, qh) in task.q.chunks_exact(hd).enumerate() {
             scores[g * n + j] = dot(qh, kj) * task.scale;
         }
@@ -197,7 +206,7 @@ fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
     softmax_rows(scores, n);
     out.fill(0.0);
     for j in 0..n {
-        let vj = &task.values[task.row(first + j)..][..hd];
+        let vj = &task.values[task.rows[j]..][..hd];
         for (g, o) in out.chunks_exact_mut(hd).enumerate() {
             let w = scores[g * n + j];
             for (oi, vi) in o.iter_mut().zip(vj) {
@@ -253,7 +262,7 @@ const MAX_GROUP: usize = 8;
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    let (hd, n) = (task.head_dim, task.n - task.first);
+    let (hd, n) = (task.head_dim, task.rows.len());
     let group = task.q.len() / hd;
     scores.clear();
     scores.resize(group * n, 0.0);
@@ -274,22 +283,38 @@ unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f3
     }
 }
 
+/// Asks for the cache lines of `bytes` bytes at `p` (a hint: never faults).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn prefetch_row(p: *const u8, bytes: usize) {
+    use std::arch::x86_64::*;
+    for off in (0..bytes).step_by(64) {
+        _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
+    }
+}
+
 /// `scores[g, j] = q_g · k_j · scale` for heads `g0..g0 + G`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scores_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
+    let (hd, n) = (task.head_dim, task.rows.len());
     let (qp, kp, sp) = (
         task.q.as_ptr().add(g0 * hd),
         task.keys.as_ptr(),
         scores.as_mut_ptr(),
     );
-    let key = |j: usize| kp.add(task.row(first + j)) as *const __m128i;
+    let key = |j: usize| kp.add(*task.rows.get_unchecked(j)) as *const __m128i;
     let scale = _mm_set1_ps(task.scale);
     let mut j = 0;
     while j + 4 <= n {
         let k = [key(j), key(j + 1), key(j + 2), key(j + 3)];
+        // The cache's rows come from memory at long contexts: ask for the next
+        // tile's while this one is summed.
+        for a in (j + 8..j + 12).filter(|&a| a < n) {
+            prefetch_row(key(a) as *const u8, hd * 2);
+        }
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for c in 0..hd / 8 {
             let kv = k.map(|k| _mm256_cvtph_ps(_mm_loadu_si128(k.add(c))));
@@ -328,7 +353,7 @@ unsafe fn scores_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &mut [
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn values_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (hd, first, n) = (task.head_dim, task.first, task.n - task.first);
+    let (hd, n) = (task.head_dim, task.rows.len());
     let (vp, sp, op) = (
         task.values.as_ptr(),
         scores.as_ptr(),
@@ -337,7 +362,13 @@ unsafe fn values_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &[f32]
     for c0 in (0..hd).step_by(32) {
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for j in 0..n {
-            let v = vp.add(task.row(first + j) + c0) as *const __m128i;
+            if j + 8 < n {
+                prefetch_row(
+                    vp.add(*task.rows.get_unchecked(j + 8) + c0) as *const u8,
+                    64,
+                );
+            }
+            let v = vp.add(*task.rows.get_unchecked(j) + c0) as *const __m128i;
             let vv = [0, 1, 2, 3].map(|i| _mm256_cvtph_ps(_mm_loadu_si128(v.add(i))));
             for (h, acc) in acc.iter_mut().enumerate() {
                 let w = _mm256_set1_ps(*sp.add((g0 + h) * n + j));
@@ -464,18 +495,15 @@ mod tests {
         let s = &batch.seqs[0];
         // Groups of 1-3 query heads (each register tile width); 7 keys: one tile of
         // four and three left over.
+        let mut rows = Vec::new();
+        row_offsets(batch.block_table(s), (BS, KV, HD), (3, 10), &mut rows);
         for group in 1..=3 {
             let task = Task {
                 q: &q[2 * QW + 3 * HD..][..group * HD],
                 keys: k,
                 values: v,
-                table: batch.block_table(s),
-                block_size: BS,
-                kv_size: KV,
-                kv_off: HD,
+                rows: &rows,
                 head_dim: HD,
-                first: 3,
-                n: 10,
                 scale: 0.25,
             };
             let (mut scores, mut portable) = (Vec::new(), vec![0f32; group * HD]);
