@@ -36,6 +36,8 @@ def main():
         if m:
             rows.append((float(m.group(1)), f"{m.group(2)} {m.group(3).strip()}"))
     total = sum(p for p, _ in rows)
+    if total == 0:
+        sys.exit(f"{sys.argv[1]}: no samples (the run ended before DELAY_MS?)")
     print(f"{'operation':<44} {'share':>7}")
     used = set()
     for name, pats in OPS:
