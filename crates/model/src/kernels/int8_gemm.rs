@@ -115,24 +115,32 @@ unsafe fn tile(
     let c = out.get().add(r0 * ldc + p * NR);
     let cols = NR.min(w.n - p * NR);
     macro_rules! run {
-        ($kernel:ident, $($r:literal)*) => {
+        ($kernel:ident; $($r:literal)*) => {
             match rows {
                 $($r => $kernel::<$r>(w, p, a, r0, c, ldc, cols),)*
                 _ => unreachable!("tile rows"),
             }
         };
+        ($kernel:ident, $nib:literal; $($r:literal)*) => {
+            match rows {
+                $($r => $kernel::<$r, $nib>(w, p, a, r0, c, ldc, cols),)*
+                _ => unreachable!("tile rows"),
+            }
+        };
     }
     match isa {
-        Isa::Avx512Vnni if w.nibbles => run!(tile_vnni_nibbles, 1 2 3 4 5 6 7 8),
-        Isa::Avx512Vnni => run!(tile_vnni, 1 2 3 4 5 6 7 8),
-        Isa::Avx2 => run!(tile_avx2, 1 2 3 4),
+        Isa::Avx512Vnni if w.nibbles => run!(tile_vnni, true; 1 2 3 4 5 6 7 8),
+        Isa::Avx512Vnni => run!(tile_vnni, false; 1 2 3 4 5 6 7 8),
+        Isa::Avx2 => run!(tile_avx2; 1 2 3 4),
     }
 }
 
-/// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI.
+/// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI. `NIB`: the panel's
+/// 4-bit values are packed (each 64-byte vector holds groups `g` and `g + 4`, split
+/// with a mask and a shift), else one byte each.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_vnni<const R: usize>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -142,74 +150,28 @@ unsafe fn tile_vnni<const R: usize>(
     cols: usize,
 ) {
     use std::arch::x86_64::*;
-    let kb = w.kb;
-    let gp = w.groups.as_ptr().add(p * kb * 8) as *const __m512i;
-    let sp = w.scales.as_ptr().add(p * kb * 2);
-    let mut acc = [_mm512_setzero_ps(); R];
-    for b in 0..kb {
-        let mut s = [_mm512_setzero_si512(); R];
-        for g in 0..8 {
-            let wv = _mm512_load_si512(gp.add(b * 8 + g));
-            for (r, s) in s.iter_mut().enumerate() {
-                let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
-                let av = _mm512_set1_epi32((q as *const i32).read_unaligned());
-                *s = _mm512_dpbusd_epi32(*s, wv, av);
-            }
-        }
-        let d = _mm512_load_ps((*sp.add(2 * b)).0.as_ptr());
-        let m = _mm512_load_ps((*sp.add(2 * b + 1)).0.as_ptr());
-        for (r, acc) in acc.iter_mut().enumerate() {
-            let i = (r0 + r) * kb + b;
-            let (da, sum) = (*a.d.get_unchecked(i), *a.sum.get_unchecked(i));
-            let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * sum));
-            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
-            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, *acc);
-            if w.has_min {
-                *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(da * sum as f32), *acc);
-            }
-        }
-    }
-    let mask = if cols == NR {
-        0xFFFF
-    } else {
-        (1u16 << cols) - 1
-    };
-    for (r, acc) in acc.iter().enumerate() {
-        _mm512_mask_storeu_ps(c.add(r * ldc), mask, *acc);
-    }
-}
-
-/// `tile_vnni` on nibble-packed panels: each 64-byte vector holds groups `g` and
-/// `g + 4`, split with a mask and a shift.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_vnni_nibbles<const R: usize>(
-    w: &Int8Panels,
-    p: usize,
-    a: &QuantActs,
-    r0: usize,
-    c: *mut f32,
-    ldc: usize,
-    cols: usize,
-) {
-    use std::arch::x86_64::*;
-    let kb = w.kb;
-    let gp = w.groups.as_ptr().add(p * kb * 4) as *const __m512i;
+    let (kb, per) = (w.kb, w.groups_per_block());
+    let gp = w.groups.as_ptr().add(p * kb * per) as *const __m512i;
     let sp = w.scales.as_ptr().add(p * kb * 2);
     let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..kb {
         let mut s = [_mm512_setzero_si512(); R];
-        for g in 0..4 {
-            let v = _mm512_load_si512(gp.add(b * 4 + g));
-            let lo = _mm512_and_si512(v, low);
-            let hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-            for (r, s) in s.iter_mut().enumerate() {
-                let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr() as *const i32;
-                let a_lo = _mm512_set1_epi32(q.add(g).read_unaligned());
-                let a_hi = _mm512_set1_epi32(q.add(g + 4).read_unaligned());
-                *s = _mm512_dpbusd_epi32(*s, lo, a_lo);
-                *s = _mm512_dpbusd_epi32(*s, hi, a_hi);
+        for v in 0..per {
+            let raw = _mm512_load_si512(gp.add(b * per + v));
+            // Group `g`'s weights times every row's 4 activations at 4g.
+            let mut dot = |wv: __m512i, g: usize| {
+                for (r, s) in s.iter_mut().enumerate() {
+                    let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr() as *const i32;
+                    let av = _mm512_set1_epi32(q.add(g).read_unaligned());
+                    *s = _mm512_dpbusd_epi32(*s, wv, av);
+                }
+            };
+            if NIB {
+                dot(_mm512_and_si512(raw, low), v);
+                dot(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low), v + 4);
+            } else {
+                dot(raw, v);
             }
         }
         let d = _mm512_load_ps((*sp.add(2 * b)).0.as_ptr());
@@ -304,7 +266,20 @@ unsafe fn tile_avx2<const R: usize>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_vnni<const R: usize>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool>(
+    w: &Int8Panels,
+    p: usize,
+    a: &QuantActs,
+    r0: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+) {
+    tile_avx2::<R>(w, p, a, r0, c, ldc, cols)
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn tile_avx2<const R: usize>(
     _: &Int8Panels,
     _: usize,
     _: &QuantActs,
@@ -315,11 +290,6 @@ unsafe fn tile_vnni<const R: usize>(
 ) {
     unreachable!("guarded by Isa::best_for")
 }
-
-#[cfg(not(target_arch = "x86_64"))]
-use tile_vnni as tile_avx2;
-#[cfg(not(target_arch = "x86_64"))]
-use tile_vnni as tile_vnni_nibbles;
 
 #[cfg(test)]
 mod tests {
