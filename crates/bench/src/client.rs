@@ -121,9 +121,17 @@ impl Client {
             .ok_or_else(|| anyhow!("GET /v1/models lists no model"))
     }
 
-    /// Send request `id` and time it. `run_start` is the measured run's start
-    /// (`send_s` is relative to it). Never fails: errors go into the record.
-    pub async fn send(&self, id: usize, spec: &RequestSpec, run_start: Instant) -> RequestRecord {
+    /// Send request `id` and time it. `send_s` is `issued` (the instant the load
+    /// driver decided to send it, checked against the run's deadline) relative
+    /// to `run_start`; latencies count from the moment the body goes out. Never
+    /// fails: errors go into the record.
+    pub async fn send(
+        &self,
+        id: usize,
+        spec: &RequestSpec,
+        run_start: Instant,
+        issued: Instant,
+    ) -> RequestRecord {
         let mut rec = RequestRecord {
             id,
             class: spec.class.clone(),
@@ -133,7 +141,7 @@ impl Client {
         };
         let body = serde_json::to_vec(&self.request_body(spec)).expect("JSON body");
         let sent = Instant::now();
-        rec.send_s = sent.saturating_duration_since(run_start).as_secs_f64();
+        rec.send_s = issued.saturating_duration_since(run_start).as_secs_f64();
         match tokio::time::timeout(self.cfg.timeout, self.stream(spec, body, sent, &mut rec)).await
         {
             Err(_) => {

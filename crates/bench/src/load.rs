@@ -112,14 +112,15 @@ pub async fn drive(
                 set.spawn(async move {
                     let mut out = Vec::new();
                     loop {
-                        if deadline.is_some_and(|d| Instant::now() >= d) {
+                        let issued = Instant::now();
+                        if deadline.is_some_and(|d| issued >= d) {
                             break;
                         }
                         let i = next.fetch_add(1, Ordering::Relaxed);
                         if limit.is_some_and(|n| i >= n) {
                             break;
                         }
-                        let rec = client.send(i, &work[i % work.len()], t0).await;
+                        let rec = client.send(i, &work[i % work.len()], t0, issued).await;
                         on_done(&rec);
                         out.push(rec);
                     }
@@ -148,12 +149,13 @@ pub async fn drive(
                     None => None,
                 };
                 // Waiting for a slot may have run past the deadline.
-                if deadline.is_some_and(|d| Instant::now() >= d) {
+                let issued = Instant::now();
+                if deadline.is_some_and(|d| issued >= d) {
                     break;
                 }
                 let (client, work, on_done) = (client.clone(), work.clone(), on_done.clone());
                 set.spawn(async move {
-                    let rec = client.send(i, &work[i % work.len()], t0).await;
+                    let rec = client.send(i, &work[i % work.len()], t0, issued).await;
                     drop(permit);
                     on_done(&rec);
                     vec![rec]

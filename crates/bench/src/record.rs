@@ -11,7 +11,8 @@ pub struct RequestRecord {
     pub id: usize,
     /// SLO class sent with the request (`--slo-class`), if any.
     pub class: Option<String>,
-    /// When the request was sent, seconds after the run's start.
+    /// When the load driver issued the request (decided to send it, within the
+    /// run's deadline), seconds after the run's start.
     pub send_s: f64,
     /// Arrival time of every chunk that carried generated text, seconds after send.
     /// Chunks without text (role-only deltas, usage-only chunks) are not here.
