@@ -9,12 +9,7 @@ cd "$(dirname "$0")/.."
 out=${1:-target/profile/decode}
 mkdir -p "$(dirname "$out")"
 out=$(realpath "$out")
-bin=$(cargo bench -p sloserve-model --bench forward --no-run --message-format=json 2>/dev/null |
-  python3 -c 'import sys, json
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "forward" and m.get("executable"):
-        print(m["executable"])')
+bin=$(scripts/forward-bench-bin.sh)
 rm -f "$out".callgrind*
 # --dump-before/after split the profile at each decode_once call (warm-up, run 1, run 2).
 (cd crates/model && RAYON_NUM_THREADS=1 valgrind --tool=callgrind \

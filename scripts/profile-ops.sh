@@ -11,14 +11,7 @@ cd "$(dirname "$0")/.."
 case=$1; shift
 bin=${1:-}; [ $# -gt 0 ] && shift
 [ "${1:-}" = "--" ] && shift
-if [ -z "$bin" ]; then
-  bin=$(cargo bench -p sloserve-model --bench forward --no-run --message-format=json 2>/dev/null |
-    python3 -c 'import sys, json
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "forward" and m.get("executable"):
-        print(m["executable"])')
-fi
+[ -n "$bin" ] || bin=$(scripts/forward-bench-bin.sh)
 out=$(realpath -m "${OUT:-target/profile/$case}.perf")
 mkdir -p "$(dirname "$out")"
 (cd crates/model && perf record -q -F 999 --delay="${DELAY_MS:-8000}" -o "$out" \
