@@ -16,7 +16,7 @@ use std::cell::RefCell;
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::cpu::{has_avx2, has_avx512_vnni, OutPtr};
 use crate::kernels::int8_panels::{Int8Panels, NR};
-use crate::kernels::pool::{parallel_for, threads};
+use crate::kernels::pool::parallel_tiles;
 
 /// Activation rows per task: `MC · k` bytes of them stay in L2.
 const MC: usize = 64;
@@ -76,24 +76,17 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
         let acts = &mut *cell.borrow_mut();
         acts.quantize(&x[..m * k], k, false);
         let acts: &QuantActs = acts;
-        let panels = n.div_ceil(NR);
-        let m_chunks = m.div_ceil(MC);
-        let want = threads() * 4;
-        let per_task = (panels * m_chunks).div_ceil(want).clamp(1, panels);
-        let groups = panels.div_ceil(per_task);
         let out = OutPtr(out.as_mut_ptr());
-        parallel_for(m_chunks * groups, &|t| {
-            let (mc, g) = (t / groups, t % groups);
-            let (r0, r1) = (mc * MC, ((mc + 1) * MC).min(m));
-            for p in g * per_task..((g + 1) * per_task).min(panels) {
-                let mut r = r0;
-                while r < r1 {
-                    let rows = isa.rows().min(r1 - r);
-                    // SAFETY: rows r..r+rows and panel p's columns lie inside out and
+        parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
+            for p in panels {
+                let mut r = rows.start;
+                while r < rows.end {
+                    let mr = isa.rows().min(rows.end - r);
+                    // SAFETY: rows r..r+mr and panel p's columns lie inside out and
                     // only this task writes them; acts holds m rows of w.kb blocks;
                     // `matmul` checked that the CPU has `isa`.
-                    unsafe { tile(isa, rows, w, p, acts, r, out, n) };
-                    r += rows;
+                    unsafe { tile(isa, mr, w, p, acts, r, out, n) };
+                    r += mr;
                 }
             }
         });

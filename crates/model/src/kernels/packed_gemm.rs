@@ -8,7 +8,7 @@
 //! place in it, so results are batch-invariant.
 
 use crate::kernels::cpu::{has_avx2, OutPtr};
-use crate::kernels::pool::{parallel_for, threads};
+use crate::kernels::pool::parallel_tiles;
 
 /// Outputs per panel (two AVX registers).
 const NR: usize = 16;
@@ -55,25 +55,16 @@ impl PackedMatrix {
         if m == 0 || n == 0 {
             return;
         }
-        let panels = n.div_ceil(NR);
-        let m_chunks = m.div_ceil(MC);
-        // Enough tasks to balance the pool, each a run of whole panels.
-        let want = threads() * 4;
-        let per_task = (panels * m_chunks).div_ceil(want).clamp(1, panels);
-        let groups = panels.div_ceil(per_task);
         let out_ptr = OutPtr(out.as_mut_ptr());
-        parallel_for(m_chunks * groups, &|t| {
-            let (mc, g) = (t / groups, t % groups);
-            let (r0, r1) = (mc * MC, ((mc + 1) * MC).min(m));
-            let (p0, p1) = (g * per_task, ((g + 1) * per_task).min(panels));
+        parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
             for k0 in (0..k).step_by(KC) {
                 let kc = KC.min(k - k0);
-                for p in p0..p1 {
+                for p in panels.clone() {
                     let cols = NR.min(n - p * NR);
                     let b = &self.rows[p * k + k0..][..kc];
-                    let mut r = r0;
-                    while r < r1 {
-                        let mr = tile_rows(r1 - r);
+                    let mut r = rows.start;
+                    while r < rows.end {
+                        let mr = tile_rows(rows.end - r);
                         let a = &x[r * k + k0..];
                         // SAFETY: the tile (r..r+mr, p*16..p*16+cols) lies inside out
                         // and only this task writes it; a holds mr rows of stride k

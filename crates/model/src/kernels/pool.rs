@@ -6,6 +6,7 @@
 //! workers that find no job for `SPIN` park until the next one.
 
 use std::cell::UnsafeCell;
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, TryLockError};
@@ -82,6 +83,28 @@ fn pool() -> &'static Pool {
 /// Threads a `parallel_for` job runs on (the caller included).
 pub fn threads() -> usize {
     pool().workers + 1
+}
+
+/// Runs a GEMM's tiles on the pool: `m` rows in chunks of `row_chunk`, `panels` column
+/// panels in runs of whole panels, enough tasks (four a thread) to balance the pool;
+/// `f(rows, panels)` runs once per task, and the tasks cover every (row, panel) once.
+pub fn parallel_tiles(
+    m: usize,
+    row_chunk: usize,
+    panels: usize,
+    f: &(dyn Fn(Range<usize>, Range<usize>) + Sync),
+) {
+    if m == 0 || panels == 0 {
+        return;
+    }
+    let m_chunks = m.div_ceil(row_chunk);
+    let per_task = (panels * m_chunks).div_ceil(threads() * 4).clamp(1, panels);
+    let groups = panels.div_ceil(per_task);
+    parallel_for(m_chunks * groups, &|t| {
+        let (mc, g) = (t / groups, t % groups);
+        let rows = mc * row_chunk..((mc + 1) * row_chunk).min(m);
+        f(rows, g * per_task..((g + 1) * per_task).min(panels));
+    });
 }
 
 /// Runs `f(task)` for every task in `0..tasks` on the pool and returns when all are
@@ -209,6 +232,25 @@ mod tests {
                 });
             }
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
+        }
+    }
+
+    #[test]
+    fn tiles_cover_every_row_and_panel_once() {
+        for (m, chunk, panels) in [(0, 64, 5), (5, 64, 0), (1, 64, 1), (200, 64, 37), (7, 2, 3)] {
+            let hits: Vec<AtomicUsize> = (0..m * panels).map(|_| AtomicUsize::new(0)).collect();
+            parallel_tiles(m, chunk, panels, &|rows, ps| {
+                assert!(rows.len() <= chunk && !rows.is_empty() && !ps.is_empty());
+                for r in rows {
+                    for p in ps.clone() {
+                        hits[r * panels + p].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "{m} {chunk} {panels}"
+            );
         }
     }
 
