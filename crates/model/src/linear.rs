@@ -1,10 +1,12 @@
 //! `Linear` (y = x·Wᵀ + b) and which kernel multiplies each batch: the repacked
-//! decode kernels for a few rows, the 8-bit GEMM for larger decode batches (and for
+//! decode kernels (or, for f16/bf16 weights, the half-precision rows kernel) for a
+//! few rows, the 8-bit GEMM for larger decode batches (and for
 //! prompts in int8 precision), the f32 GEMM for prompts in fast precision and for
 //! types the 8-bit GEMM cannot hold. The switch points are measured (see
 //! `Repacked::max_rows`, `Gemm::min_rows`) and decided here only.
 
 use crate::kernels::gemm_f32::gemm_f32;
+use crate::kernels::half_rows::{self, HalfWeights};
 use crate::kernels::int8_gemm::{self, Isa};
 use crate::kernels::int8_panels::Int8Panels;
 use crate::kernels::packed_gemm::PackedMatrix;
@@ -17,6 +19,15 @@ use crate::weights::{Precision, WeightData};
 /// or two decoding sequences). Measured with the forward bench for the f32 GEMM: at
 /// 3 rows it is already ahead (71 vs 68 tok/s), at 4 rows by 1.3x, at 8 by 1.7x.
 pub const GEMM_MIN_ROWS: usize = 3;
+
+/// f16/bf16 weights (fast and int8 precision, AVX2): batches up to this many rows
+/// run on `half_rows`, which reads the 2-byte weights once for them all, larger ones
+/// on the packed f32 GEMM (4-byte weights, compute-bound). Measured on the default
+/// model `--quantize f16` (forward bench `--only decode_bN`, 2 threads, stop 13),
+/// tok/s rows kernel vs GEMM: b4 173 vs 119, b8 254 vs 195, b12 268 vs 245, b16 274
+/// vs 268, b32 251 vs 355. (Before it, f16 weights were held as f32 and multiplied
+/// by the `gemm` crate at every batch size: b1 22, b8 96, b32 232.)
+pub const HALF_MAX_ROWS: usize = 12;
 
 /// The rows one product multiplies: how many, and whether they include a prompt's
 /// (a sequence with more than one new token), which fast precision keeps on f32.
@@ -126,12 +137,22 @@ enum Path<'a> {
     Int8(&'a Int8Panels, Isa),
     F32Copy(&'a F32Copy),
     Repacked(&'a Repacked),
+    Half(HalfWeights<'a>),
     Quantized,
+}
+
+/// `w` as half-precision weights, if it is.
+fn half(w: &WeightData) -> Option<HalfWeights<'_>> {
+    match w {
+        WeightData::F16(w) => Some(HalfWeights::F16(w)),
+        WeightData::BF16(w) => Some(HalfWeights::BF16(w)),
+        _ => None,
+    }
 }
 
 /// A linear layer `y = x·Wᵀ (+ b)` with W of shape `[n_out, k]`.
 pub struct Linear {
-    /// Quantized (fast, int8) or f32 (exact) weights.
+    /// Quantized or half-precision (fast, int8) or f32 (exact) weights.
     pub weight: WeightData,
     /// Q4_1 or Q8_0 weights repacked for a few rows (AVX2).
     repacked: Option<Repacked>,
@@ -189,8 +210,16 @@ impl Linear {
             k,
             bias,
         };
+        let avx2 = crate::kernels::cpu::has_avx2();
+        if precision != Precision::Exact && avx2 && half(&linear.weight).is_some() {
+            // Few rows read the 2-byte weights (`half_rows`, f32 products); GEMMs
+            // take an f32 copy.
+            linear.f32 = Some(F32Copy::new(&linear.weight, n_out, k));
+            return linear;
+        }
         if precision == Precision::Exact || !quantized {
-            // f16/bf16 dot products would round activations to 16 bits; f32 is as fast.
+            // f16/bf16 dot products that round activations to 16 bits would be less
+            // exact; without AVX2 the f32 GEMM is as fast.
             if !matches!(linear.weight, WeightData::F32(_)) {
                 linear.weight = WeightData::F32(linear.weight.to_f32());
             }
@@ -199,7 +228,7 @@ impl Linear {
         let w = &linear.weight;
         linear.int8 = int8_panels(w, n_out, k);
         let packed_4bit = linear.int8.as_ref().is_some_and(|(p, _)| p.nibbles);
-        if crate::kernels::cpu::has_avx2() && !packed_4bit {
+        if avx2 && !packed_4bit {
             linear.repacked = match w {
                 WeightData::Q4_1(b) => Some(Repacked::Q4_1(Q4_1Rows::pack(b, n_out, k))),
                 WeightData::Q8_0(b) => Some(Repacked::Q8_0(Q8_0Rows::pack(b, n_out, k))),
@@ -212,11 +241,15 @@ impl Linear {
         linear
     }
 
-    /// The fewest rows that `gemm` multiplies (fewer: the repacked kernel, or the
-    /// quantized dot products).
+    /// The fewest rows that `gemm` multiplies (fewer: the repacked kernel, the
+    /// half-precision rows kernel, or the quantized dot products).
     fn gemm_from(&self, gemm: Gemm) -> usize {
-        let repacked_end = self.repacked.as_ref().map_or(0, |r| r.max_rows(gemm) + 1);
-        repacked_end.max(gemm.min_rows())
+        let small_end = match (&self.repacked, half(&self.weight)) {
+            (Some(r), _) => r.max_rows(gemm) + 1,
+            (None, Some(_)) => HALF_MAX_ROWS + 1,
+            (None, None) => 0,
+        };
+        small_end.max(gemm.min_rows())
     }
 
     fn path(&self, t: Tokens) -> Path<'_> {
@@ -232,7 +265,7 @@ impl Linear {
         match (&self.f32, &self.repacked) {
             (Some(f), _) if t.n >= self.gemm_from(Gemm::F32) => Path::F32Copy(f),
             (_, Some(r)) => Path::Repacked(r),
-            _ => Path::Quantized,
+            _ => half(&self.weight).map_or(Path::Quantized, Path::Half),
         }
     }
 
@@ -259,6 +292,7 @@ impl Linear {
             Path::Int8(p, isa) => int8_gemm::matmul(p, isa, x, m, out),
             Path::F32Copy(f) => f.matmul(x, m, k, n, out),
             Path::Repacked(r) => r.matmul(x, m, out),
+            Path::Half(w) => half_rows::matmul(w, n, k, x, m, out),
             Path::Quantized => self.weight.matmul(x, m, k, n, out),
         }
         if let Some(b) = &self.bias {
@@ -315,6 +349,44 @@ mod tests {
         }
         assert_eq!(first_switch(Some(16), Some(2)), Some(2));
         assert_eq!(first_switch(None, Some(16)), Some(16));
+    }
+
+    /// f16 weights: few rows on the half-precision kernel, more on the f32 GEMM;
+    /// both are f32 products of the same weights.
+    #[test]
+    fn half_weights_take_the_rows_kernel_then_the_gemm() {
+        let (n, k) = (24, 256);
+        let w: Vec<half::f16> = test_data(n * k, 4)
+            .iter()
+            .map(|&v| half::f16::from_f32(v))
+            .collect();
+        let fast = Linear::new(WeightData::F16(w.clone()), n, k, None, Precision::Fast);
+        let exact = Linear::new(WeightData::F16(w), n, k, None, Precision::Exact);
+        let expected = if has_avx2() {
+            Some(HALF_MAX_ROWS)
+        } else {
+            None
+        };
+        assert_eq!(fast.small_batch_max_rows(), expected);
+        assert_eq!(exact.small_batch_max_rows(), None);
+        let x = test_data(24 * k, 2);
+        for m in [1, 2, 5, HALF_MAX_ROWS, HALF_MAX_ROWS + 1, 24] {
+            let t = Tokens {
+                n: m,
+                prompt: false,
+            };
+            let on_half = matches!(fast.path(t), Path::Half(_));
+            assert_eq!(on_half, has_avx2() && m <= HALF_MAX_ROWS, "{m} rows");
+            let (mut a, mut b) = (vec![0f32; m * n], vec![0f32; m * n]);
+            fast.forward(&x[..m * k], t, &mut a);
+            exact.forward(&x[..m * k], t, &mut b);
+            for (a, b) in a.iter().zip(&b) {
+                assert!(
+                    (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                    "{m} rows: {a} vs {b}"
+                );
+            }
+        }
     }
 
     /// Each batch size, decode or prompt, gives the same product on whichever path

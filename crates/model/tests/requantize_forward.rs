@@ -80,6 +80,21 @@ fn f16_forward() {
     check(WeightType::F16, 10, 0.02);
 }
 
+/// f16 weights decode on their own rows kernel (f32 products of the widened
+/// weights): the 4-bit file's values are exact in f16, so greedy decoding follows
+/// the exact reference as closely as exact mode's f32 products do: the first 16
+/// tokens of every prompt (fewer where the reference stopped at EOS) (prompts and decode steps both in fast precision).
+#[test]
+fn f16_decode_follows_the_exact_greedy_reference() {
+    let records = read_records("llamacpp-f32-greedy-smollm2.jsonl");
+    let mut runner = load(Some(WeightType::F16));
+    for r in &records {
+        let n = r.greedy_token_ids.len().min(16);
+        let (tokens, _) = greedy(&mut runner, &r.prompt_token_ids, n, 0);
+        assert_eq!(tokens, r.greedy_token_ids[..n], "{}", r.id);
+    }
+}
+
 /// The plan names the output matrix's type as llama-quantize would here (Q8_0: the
 /// 576-value rows are not a multiple of 256) and every other matrix the chosen one.
 #[test]

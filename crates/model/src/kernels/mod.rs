@@ -1,12 +1,13 @@
 //! The hand-written CPU kernels, each choosing at run time (by CPU feature) between
-//! its AVX2 path and a portable one: quantized and packed matrix products, the f32
-//! GEMM, paged attention, RMS norm and the SiLU activation.
+//! its AVX2 path and a portable one: quantized, half-precision and packed matrix products,
+//! the f32 GEMM, paged attention, RMS norm and the SiLU activation.
 
 pub mod act_quant;
 pub mod activation;
 pub mod attention;
 pub mod cpu;
 pub mod gemm_f32;
+pub mod half_rows;
 pub mod int8_gemm;
 pub mod int8_panels;
 pub mod norm;
