@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz quant-table
+.PHONY: all model model-gemma3 build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz quant-table bench-vs-llama
 
 all: build
 
@@ -71,6 +71,12 @@ FUZZ_SECS ?= 60
 FUZZ_TARGETS := api_requests gguf_header tokenizer_roundtrip detok_stop chat_template
 fuzz: model
 	./scripts/fuzz.sh $(FUZZ_SECS) $(FUZZ_TARGETS)
+
+# sloserve's forward bench beside llama-bench / llama-batched-bench on the same file, in
+# alternating rounds (README "Measured results"; needs ../shared/tools/build-llama-server.sh's
+# build). ARGS: e.g. --rounds 5 --model models/gemma-3-270m-q4_k_m.gguf.
+bench-vs-llama: model $(VENV)/.plots-installed
+	$(VENV)/bin/python scripts/bench_vs_llama.py $(ARGS)
 
 # The --quantize table for the default model (README "Quantization as a lever"):
 # speed and accuracy per weight type. ARGS: --quick, --accuracy-only or --speed-only.
