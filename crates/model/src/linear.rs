@@ -55,15 +55,17 @@ enum Gemm {
 
 impl Gemm {
     /// The fewest rows worth this GEMM without a repacked kernel. AVX-512 VNNI's
-    /// 8-bit GEMM on 4-bit values kept packed reads no more than the decode
-    /// kernels and needs no horizontal sums: from one row; on 8-bit values
-    /// within 10% of the decode kernel at one row and ahead at two (forward
-    /// bench, stop 12: b2 252-320 vs 225-254 tok/s); the others from
-    /// `GEMM_MIN_ROWS`.
+    /// 8-bit GEMM reads no more than the decode kernels and needs no horizontal
+    /// sums: from one row, for every type it holds. Measured at batch 1 (forward
+    /// bench `--only decode_b1`, 2 threads, median of 7), the GEMM vs the repacked
+    /// Q8_0 kernel and the 8-bit dot products of other types: stop 13 (Intel Xeon,
+    /// full-width AVX-512), default model (Q8_0 output) 192-218 vs 169-174 tok/s,
+    /// `--quantize q8_0` 144-146 vs 87-90, Gemma 3 (Q8_0, Q5_0) 69-70 vs 38-39;
+    /// stop 12 (Zen 4) 8-bit values within 10% of the decode kernel. The others
+    /// from `GEMM_MIN_ROWS`.
     fn min_rows(self) -> usize {
         match self {
-            Gemm::Int8(Isa::Avx512Vnni, true) => 1,
-            Gemm::Int8(Isa::Avx512Vnni, false) => 2,
+            Gemm::Int8(Isa::Avx512Vnni, _) => 1,
             _ => GEMM_MIN_ROWS,
         }
     }
@@ -112,10 +114,11 @@ impl Repacked {
     ///   vs 335; Q8_0 b8 265 vs 200, b12 277 vs 256, b16 284 vs 300;
     /// - 8-bit, AVX2 (stop 12): Q4_1 b2 251-265 vs 168-171, b4 197-286 vs 244-260,
     ///   b6 213-304 vs 262-318, b8 218-302 vs 361-365;
-    /// - 8-bit, AVX-512 VNNI: see `Gemm::min_rows`.
+    /// - 8-bit, AVX-512 VNNI: none (see `Gemm::min_rows`; `Linear::new` does not
+    ///   repack then).
     fn max_rows(&self, gemm: Gemm) -> usize {
         match (self, gemm) {
-            (_, Gemm::Int8(Isa::Avx512Vnni, _)) => 1,
+            (_, Gemm::Int8(Isa::Avx512Vnni, _)) => 0,
             (Repacked::Q4_1(_), Gemm::Int8(Isa::Avx2, _)) => 4,
             (Repacked::Q8_0(_), Gemm::Int8(Isa::Avx2, _)) => 12,
             (Repacked::Q4_1(_), Gemm::F32) => 16,
@@ -227,8 +230,8 @@ impl Linear {
         }
         let w = &linear.weight;
         linear.int8 = int8_panels(w, n_out, k);
-        let packed_4bit = linear.int8.as_ref().is_some_and(|(p, _)| p.nibbles);
-        if avx2 && !packed_4bit {
+        let vnni = matches!(linear.int8, Some((_, Isa::Avx512Vnni)));
+        if avx2 && !vnni {
             linear.repacked = match w {
                 WeightData::Q4_1(b) => Some(Repacked::Q4_1(Q4_1Rows::pack(b, n_out, k))),
                 WeightData::Q8_0(b) => Some(Repacked::Q8_0(Q8_0Rows::pack(b, n_out, k))),
@@ -309,7 +312,7 @@ impl Linear {
 mod tests {
     use super::*;
     use crate::kernels::cpu::{has_avx2, has_avx512_vnni, test_data};
-    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, GgmlType};
+    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, BlockQ8_0, GgmlType};
 
     fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
         let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
@@ -336,9 +339,23 @@ mod tests {
         );
         let (vnni, avx2) = (has_avx512_vnni(), has_avx2());
         assert_eq!(q4_1(Precision::Exact).small_batch_max_rows(), None);
-        // With AVX-512 VNNI, 4-bit values stay packed and every batch is a GEMM.
+        // With AVX-512 VNNI every batch of a type the panels hold is a GEMM.
         let no_repacked = if vnni { 0 } else { GEMM_MIN_ROWS - 1 };
         assert_eq!(q4k.small_batch_max_rows(), Some(no_repacked));
+        let q8_0 = Linear::new(
+            WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
+            n,
+            k,
+            None,
+            Precision::Fast,
+        );
+        let q8_expected = match (vnni, avx2) {
+            (true, _) => 0,
+            (false, true) => 12,
+            (false, false) => GEMM_MIN_ROWS - 1,
+        };
+        assert_eq!(q8_0.small_batch_max_rows(), Some(q8_expected));
+        assert_eq!(q8_0.repacked.is_some(), avx2 && !vnni);
         let expected = match (vnni, avx2) {
             (true, _) => 0,
             (false, true) => 4,
