@@ -48,8 +48,8 @@ pub fn first_switch(a: Option<usize>, b: Option<usize>) -> Option<usize> {
 /// A GEMM that large batches take.
 #[derive(Clone, Copy)]
 enum Gemm {
-    /// On this instruction set; whether 4-bit values stay packed.
-    Int8(Isa, bool),
+    /// On this instruction set.
+    Int8(Isa),
     F32,
 }
 
@@ -65,7 +65,7 @@ impl Gemm {
     /// from `GEMM_MIN_ROWS`.
     fn min_rows(self) -> usize {
         match self {
-            Gemm::Int8(Isa::Avx512Vnni, _) => 1,
+            Gemm::Int8(Isa::Avx512Vnni) => 1,
             _ => GEMM_MIN_ROWS,
         }
     }
@@ -118,9 +118,9 @@ impl Repacked {
     ///   repack then).
     fn max_rows(&self, gemm: Gemm) -> usize {
         match (self, gemm) {
-            (_, Gemm::Int8(Isa::Avx512Vnni, _)) => 0,
-            (Repacked::Q4_1(_), Gemm::Int8(Isa::Avx2, _)) => 4,
-            (Repacked::Q8_0(_), Gemm::Int8(Isa::Avx2, _)) => 12,
+            (_, Gemm::Int8(Isa::Avx512Vnni)) => 0,
+            (Repacked::Q4_1(_), Gemm::Int8(Isa::Avx2)) => 4,
+            (Repacked::Q8_0(_), Gemm::Int8(Isa::Avx2)) => 12,
             (Repacked::Q4_1(_), Gemm::F32) => 16,
             (Repacked::Q8_0(_), Gemm::F32) => 12,
         }
@@ -260,7 +260,7 @@ impl Linear {
             return Path::F32Weights(w);
         }
         if let Some((p, isa)) = &self.int8 {
-            let gemm = Gemm::Int8(*isa, p.nibbles);
+            let gemm = Gemm::Int8(*isa);
             if (!t.prompt || self.prompt_int8) && t.n >= self.gemm_from(gemm) {
                 return Path::Int8(p, *isa);
             }
@@ -280,7 +280,7 @@ impl Linear {
             return None;
         }
         let gemm = match (&self.int8, &self.f32) {
-            (Some((p, isa)), _) => Gemm::Int8(*isa, p.nibbles),
+            (Some((_, isa)), _) => Gemm::Int8(*isa),
             (None, Some(_)) => Gemm::F32,
             (None, None) => return None,
         };
