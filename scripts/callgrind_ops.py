@@ -11,17 +11,19 @@ import re
 import subprocess
 import sys
 
-# (operation, function-name patterns): the old path's functions and the new one's.
+# (operation, function-name patterns[, part]): the old paths' functions and the new
+# ones'. A `part` row is inside the row above it: shown, not subtracted from "other".
 OPS = [
-    ("weight matmul: quantized dot products", [
+    ("weight matmuls (Linear::forward)", [r"linear::Linear::forward$"]),
+    ("  of which quantized dot products / GEMVs", [
         r"quant_dot::q4_1_q8_1_avx2$", r"quant_dot::q5_0_q8_0_avx2$", r"avx::vec_dot_q8_0_q8_0$",
-        r"q4_1_rows::dot$", r"q8_0_rows::dot$"]),
-    ("weight matmul: 8-bit GEMM", [r"int8_gemm::tile_vnni_nibbles$", r"int8_gemm::tile_vnni$",
-                                   r"int8_gemm::tile_avx2$"]),
-    ("weight matmul: f32 GEMM", [r"packed_gemm::kernel$"]),
-    ("activation quantization", [
+        r"q4_1_rows::dot$", r"q8_0_rows::dot$"], True),
+    ("  of which 8-bit GEMM tiles", [r"int8_gemm::tile_vnni_nibbles$", r"int8_gemm::tile_vnni$",
+                                     r"int8_gemm::tile_avx2$"], True),
+    ("  of which f32 GEMM", [r"packed_gemm::kernel$"], True),
+    ("  of which activation quantization", [
         r"BlockQ8_1 as .*GgmlType>::from_float$", r"BlockQ8_0 as .*GgmlType>::from_float$",
-        r"act_quant::QuantActs::quantize$", r"act_quant::BlockOut::write$"]),
+        r"act_quant::QuantActs::quantize$"], True),
     ("attention (paged, f16 KV)", [r"kernels::attention::paged_attention$"]),
     ("RMS norm", [r"kernels::norm::rms_norm$", r"kernels::norm::rms_norm_in_place$"]),
     ("RoPE", [r"rope::Rope::apply$"]),
@@ -49,10 +51,11 @@ def main():
         sys.exit(f"{dump}: no {marker} in this dump")
     print(f"{'operation':<40} {'Ir/token':>12} {'share':>7}")
     rest = total
-    for name, pats in OPS:
+    for name, pats, *part in OPS:
         fns = {fn for fn in incl for p in pats if re.search(p, fn)}
         n = sum(incl[fn] for fn in fns)
-        rest -= n
+        if not part:
+            rest -= n
         print(f"{name:<40} {n / tokens:>12,.0f} {100 * n / total:>6.1f}%")
     print(f"{'other (pool/rayon, glue, bench argmax)':<40} {rest / tokens:>12,.0f} {100 * rest / total:>6.1f}%")
     print(f"{'total':<40} {total / tokens:>12,.0f} {100.0:>6.1f}%")

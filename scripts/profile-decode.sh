@@ -15,5 +15,5 @@ rm -f "$out".callgrind*
 (cd crates/model && RAYON_NUM_THREADS=1 valgrind --tool=callgrind \
   --dump-before='*decode_once*' --dump-after='*decode_once*' \
   --callgrind-out-file="$out.callgrind" "$bin" --quick --fast-only --only decode_b1 >/dev/null)
-# Dump 1 ends before the first call, 2 is the warm-up run, 4 the first timed run.
-python3 scripts/callgrind_ops.py "$out.callgrind.4" 32
+# Dump 1 ends before the first call, 2 is the warm-up run, 3 the first timed run.
+python3 scripts/callgrind_ops.py "$out.callgrind.3" 32

@@ -1,22 +1,21 @@
-//! `Linear` (y = x·Wᵀ + b) and which kernel multiplies each batch: the repacked
-//! decode kernels (or, for f16/bf16 weights, the half-precision rows kernel) for a
-//! few rows, the 8-bit GEMM for larger decode batches (and for
-//! prompts in int8 precision), the f32 GEMM for prompts in fast precision and for
-//! types the 8-bit GEMM cannot hold. The switch points are measured (see
-//! `Repacked::max_rows`, `Gemm::min_rows`) and decided here only.
+//! `Linear` (y = x·Wᵀ + b) and which kernel multiplies each batch: the 8-bit GEMM
+//! for every decode batch of the types it holds (and for prompts in int8
+//! precision), the half-precision rows kernel for a few rows of f16/bf16 weights,
+//! the f32 GEMM for prompts in fast precision and for larger batches of types the
+//! 8-bit GEMM cannot hold, which take quantized dot products at a few rows. The
+//! switch points are measured (see `Gemm::min_rows`, `HALF_MAX_ROWS`) and decided
+//! here only.
 
 use crate::kernels::gemm_f32::gemm_f32;
 use crate::kernels::half_rows::{self, HalfWeights};
 use crate::kernels::int8_gemm::{self, Isa};
 use crate::kernels::int8_panels::Int8Panels;
 use crate::kernels::packed_gemm::PackedMatrix;
-use crate::kernels::q4_1_rows::Q4_1Rows;
-use crate::kernels::q8_0_rows::Q8_0Rows;
 use crate::weights::{Precision, WeightData};
 
-/// Without repacked decode kernels, batches with at least this many rows run as a
-/// GEMM (compute-bound); smaller ones as quantized dot products (memory-bound: one
-/// or two decoding sequences). Measured with the forward bench for the f32 GEMM: at
+/// Batches of weights the 8-bit GEMM cannot hold with at least this many rows run on
+/// the f32 GEMM (compute-bound); smaller ones as quantized dot products
+/// (memory-bound: one or two decoding sequences). Measured with the forward bench for the f32 GEMM: at
 /// 3 rows it is already ahead (71 vs 68 tok/s), at 4 rows by 1.3x, at 8 by 1.7x.
 pub const GEMM_MIN_ROWS: usize = 3;
 
@@ -48,25 +47,26 @@ pub fn first_switch(a: Option<usize>, b: Option<usize>) -> Option<usize> {
 /// A GEMM that large batches take.
 #[derive(Clone, Copy)]
 enum Gemm {
-    /// On this instruction set.
-    Int8(Isa),
+    Int8,
     F32,
 }
 
 impl Gemm {
-    /// The fewest rows worth this GEMM without a repacked kernel. AVX-512 VNNI's
-    /// 8-bit GEMM reads no more than the decode kernels and needs no horizontal
-    /// sums: from one row, for every type it holds. Measured at batch 1 (forward
-    /// bench `--only decode_b1`, 2 threads, median of 7), the GEMM vs the repacked
-    /// Q8_0 kernel and the 8-bit dot products of other types: stop 13 (Intel Xeon,
-    /// full-width AVX-512), default model (Q8_0 output) 192-218 vs 169-174 tok/s,
-    /// `--quantize q8_0` 144-146 vs 87-90, Gemma 3 (Q8_0, Q5_0) 69-70 vs 38-39;
-    /// stop 12 (Zen 4) 8-bit values within 10% of the decode kernel. The others
-    /// from `GEMM_MIN_ROWS`.
+    /// The fewest rows worth this GEMM. The 8-bit GEMM reads 4-bit values as
+    /// nibbles (the file's bytes plus f32 scales) and needs no horizontal sums: from
+    /// one row, for every type it holds. Measured at batch 1 against the decode GEMVs
+    /// it replaced (Q4_1 and Q8_0 rows repacked at load, 8-bit dot products for the
+    /// others; forward bench `--only decode_bN`, 2 threads, median of 7):
+    /// - AVX2 (stop 14, Intel Xeon with `SLOSERVE_DENSE=avx2`), default model: b1
+    ///   174-188 vs 141-159 tok/s (Q4_1 on the GEMM, Q8_0 output on its GEMV:
+    ///   159), b8 454-472 vs 408-416; before nibbles and 8-bit values on AVX2 the
+    ///   GEMV's 123-136;
+    /// - AVX-512 VNNI (stop 13), default model 192-218 vs 169-174 tok/s,
+    ///   `--quantize q8_0` 144-146 vs 87-90, Gemma 3 (Q8_0, Q5_0) 69-70 vs 38-39.
     fn min_rows(self) -> usize {
         match self {
-            Gemm::Int8(Isa::Avx512Vnni) => 1,
-            _ => GEMM_MIN_ROWS,
+            Gemm::Int8 => 1,
+            Gemm::F32 => GEMM_MIN_ROWS,
         }
     }
 }
@@ -97,49 +97,11 @@ impl F32Copy {
     }
 }
 
-/// Quantized weights repacked for the decode kernels.
-enum Repacked {
-    Q4_1(Q4_1Rows),
-    Q8_0(Q8_0Rows),
-}
-
-impl Repacked {
-    /// Batches up to this many rows run on the repacked kernel rather than `gemm`.
-    /// The repacked kernels read the quantized bytes once for all rows (memory-bound
-    /// at a few rows) where the f32 GEMM reads 4-byte weights, so they win well past
-    /// `GEMM_MIN_ROWS`; the 8-bit GEMM reads 1.25 bytes and wins much sooner.
-    /// Measured on the default model's shapes (forward bench `--only decode_bN`, 2
-    /// threads), tok/s repacked kernel vs GEMM:
-    /// - f32 (stop 11): Q4_1 b4 295 vs 146, b16 316 vs 290, b20 314 vs 320, b24 262
-    ///   vs 335; Q8_0 b8 265 vs 200, b12 277 vs 256, b16 284 vs 300;
-    /// - 8-bit, AVX2 (stop 12): Q4_1 b2 251-265 vs 168-171, b4 197-286 vs 244-260,
-    ///   b6 213-304 vs 262-318, b8 218-302 vs 361-365;
-    /// - 8-bit, AVX-512 VNNI: none (see `Gemm::min_rows`; `Linear::new` does not
-    ///   repack then).
-    fn max_rows(&self, gemm: Gemm) -> usize {
-        match (self, gemm) {
-            (_, Gemm::Int8(Isa::Avx512Vnni)) => 0,
-            (Repacked::Q4_1(_), Gemm::Int8(Isa::Avx2)) => 4,
-            (Repacked::Q8_0(_), Gemm::Int8(Isa::Avx2)) => 12,
-            (Repacked::Q4_1(_), Gemm::F32) => 16,
-            (Repacked::Q8_0(_), Gemm::F32) => 12,
-        }
-    }
-
-    fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        match self {
-            Repacked::Q4_1(r) => r.matmul(x, m, out),
-            Repacked::Q8_0(r) => r.matmul(x, m, out),
-        }
-    }
-}
-
 /// Where one batch is multiplied.
 enum Path<'a> {
     F32Weights(&'a [f32]),
     Int8(&'a Int8Panels, Isa),
     F32Copy(&'a F32Copy),
-    Repacked(&'a Repacked),
     Half(HalfWeights<'a>),
     Quantized,
 }
@@ -157,8 +119,6 @@ fn half(w: &WeightData) -> Option<HalfWeights<'_>> {
 pub struct Linear {
     /// Quantized or half-precision (fast, int8) or f32 (exact) weights.
     pub weight: WeightData,
-    /// Q4_1 or Q8_0 weights repacked for a few rows (AVX2).
-    repacked: Option<Repacked>,
     /// Exact 8-bit panels for decode batches (and prompts in int8 precision).
     int8: Option<(Int8Panels, Isa)>,
     /// f32 copy for prompts in fast precision, and for batches when there are no
@@ -171,21 +131,23 @@ pub struct Linear {
     pub bias: Option<Vec<f32>>,
 }
 
-/// The 8-bit panels, 4-bit values kept packed with AVX-512 VNNI.
-/// `SLOSERVE_DENSE=f32` leaves out the 8-bit GEMM, `=avx2` takes its AVX2 kernel
-/// on a CPU with AVX-512 and `=u8` leaves 4-bit values unpacked: A/B measurements
-/// of the other paths.
+/// The 8-bit panels, 4-bit values packed as nibbles (on both instruction sets they
+/// beat one byte each, prompts included: AVX2 int8 prefill 803-830 vs 762 tok/s,
+/// stop 14). `SLOSERVE_DENSE` (comma-separated) is for A/B measurements of the other
+/// paths: `f32` leaves out the 8-bit GEMM, `avx2` takes its AVX2 kernel on a CPU
+/// with AVX-512 VNNI, `u8` leaves 4-bit values one byte each.
 fn int8_panels(w: &WeightData, n: usize, k: usize) -> Option<(Int8Panels, Isa)> {
     let choice = std::env::var("SLOSERVE_DENSE").unwrap_or_default();
-    if choice == "f32" {
+    let choices: Vec<&str> = choice.split(',').collect();
+    if choices.contains(&"f32") {
         return None;
     }
     let mut p = Int8Panels::pack(w, n, k)?;
-    let isa = match choice.as_str() {
-        "avx2" => Some(Isa::Avx2).filter(|i| i.available(p.qmax)),
-        _ => Isa::best_for(p.qmax),
+    let isa = match choices.contains(&"avx2") {
+        true => Some(Isa::Avx2).filter(|i| i.available()),
+        false => Isa::best(),
     }?;
-    if isa == Isa::Avx512Vnni && choice != "u8" {
+    if !choices.contains(&"u8") {
         p.to_nibbles();
     }
     Some((p, isa))
@@ -205,7 +167,6 @@ impl Linear {
         );
         let mut linear = Linear {
             weight,
-            repacked: None,
             int8: None,
             f32: None,
             prompt_int8: precision == Precision::Int8,
@@ -230,28 +191,16 @@ impl Linear {
         }
         let w = &linear.weight;
         linear.int8 = int8_panels(w, n_out, k);
-        let vnni = matches!(linear.int8, Some((_, Isa::Avx512Vnni)));
-        if avx2 && !vnni {
-            linear.repacked = match w {
-                WeightData::Q4_1(b) => Some(Repacked::Q4_1(Q4_1Rows::pack(b, n_out, k))),
-                WeightData::Q8_0(b) => Some(Repacked::Q8_0(Q8_0Rows::pack(b, n_out, k))),
-                _ => None,
-            };
-        }
         if !linear.prompt_int8 || linear.int8.is_none() {
             linear.f32 = Some(F32Copy::new(w, n_out, k));
         }
         linear
     }
 
-    /// The fewest rows that `gemm` multiplies (fewer: the repacked kernel, the
-    /// half-precision rows kernel, or the quantized dot products).
+    /// The fewest rows that `gemm` multiplies (fewer: the half-precision rows
+    /// kernel, or the quantized dot products).
     fn gemm_from(&self, gemm: Gemm) -> usize {
-        let small_end = match (&self.repacked, half(&self.weight)) {
-            (Some(r), _) => r.max_rows(gemm) + 1,
-            (None, Some(_)) => HALF_MAX_ROWS + 1,
-            (None, None) => 0,
-        };
+        let small_end = half(&self.weight).map_or(0, |_| HALF_MAX_ROWS + 1);
         small_end.max(gemm.min_rows())
     }
 
@@ -260,14 +209,12 @@ impl Linear {
             return Path::F32Weights(w);
         }
         if let Some((p, isa)) = &self.int8 {
-            let gemm = Gemm::Int8(*isa);
-            if (!t.prompt || self.prompt_int8) && t.n >= self.gemm_from(gemm) {
+            if (!t.prompt || self.prompt_int8) && t.n >= self.gemm_from(Gemm::Int8) {
                 return Path::Int8(p, *isa);
             }
         }
-        match (&self.f32, &self.repacked) {
-            (Some(f), _) if t.n >= self.gemm_from(Gemm::F32) => Path::F32Copy(f),
-            (_, Some(r)) => Path::Repacked(r),
+        match &self.f32 {
+            Some(f) if t.n >= self.gemm_from(Gemm::F32) => Path::F32Copy(f),
             _ => half(&self.weight).map_or(Path::Quantized, Path::Half),
         }
     }
@@ -280,7 +227,7 @@ impl Linear {
             return None;
         }
         let gemm = match (&self.int8, &self.f32) {
-            (Some((_, isa)), _) => Gemm::Int8(*isa),
+            (Some(_), _) => Gemm::Int8,
             (None, Some(_)) => Gemm::F32,
             (None, None) => return None,
         };
@@ -294,7 +241,6 @@ impl Linear {
             Path::F32Weights(w) => gemm_f32(x, w, m, k, n, out),
             Path::Int8(p, isa) => int8_gemm::matmul(p, isa, x, m, out),
             Path::F32Copy(f) => f.matmul(x, m, k, n, out),
-            Path::Repacked(r) => r.matmul(x, m, out),
             Path::Half(w) => half_rows::matmul(w, n, k, x, m, out),
             Path::Quantized => self.weight.matmul(x, m, k, n, out),
         }
@@ -312,7 +258,7 @@ impl Linear {
 mod tests {
     use super::*;
     use crate::kernels::cpu::{has_avx2, has_avx512_vnni, test_data};
-    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, BlockQ8_0, GgmlType};
+    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, BlockQ6K, BlockQ8_0, GgmlType};
 
     fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
         let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
@@ -326,43 +272,31 @@ mod tests {
         Linear::new(w, n, k, None, precision)
     }
 
-    /// Where decode batches leave the quantized path, on this CPU.
+    /// Where decode batches leave the quantized path, on this CPU: with AVX2 every
+    /// batch of a type the 8-bit panels hold is a GEMM; Q6_K (two scales per 32
+    /// weights) takes dot products below `GEMM_MIN_ROWS`.
     #[test]
     fn the_reported_switch_follows_the_cpu() {
         let (n, k) = (24, 256);
-        let q4k = Linear::new(
-            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
-            n,
-            k,
-            None,
-            Precision::Fast,
-        );
-        let (vnni, avx2) = (has_avx512_vnni(), has_avx2());
+        let fast = |w| Linear::new(w, n, k, None, Precision::Fast);
+        let int8 = if has_avx2() { 0 } else { GEMM_MIN_ROWS - 1 };
         assert_eq!(q4_1(Precision::Exact).small_batch_max_rows(), None);
-        // With AVX-512 VNNI every batch of a type the panels hold is a GEMM.
-        let no_repacked = if vnni { 0 } else { GEMM_MIN_ROWS - 1 };
-        assert_eq!(q4k.small_batch_max_rows(), Some(no_repacked));
-        let q8_0 = Linear::new(
-            WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
-            n,
-            k,
-            None,
-            Precision::Fast,
-        );
-        let q8_expected = match (vnni, avx2) {
-            (true, _) => 0,
-            (false, true) => 12,
-            (false, false) => GEMM_MIN_ROWS - 1,
-        };
-        assert_eq!(q8_0.small_batch_max_rows(), Some(q8_expected));
-        assert_eq!(q8_0.repacked.is_some(), avx2 && !vnni);
-        let expected = match (vnni, avx2) {
-            (true, _) => 0,
-            (false, true) => 4,
-            (false, false) => GEMM_MIN_ROWS - 1,
-        };
         for p in [Precision::Fast, Precision::Int8] {
-            assert_eq!(q4_1(p).small_batch_max_rows(), Some(expected), "{p:?}");
+            assert_eq!(q4_1(p).small_batch_max_rows(), Some(int8), "{p:?}");
+        }
+        let q4k = fast(WeightData::Q4K(quantized::<BlockQ4K>(n, k)));
+        let q8_0 = fast(WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)));
+        let q6k = fast(WeightData::Q6K(quantized::<BlockQ6K>(n, k)));
+        assert_eq!(q4k.small_batch_max_rows(), Some(int8));
+        assert_eq!(q8_0.small_batch_max_rows(), Some(int8));
+        assert_eq!(q6k.small_batch_max_rows(), Some(GEMM_MIN_ROWS - 1));
+        let best = crate::kernels::int8_gemm::Isa::best();
+        if std::env::var_os("SLOSERVE_DENSE").is_none() {
+            assert_eq!(q8_0.int8.as_ref().map(|(_, isa)| *isa), best);
+        }
+        assert_eq!(best.is_some(), has_avx2());
+        if has_avx512_vnni() {
+            assert_eq!(best, Some(Isa::Avx512Vnni));
         }
         assert_eq!(first_switch(Some(16), Some(2)), Some(2));
         assert_eq!(first_switch(None, Some(16)), Some(16));

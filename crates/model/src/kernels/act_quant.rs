@@ -1,17 +1,12 @@
-//! `QuantActs`: activation rows quantized to 8 bits in blocks of 32 for the decode
-//! kernels (`q4_1_rows`, `q8_0_rows`), vectorized with AVX2 but bit for bit what
-//! candle's `BlockQ8_0::from_float` and `BlockQ8_1::from_float` compute (scale
-//! `amax / 127` rounded to f16, values `round(x / scale)` half away from zero, and
-//! for Q8_1 the f16 product of the f16 value sum and the scale). The values of each
-//! block lie in one aligned 32-byte vector; scales and scaled sums as f32, eight of
-//! them load at once. Also the driver that spreads a matrix's rows over the pool.
-
-use std::cell::RefCell;
+//! `QuantActs`: activation rows quantized to 8 bits in blocks of 32 for the 8-bit
+//! GEMM (`int8_gemm`), vectorized with AVX2 but bit for bit what candle's
+//! `BlockQ8_0::from_float` computes (scale `amax / 127` rounded to f16, values
+//! `round(x / scale)` half away from zero, so within ±127), and each block's exact
+//! value sum. The values of each block lie in one aligned 32-byte vector.
 
 use half::f16;
 
-use crate::kernels::cpu::OutPtr;
-use crate::kernels::pool::{parallel_for, threads};
+use crate::kernels::pool::parallel_for;
 
 /// One block's 8-bit values.
 #[derive(Clone, Copy)]
@@ -25,30 +20,20 @@ pub struct QuantActs {
     pub qs: Vec<Block>,
     /// Block scales (f16 values, as f32).
     pub d: Vec<f32>,
-    /// Q8_1 only: the f16 `scale · Σ values`, as f32.
-    pub s: Vec<f32>,
     /// Each block's exact sum of its 8-bit values.
     pub sum: Vec<i32>,
 }
 
-/// One activation row's blocks.
-pub struct ActRow<'a> {
-    pub qs: &'a [Block],
-    pub d: &'a [f32],
-    pub s: &'a [f32],
-}
-
 impl QuantActs {
-    /// Quantizes `x` (`[rows, k]`, k a multiple of 32); `sums` also fills `s` (Q8_1).
-    /// Many blocks (a prefill's) are split over the pool.
-    pub fn quantize(&mut self, x: &[f32], k: usize, sums: bool) {
+    /// Quantizes `x` (`[rows, k]`, k a multiple of 32). Many blocks (a prefill's) are
+    /// split over the pool.
+    pub fn quantize(&mut self, x: &[f32], k: usize) {
         let kb = k / 32;
         let blocks = x.len() / 32;
         self.kb = kb;
         if self.qs.len() < blocks {
             self.qs.resize(blocks, Block([0; 32]));
             self.d.resize(blocks, 0.0);
-            self.s.resize(blocks, 0.0);
             self.sum.resize(blocks, 0);
         }
         const PER_TASK: usize = 512;
@@ -56,30 +41,19 @@ impl QuantActs {
         let out = BlockOut {
             qs: self.qs.as_mut_ptr(),
             d: self.d.as_mut_ptr(),
-            s: self.s.as_mut_ptr(),
             sum: self.sum.as_mut_ptr(),
         };
         let run = |t: usize| {
             for i in t * PER_TASK..((t + 1) * PER_TASK).min(blocks) {
                 // SAFETY: i < blocks <= every vector's length; each block index is
                 // written by one task only.
-                unsafe { out.write(i, &x[i * 32..][..32], sums) };
+                unsafe { out.write(i, &x[i * 32..][..32]) };
             }
         };
         if tasks > 1 {
             parallel_for(tasks, &run);
         } else if tasks == 1 {
             run(0);
-        }
-    }
-
-    /// Row `r`.
-    pub fn row(&self, r: usize) -> ActRow<'_> {
-        let kb = self.kb;
-        ActRow {
-            qs: &self.qs[r * kb..][..kb],
-            d: &self.d[r * kb..][..kb],
-            s: &self.s[r * kb..][..kb],
         }
     }
 }
@@ -89,7 +63,6 @@ impl QuantActs {
 struct BlockOut {
     qs: *mut Block,
     d: *mut f32,
-    s: *mut f32,
     sum: *mut i32,
 }
 // SAFETY: tasks write disjoint indices (see `quantize`).
@@ -101,50 +74,11 @@ impl BlockOut {
     ///
     /// # Safety
     /// `i` is in bounds of every vector and no other thread touches index `i`.
-    unsafe fn write(self, i: usize, xb: &[f32], sums: bool) {
+    unsafe fn write(self, i: usize, xb: &[f32]) {
         let (d, sum) = quantize_block(xb, &mut *self.qs.add(i));
-        let d16 = f16::from_f32(d);
-        *self.d.add(i) = d16.to_f32();
+        *self.d.add(i) = f16::from_f32(d).to_f32();
         *self.sum.add(i) = sum;
-        if sums {
-            *self.s.add(i) =
-                f16::from_f32(f16::from_f32(sum as f32).to_f32() * d16.to_f32()).to_f32();
-        }
     }
-}
-
-thread_local! {
-    static ACTS: RefCell<QuantActs> = RefCell::new(QuantActs::default());
-}
-
-/// `out[r, c] = dot(c, row r of x quantized)` for `x` `[rows, k]` and `c` in `0..n`,
-/// the weight rows split over the pool. The quantized rows are reused across calls.
-pub fn gemv(
-    x: &[f32],
-    rows: usize,
-    k: usize,
-    n: usize,
-    sums: bool,
-    out: &mut [f32],
-    dot: &(dyn Fn(usize, &ActRow) -> f32 + Sync),
-) {
-    assert!(x.len() >= rows * k && out.len() >= rows * n && k.is_multiple_of(32));
-    ACTS.with(|cell| {
-        let acts = &mut *cell.borrow_mut();
-        acts.quantize(&x[..rows * k], k, sums);
-        let acts: &QuantActs = acts;
-        let tile = n.div_ceil(threads() * 8).max(4);
-        let ptr = OutPtr(out.as_mut_ptr());
-        parallel_for(n.div_ceil(tile), &|t| {
-            for c in t * tile..((t + 1) * tile).min(n) {
-                for r in 0..rows {
-                    let v = dot(c, &acts.row(r));
-                    // SAFETY: (r, c) lies inside out; only this task writes column c.
-                    unsafe { *ptr.get().add(r * n + c) = v };
-                }
-            }
-        });
-    });
 }
 
 /// One block: its values into `q`; returns the unrounded scale and the value sum.
@@ -229,19 +163,13 @@ unsafe fn round_away(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use candle_core::quantized::k_quants::{BlockQ8_0, BlockQ8_1, GgmlType};
+    use candle_core::quantized::k_quants::{BlockQ8_0, GgmlType};
     use rand::{Rng, SeedableRng};
 
     /// ggml's block layouts, to read candle's blocks.
     #[repr(C)]
     struct Q8_0 {
         d: f16,
-        qs: [i8; 32],
-    }
-    #[repr(C)]
-    struct Q8_1 {
-        d: f16,
-        s: f16,
         qs: [i8; 32],
     }
 
@@ -257,23 +185,17 @@ mod tests {
         x[32..64].fill(0.0);
         x[64..96].iter_mut().for_each(|v| *v *= 1e-30);
         let mut ours = QuantActs::default();
-        ours.quantize(&x, k, true);
+        ours.quantize(&x, k);
         let mut c0 = vec![BlockQ8_0::zeros(); k / 32];
         BlockQ8_0::from_float(&x, &mut c0);
-        let mut c1 = vec![BlockQ8_1::zeros(); k / 32];
-        BlockQ8_1::from_float(&x, &mut c1);
-        // SAFETY: the mirrors have the blocks' repr(C) layouts.
-        let (c0, c1): (&[Q8_0], &[Q8_1]) = unsafe {
-            (
-                std::slice::from_raw_parts(c0.as_ptr() as *const Q8_0, c0.len()),
-                std::slice::from_raw_parts(c1.as_ptr() as *const Q8_1, c1.len()),
-            )
-        };
+        // SAFETY: the mirror has the block's repr(C) layout.
+        let c0: &[Q8_0] =
+            unsafe { std::slice::from_raw_parts(c0.as_ptr() as *const Q8_0, c0.len()) };
         for i in 0..k / 32 {
             assert_eq!(ours.qs[i].0, c0[i].qs, "block {i} values vs Q8_0");
-            assert_eq!(ours.qs[i].0, c1[i].qs, "block {i} values vs Q8_1");
             assert_eq!(ours.d[i], c0[i].d.to_f32(), "block {i} scale");
-            assert_eq!(ours.s[i], c1[i].s.to_f32(), "block {i} sum");
+            let sum: i32 = c0[i].qs.iter().map(|&q| q as i32).sum();
+            assert_eq!(ours.sum[i], sum, "block {i} value sum");
         }
     }
 }

@@ -4,9 +4,10 @@
 //! per block and output: `Σ_b d_w·d_a·(Σ q_w·q_a − zero·Σ q_a) + m_w·d_a·Σ q_a`.
 //! Register tiles of up to 8 activation rows by 16 outputs with AVX-512 VNNI
 //! (`vpdpbusd`: 64 products in one instruction), or 4 rows by 8 outputs with AVX2
-//! (`vpmaddubsw`, pairs summed in 16 bits: only for weights of at most 5 bits, which
-//! cannot overflow them). A panel's blocks (`k/32 · 576` bytes) stay in L1 across
-//! the row tiles of a task.
+//! (`vpmaddubsw`, pairs summed in 16 bits, which values of at most 5 bits cannot
+//! overflow; 8-bit values are split into two nibbles). A panel's blocks stay in L1
+//! across the row tiles of a task. From one row up: the same kernel serves decode
+//! at batch 1 (memory-bound: 4-bit values read as nibbles) and prompts.
 //!
 //! Each output is summed block by block in order whatever the batch, so results do
 //! not depend on the batch's size or the row's place in it.
@@ -29,18 +30,18 @@ pub enum Isa {
 }
 
 impl Isa {
-    /// The best this CPU has for weights whose values reach `qmax`, if any.
-    pub fn best_for(qmax: u8) -> Option<Isa> {
+    /// The best this CPU has, if any.
+    pub fn best() -> Option<Isa> {
         [Isa::Avx512Vnni, Isa::Avx2]
             .into_iter()
-            .find(|isa| isa.available(qmax))
+            .find(|isa| isa.available())
     }
 
-    /// Whether this CPU can multiply weights whose values reach `qmax` with `self`.
-    pub fn available(self, qmax: u8) -> bool {
+    /// Whether this CPU has `self`.
+    pub fn available(self) -> bool {
         match self {
             Isa::Avx512Vnni => has_avx512_vnni(),
-            Isa::Avx2 => has_avx2() && qmax <= 31,
+            Isa::Avx2 => has_avx2(),
         }
     }
 
@@ -62,19 +63,16 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
     let (n, k) = (w.n, w.k);
     assert!(x.len() >= m * k && out.len() >= m * n && k.is_multiple_of(32));
     assert!(
-        isa.available(w.qmax),
+        isa.available(),
         "{isa:?} cannot multiply these weights here"
     );
-    assert!(
-        !w.nibbles || isa == Isa::Avx512Vnni,
-        "nibbles need AVX-512 VNNI"
-    );
+    assert!(!w.has_min || w.zero == 0, "a minimum and a zero point");
     if m == 0 || n == 0 {
         return;
     }
     ACTS.with(|cell| {
         let acts = &mut *cell.borrow_mut();
-        acts.quantize(&x[..m * k], k, false);
+        acts.quantize(&x[..m * k], k);
         let acts: &QuantActs = acts;
         let out = OutPtr(out.as_mut_ptr());
         parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
@@ -108,15 +106,15 @@ unsafe fn tile(
     let c = out.get().add(r0 * ldc + p * NR);
     let cols = NR.min(w.n - p * NR);
     macro_rules! run {
-        ($kernel:ident; $($r:literal)*) => {
+        ($kernel:ident, $c1:tt; $($r:literal)*) => {
             match rows {
-                $($r => $kernel::<$r>(w, p, a, r0, c, ldc, cols),)*
+                $($r => $kernel::<$r, $c1>(w, p, a, r0, c, ldc, cols),)*
                 _ => unreachable!("tile rows"),
             }
         };
-        ($kernel:ident, $nib:literal; $($r:literal)*) => {
+        ($kernel:ident, $c1:tt, $c2:tt; $($r:literal)*) => {
             match rows {
-                $($r => $kernel::<$r, $nib>(w, p, a, r0, c, ldc, cols),)*
+                $($r => $kernel::<$r, $c1, $c2>(w, p, a, r0, c, ldc, cols),)*
                 _ => unreachable!("tile rows"),
             }
         };
@@ -124,7 +122,23 @@ unsafe fn tile(
     match isa {
         Isa::Avx512Vnni if w.nibbles => run!(tile_vnni, true; 1 2 3 4 5 6 7 8),
         Isa::Avx512Vnni => run!(tile_vnni, false; 1 2 3 4 5 6 7 8),
-        Isa::Avx2 => run!(tile_avx2; 1 2 3 4),
+        Isa::Avx2 => {
+            let v = match (w.nibbles, w.qmax) {
+                (true, _) => NIBBLES,
+                (false, ..=31) => BYTES,
+                _ => WIDE,
+            };
+            macro_rules! avx2 {
+                ($($v:ident)*) => {
+                    match (v, w.has_min) {
+                        $(($v, true) => run!(tile_avx2, $v, true; 1 2 3 4),
+                          ($v, false) => run!(tile_avx2, $v, false; 1 2 3 4),)*
+                        _ => unreachable!("value kinds"),
+                    }
+                };
+            }
+            avx2!(NIBBLES BYTES WIDE)
+        }
     }
 }
 
@@ -190,11 +204,21 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
     }
 }
 
+/// How the AVX2 tile reads a panel's values (its `V` parameter).
+const NIBBLES: u8 = 0;
+/// One byte each, at most 31: pairs of products sum in 16 bits.
+const BYTES: u8 = 1;
+/// One byte each, up to 255 (Q8_0's shifted values): each byte is split into its
+/// two nibbles, `q = 16·hi + lo`, and each half multiplied as 4-bit values.
+const WIDE: u8 = 2;
+
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX2, 8 columns at a time.
-/// Pairs of products reach `2 · 31 · 127`: four groups' sums fit in 16 bits.
+/// `vpmaddubsw` sums pairs of products in 16 bits: four groups' sums fit for 5-bit
+/// values (`2 · 31 · 127` each), a whole block's for 4-bit ones. `MIN`: the panel
+/// has minimums and no zero point (asymmetric types), else a zero point.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2<const R: usize>(
+unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -204,43 +228,85 @@ unsafe fn tile_avx2<const R: usize>(
     cols: usize,
 ) {
     use std::arch::x86_64::*;
-    let kb = w.kb;
+    let (kb, per) = (w.kb, w.groups_per_block());
     let ones = _mm256_set1_epi16(1);
-    // Groups summed in 16 bits before widening: 8 for 4-bit weights, 4 for 5-bit.
+    let sixteen = _mm256_set1_epi16(16);
+    let low = _mm256_set1_epi8(0x0F);
+    // Groups summed in 16 bits before widening (BYTES): 8 for 4-bit, 4 for 5-bit.
     let run = if w.qmax <= 15 { 8 } else { 4 };
     for half in 0..2 {
         if half * 8 >= cols {
             break;
         }
-        let gp = (w.groups.as_ptr().add(p * kb * 8) as *const __m256i).add(half);
+        let gp = (w.groups.as_ptr().add(p * kb * per) as *const __m256i).add(half);
         let sp = (w.scales.as_ptr().add(p * kb * 2) as *const f32).add(half * 8);
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..kb {
+            // Row r's 4 activations of group g, in every 32-bit lane.
+            let act = |r: usize, g: usize| {
+                let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
+                _mm256_set1_epi32((q as *const i32).read_unaligned())
+            };
             let mut s = [_mm256_setzero_si256(); R];
-            for g0 in (0..8).step_by(run) {
+            if V == NIBBLES {
                 let mut s16 = [_mm256_setzero_si256(); R];
-                for g in g0..g0 + run {
-                    let wv = _mm256_load_si256(gp.add((b * 8 + g) * 2));
+                for v in 0..4 {
+                    let raw = _mm256_load_si256(gp.add((b * 4 + v) * 2));
+                    let lo = _mm256_and_si256(raw, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
                     for (r, s16) in s16.iter_mut().enumerate() {
-                        let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
-                        let av = _mm256_set1_epi32((q as *const i32).read_unaligned());
-                        *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(wv, av));
+                        *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(lo, act(r, v)));
+                        *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(hi, act(r, v + 4)));
                     }
                 }
                 for (s, s16) in s.iter_mut().zip(&s16) {
-                    *s = _mm256_add_epi32(*s, _mm256_madd_epi16(*s16, ones));
+                    *s = _mm256_madd_epi16(*s16, ones);
+                }
+            } else if V == WIDE {
+                let (mut lo16, mut hi16) =
+                    ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+                for g in 0..8 {
+                    let raw = _mm256_load_si256(gp.add((b * 8 + g) * 2));
+                    let lo = _mm256_and_si256(raw, low);
+                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    for r in 0..R {
+                        let av = act(r, g);
+                        lo16[r] = _mm256_add_epi16(lo16[r], _mm256_maddubs_epi16(lo, av));
+                        hi16[r] = _mm256_add_epi16(hi16[r], _mm256_maddubs_epi16(hi, av));
+                    }
+                }
+                for r in 0..R {
+                    s[r] = _mm256_add_epi32(
+                        _mm256_madd_epi16(lo16[r], ones),
+                        _mm256_madd_epi16(hi16[r], sixteen),
+                    );
+                }
+            } else {
+                for g0 in (0..8).step_by(run) {
+                    let mut s16 = [_mm256_setzero_si256(); R];
+                    for g in g0..g0 + run {
+                        let wv = _mm256_load_si256(gp.add((b * 8 + g) * 2));
+                        for (r, s16) in s16.iter_mut().enumerate() {
+                            *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(wv, act(r, g)));
+                        }
+                    }
+                    for (s, s16) in s.iter_mut().zip(&s16) {
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(*s16, ones));
+                    }
                 }
             }
             let d = _mm256_loadu_ps(sp.add(2 * b * NR));
-            let m = _mm256_loadu_ps(sp.add((2 * b + 1) * NR));
             for (r, acc) in acc.iter_mut().enumerate() {
                 let i = (r0 + r) * kb + b;
                 let (da, sum) = (*a.d.get_unchecked(i), *a.sum.get_unchecked(i));
-                let t = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * sum));
                 let scale = _mm256_mul_ps(d, _mm256_set1_ps(da));
-                *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
-                if w.has_min {
+                if MIN {
+                    let m = _mm256_loadu_ps(sp.add((2 * b + 1) * NR));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), scale, *acc);
                     *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(da * sum as f32), *acc);
+                } else {
+                    let t = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * sum));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
                 }
             }
         }
@@ -268,11 +334,11 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
     ldc: usize,
     cols: usize,
 ) {
-    tile_avx2::<R>(w, p, a, r0, c, ldc, cols)
+    tile_avx2::<R, 0, false>(w, p, a, r0, c, ldc, cols)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx2<const R: usize>(
+unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
     _: &Int8Panels,
     _: usize,
     _: &QuantActs,
@@ -281,7 +347,7 @@ unsafe fn tile_avx2<const R: usize>(
     _: usize,
     _: usize,
 ) {
-    unreachable!("guarded by Isa::best_for")
+    unreachable!("guarded by Isa::best")
 }
 
 #[cfg(test)]
@@ -289,7 +355,9 @@ mod tests {
     use super::*;
     use crate::kernels::cpu::test_data;
     use crate::weights::WeightData;
-    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlType};
+    use candle_core::quantized::k_quants::{
+        BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlType,
+    };
 
     fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
         let x: Vec<f32> = test_data(n * k, 13).iter().map(|v| v * 2.0).collect();
@@ -303,7 +371,7 @@ mod tests {
     fn reference(w: &WeightData, x: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let wf = w.to_f32();
         let mut acts = QuantActs::default();
-        acts.quantize(x, k, false);
+        acts.quantize(x, k);
         let xq: Vec<f64> = (0..m * k)
             .map(|i| acts.qs[i / 32].0[i % 32] as f64 * acts.d[i / 32] as f64)
             .collect();
@@ -320,7 +388,7 @@ mod tests {
 
     fn check(isa: Isa, nibbles: bool, w: &WeightData, m: usize, k: usize, n: usize) {
         let mut panels = Int8Panels::pack(w, n, k).unwrap();
-        if !isa.available(panels.qmax) || (nibbles && isa != Isa::Avx512Vnni) {
+        if !isa.available() {
             eprintln!(
                 "skipped {isa:?} for {:?}: not on this CPU or type",
                 w.dtype()
@@ -348,6 +416,7 @@ mod tests {
     fn equals_the_product_of_the_rounded_activations() {
         for (m, k, n) in [(1, 256, 5), (7, 512, 33), (70, 256, 16), (130, 768, 40)] {
             let types = [
+                WeightData::Q4_0(quantized::<BlockQ4_0>(n, k)),
                 WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
                 WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
                 WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
@@ -358,6 +427,7 @@ mod tests {
                     (Isa::Avx512Vnni, false),
                     (Isa::Avx512Vnni, true),
                     (Isa::Avx2, false),
+                    (Isa::Avx2, true),
                 ] {
                     check(isa, nibbles, w, m, k, n);
                 }
@@ -370,7 +440,7 @@ mod tests {
         let (k, n) = (512, 48);
         let w = WeightData::Q4_1(quantized::<BlockQ4_1>(n, k));
         let panels = Int8Panels::pack(&w, n, k).unwrap();
-        let Some(isa) = Isa::best_for(panels.qmax) else {
+        let Some(isa) = Isa::best() else {
             return eprintln!("skipped: no AVX2");
         };
         let x = test_data(40 * k, 5);

@@ -13,8 +13,6 @@ pub mod int8_panels;
 pub mod norm;
 pub mod packed_gemm;
 pub mod pool;
-pub mod q4_1_rows;
-pub mod q8_0_rows;
 pub mod qmatmul;
 pub mod quant_dot;
 pub mod quantize;
