@@ -191,10 +191,10 @@ mod tests {
         // SAFETY: the mirror has the block's repr(C) layout.
         let c0: &[Q8_0] =
             unsafe { std::slice::from_raw_parts(c0.as_ptr() as *const Q8_0, c0.len()) };
-        for i in 0..k / 32 {
-            assert_eq!(ours.qs[i].0, c0[i].qs, "block {i} values vs Q8_0");
-            assert_eq!(ours.d[i], c0[i].d.to_f32(), "block {i} scale");
-            let sum: i32 = c0[i].qs.iter().map(|&q| q as i32).sum();
+        for (i, c) in c0.iter().enumerate() {
+            assert_eq!(ours.qs[i].0, c.qs, "block {i} values vs Q8_0");
+            assert_eq!(ours.d[i], c.d.to_f32(), "block {i} scale");
+            let sum: i32 = c.qs.iter().map(|&q| q as i32).sum();
             assert_eq!(ours.sum[i], sum, "block {i} value sum");
         }
     }

@@ -112,7 +112,7 @@ mod avx2 {
         rows: usize,
         sums: &mut [f32; ROWS],
     ) {
-        debug_assert!(rows >= 1 && rows <= ROWS && x.len() >= (rows - 1) * k + k);
+        debug_assert!((1..=ROWS).contains(&rows) && x.len() >= (rows - 1) * k + k);
         let xp = x.as_ptr();
         let mut acc = [[_mm256_setzero_ps(); 2]; ROWS];
         let body = k - k % 16;
