@@ -318,6 +318,9 @@ fn turn(core: &mut EngineCore, rx: &Receiver<Command>, sh: &Shared, st: &mut Loo
                 }
             }
         } else {
+            // Blocked until the next command: idle time, not drain time (the
+            // next step's interval starts afresh).
+            lock(&sh.admission).mark_idle();
             match rx.recv() {
                 Ok(c) => c,
                 Err(_) => {
@@ -352,7 +355,6 @@ fn turn(core: &mut EngineCore, rx: &Receiver<Command>, sh: &Shared, st: &mut Loo
         if st.disconnected || sh.stopping.load(Ordering::Acquire) {
             return Turn::Exit;
         }
-        lock(&sh.admission).mark_idle();
         return Turn::Idle;
     }
     let report = core.step();

@@ -228,3 +228,30 @@ fn a_runner_that_always_panics_stops_the_engine_after_a_few_restarts() {
         EngineError::EngineStopped
     );
 }
+
+/// Time the engine spends idle, blocked for its next command, is not time a queue
+/// took to drain: the first request after a pause, which waited only for its step,
+/// must not teach admission a drain rate of one request per pause (which then
+/// refused a burst: "would wait about 64 s" after a 34 s pause).
+#[test]
+fn an_idle_pause_is_not_counted_as_queue_drain_time() {
+    let mut cfg = EngineConfig::default();
+    cfg.admission.max_queue_wait_s = 1.0;
+    let engine = start(256, Duration::from_millis(1), cfg);
+    engine
+        .submit(Request::greedy(prompt(0, 8), 2))
+        .unwrap()
+        .collect_blocking();
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut running = engine.submit(Request::greedy(prompt(1, 8), 400)).unwrap();
+    assert!(matches!(running.blocking_recv(), Some(Event::Token { .. })));
+    // A burst while one request decodes: each waits a step or two.
+    let burst: Vec<_> = (2..8)
+        .map(|i| engine.submit(Request::greedy(prompt(i, 8), 2)))
+        .collect();
+    for r in burst {
+        let s = r.unwrap_or_else(|e| panic!("refused after an idle pause: {e}"));
+        assert_eq!(s.collect_blocking().finish.reason, FinishReason::Length);
+    }
+    assert_eq!(engine.stats().rejected.interactive, 0);
+}
