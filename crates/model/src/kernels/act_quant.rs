@@ -22,6 +22,8 @@ pub struct QuantActs {
     pub d: Vec<f32>,
     /// Each block's exact sum of its 8-bit values.
     pub sum: Vec<i32>,
+    /// `d · sum` (f32 product): what a block's minimum multiplies.
+    pub dsum: Vec<f32>,
 }
 
 impl QuantActs {
@@ -35,6 +37,7 @@ impl QuantActs {
             self.qs.resize(blocks, Block([0; 32]));
             self.d.resize(blocks, 0.0);
             self.sum.resize(blocks, 0);
+            self.dsum.resize(blocks, 0.0);
         }
         const PER_TASK: usize = 512;
         let tasks = blocks.div_ceil(PER_TASK);
@@ -42,6 +45,7 @@ impl QuantActs {
             qs: self.qs.as_mut_ptr(),
             d: self.d.as_mut_ptr(),
             sum: self.sum.as_mut_ptr(),
+            dsum: self.dsum.as_mut_ptr(),
         };
         let run = |t: usize| {
             for i in t * PER_TASK..((t + 1) * PER_TASK).min(blocks) {
@@ -64,6 +68,7 @@ struct BlockOut {
     qs: *mut Block,
     d: *mut f32,
     sum: *mut i32,
+    dsum: *mut f32,
 }
 // SAFETY: tasks write disjoint indices (see `quantize`).
 unsafe impl Send for BlockOut {}
@@ -76,8 +81,10 @@ impl BlockOut {
     /// `i` is in bounds of every vector and no other thread touches index `i`.
     unsafe fn write(self, i: usize, xb: &[f32]) {
         let (d, sum) = quantize_block(xb, &mut *self.qs.add(i));
-        *self.d.add(i) = f16::from_f32(d).to_f32();
+        let d = f16::from_f32(d).to_f32();
+        *self.d.add(i) = d;
         *self.sum.add(i) = sum;
+        *self.dsum.add(i) = d * sum as f32;
     }
 }
 
@@ -196,6 +203,7 @@ mod tests {
             assert_eq!(ours.d[i], c.d.to_f32(), "block {i} scale");
             let sum: i32 = c.qs.iter().map(|&q| q as i32).sum();
             assert_eq!(ours.sum[i], sum, "block {i} value sum");
+            assert_eq!(ours.dsum[i], ours.d[i] * sum as f32, "block {i} d · sum");
         }
     }
 }

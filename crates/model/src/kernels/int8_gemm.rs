@@ -185,12 +185,11 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
         let m = _mm512_load_ps((*sp.add(2 * b + 1)).0.as_ptr());
         for (r, acc) in acc.iter_mut().enumerate() {
             let i = (r0 + r) * kb + b;
-            let (da, sum) = (*a.d.get_unchecked(i), *a.sum.get_unchecked(i));
-            let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * sum));
-            let scale = _mm512_mul_ps(d, _mm512_set1_ps(da));
+            let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * *a.sum.get_unchecked(i)));
+            let scale = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(i)));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, *acc);
             if w.has_min {
-                *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(da * sum as f32), *acc);
+                *acc = _mm512_fmadd_ps(m, _mm512_set1_ps(*a.dsum.get_unchecked(i)), *acc);
             }
         }
     }
@@ -296,16 +295,17 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
                 }
             }
             let d = _mm256_loadu_ps(sp.add(2 * b * NR));
+            let m = _mm256_loadu_ps(sp.add((2 * b + 1) * NR));
             for (r, acc) in acc.iter_mut().enumerate() {
                 let i = (r0 + r) * kb + b;
-                let (da, sum) = (*a.d.get_unchecked(i), *a.sum.get_unchecked(i));
-                let scale = _mm256_mul_ps(d, _mm256_set1_ps(da));
+                let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(a.d.get_unchecked(i)));
                 if MIN {
-                    let m = _mm256_loadu_ps(sp.add((2 * b + 1) * NR));
+                    let dsum = _mm256_broadcast_ss(a.dsum.get_unchecked(i));
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), scale, *acc);
-                    *acc = _mm256_fmadd_ps(m, _mm256_set1_ps(da * sum as f32), *acc);
+                    *acc = _mm256_fmadd_ps(m, dsum, *acc);
                 } else {
-                    let t = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * sum));
+                    let zs = _mm256_set1_epi32(w.zero * *a.sum.get_unchecked(i));
+                    let t = _mm256_sub_epi32(s[r], zs);
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
                 }
             }
