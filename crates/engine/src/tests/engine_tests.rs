@@ -232,7 +232,7 @@ fn a_runner_that_always_panics_stops_the_engine_after_a_few_restarts() {
 /// Time the engine spends idle, blocked for its next command, is not time a queue
 /// took to drain: the first request after a pause, which waited only for its step,
 /// must not teach admission a drain rate of one request per pause (which then
-/// refused a burst: "would wait about 64 s" after a 34 s pause).
+/// refused a burst of 16 as waiting over 60 s after a 34 s pause).
 #[test]
 fn an_idle_pause_is_not_counted_as_queue_drain_time() {
     let mut cfg = EngineConfig::default();

@@ -62,25 +62,6 @@ pub unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
 }
 
-/// Eight blocks' i32 sums, one lane per block, from four `hadd(block 2p, block 2p+1)`
-/// vectors of eight i32 partial sums each.
-///
-/// # Safety
-/// The CPU must have AVX2.
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2")]
-pub unsafe fn reduce_blocks8(h: [std::arch::x86_64::__m256i; 4]) -> std::arch::x86_64::__m256i {
-    use std::arch::x86_64::*;
-    // [b0..b3 of the low 128 bits | b0..b3 of the high], then the same for b4..b7.
-    let h0 = _mm256_hadd_epi32(h[0], h[1]);
-    let h1 = _mm256_hadd_epi32(h[2], h[3]);
-    _mm256_add_epi32(
-        _mm256_permute2x128_si256(h0, h1, 0x20),
-        _mm256_permute2x128_si256(h0, h1, 0x31),
-    )
-}
-
 /// Deterministic values in [-1, 1) for kernel tests.
 #[cfg(test)]
 pub fn test_data(n: usize, seed: u32) -> Vec<f32> {

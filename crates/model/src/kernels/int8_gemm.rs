@@ -230,7 +230,14 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
     let (kb, per) = (w.kb, w.groups_per_block());
     let ones = _mm256_set1_epi16(1);
     let sixteen = _mm256_set1_epi16(16);
-    let low = _mm256_set1_epi8(0x0F);
+    // Each byte's low and high 4 bits, as bytes.
+    let nibbles = |raw: __m256i| {
+        let low = _mm256_set1_epi8(0x0F);
+        (
+            _mm256_and_si256(raw, low),
+            _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
+        )
+    };
     // Groups summed in 16 bits before widening (BYTES): 8 for 4-bit, 4 for 5-bit.
     let run = if w.qmax <= 15 { 8 } else { 4 };
     for half in 0..2 {
@@ -250,9 +257,7 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
             if V == NIBBLES {
                 let mut s16 = [_mm256_setzero_si256(); R];
                 for v in 0..4 {
-                    let raw = _mm256_load_si256(gp.add((b * 4 + v) * 2));
-                    let lo = _mm256_and_si256(raw, low);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 4 + v) * 2)));
                     for (r, s16) in s16.iter_mut().enumerate() {
                         *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(lo, act(r, v)));
                         *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(hi, act(r, v + 4)));
@@ -265,9 +270,7 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
                 let (mut lo16, mut hi16) =
                     ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
                 for g in 0..8 {
-                    let raw = _mm256_load_si256(gp.add((b * 8 + g) * 2));
-                    let lo = _mm256_and_si256(raw, low);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low);
+                    let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 8 + g) * 2)));
                     for r in 0..R {
                         let av = act(r, g);
                         lo16[r] = _mm256_add_epi16(lo16[r], _mm256_maddubs_epi16(lo, av));
