@@ -3,7 +3,8 @@
 
 Each round alternates, per case, sloserve's forward bench (`--fast-only --int8 --only CASE`,
 median of its 7 runs, both precisions) with llama.cpp's own bench for it: `llama-bench -n 128`
-(tg128) for decode batch 1, `llama-batched-bench -npp 128 -ntg 64 -npl 32` (S_TG) for batch 32,
+(tg128) for decode batch 1, `llama-batched-bench -npp 128 -ntg 64 -npl 32` (S_TG) for batch 32
+(the forward bench then runs the same shape, `--decode 128:64`),
 `llama-bench -p 512` (pp512) for prefill. On the default model `cargo bench --bench peak` runs
 first and its ceilings go beside the figures they bound. The result is the median over rounds of
 each figure, the ratio of the medians and the ratio per round, with the load average per round:
@@ -49,7 +50,10 @@ def run(cmd, cwd=ROOT, env=None):
 
 def sloserve(fwd, model, case, threads):
     """{precision: median tok/s} of one forward-bench run of `case`."""
-    out = run([fwd, "--fast-only", "--int8", "--only", case, "--model", model],
+    # Batch 32 at llama-batched-bench's shape (contexts 128 -> 192); batch 1 at the forward
+    # bench's own 64 -> 96, against tg128's 0 -> 128 (a longer average context for sloserve).
+    shape = ["--decode", "128:64"] if case == "decode_b32" else []
+    out = run([fwd, "--fast-only", "--int8", "--only", case, "--model", model] + shape,
               cwd=os.path.join(ROOT, "crates/model"), env={"RAYON_NUM_THREADS": str(threads)})
     got = {}
     for line in out.splitlines():

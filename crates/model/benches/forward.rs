@@ -14,7 +14,8 @@
 //! profiling one case; `decode_bN` for any batch size N), `--model PATH` (another GGUF file, e.g.
 //! `models/gemma-3-270m-q4_k_m.gguf`; results go to `forward-<file stem>.json`),
 //! `--quantize q8_0|q4_0|q4_1|f16` (re-quantize the weights at load; the JSON name
-//! gets `-<type>`).
+//! gets `-<type>`), `--decode CONTEXT:STEPS` (another decode shape, e.g. `128:64`,
+//! llama-batched-bench's `-npp 128 -ntg 64`).
 
 use std::path::Path;
 use std::time::Instant;
@@ -27,8 +28,11 @@ mod common;
 use common::{load_avg, median, model_path, repo_root, target_dir};
 
 const PREFILL_LEN: usize = 512;
-const DECODE_CONTEXT: usize = 64;
-const DECODE_STEPS: usize = 32;
+/// The decode cases' default shape (`--decode CONTEXT:STEPS` sets another).
+const DECODE: Decode = Decode {
+    context: 64,
+    steps: 32,
+};
 const DECODE_BATCHES: [usize; 3] = [1, 8, 32];
 const BLOCK: usize = 16;
 
@@ -76,42 +80,69 @@ fn prefill_once(r: &mut LlamaRunner, batch: &mut Batch, out: &mut Logits) -> f64
     PREFILL_LEN as f64 / t0.elapsed().as_secs_f64()
 }
 
+/// A decode case's shape: each sequence is prefilled with `context` tokens, then
+/// decodes `steps` tokens per timed run.
+#[derive(Clone, Copy)]
+struct Decode {
+    context: usize,
+    steps: usize,
+}
+
+impl Decode {
+    /// `CONTEXT:STEPS`, both at least 1.
+    fn parse(s: &str) -> Option<Decode> {
+        let (c, n) = s.split_once(':')?;
+        let d = Decode {
+            context: c.parse().ok()?,
+            steps: n.parse().ok()?,
+        };
+        (d.context > 0 && d.steps > 0).then_some(d)
+    }
+}
+
 /// Block tables of B sequences, each long enough for the prefill and the decode steps.
-fn decode_tables(b: usize) -> Vec<Vec<u32>> {
-    let per_seq = (DECODE_CONTEXT + DECODE_STEPS).div_ceil(BLOCK);
+fn decode_tables(b: usize, d: Decode) -> Vec<Vec<u32>> {
+    let per_seq = (d.context + d.steps).div_ceil(BLOCK);
     (0..b)
         .map(|s| ((s * per_seq) as u32..((s + 1) * per_seq) as u32).collect())
         .collect()
 }
 
-/// Prefills B sequences with `DECODE_CONTEXT` tokens each (untimed setup).
-fn decode_setup(r: &mut LlamaRunner, tables: &[Vec<u32>], batch: &mut Batch, out: &mut Logits) {
+/// Prefills B sequences with `d.context` tokens each (untimed setup).
+fn decode_setup(
+    r: &mut LlamaRunner,
+    tables: &[Vec<u32>],
+    d: Decode,
+    batch: &mut Batch,
+    out: &mut Logits,
+) {
     // In groups, so that no single batch is huge.
     for (g, group) in tables.chunks(8).enumerate() {
         batch.clear();
         for (k, t) in group.iter().enumerate() {
-            let p = tokens(g * 8 + k + 2, DECODE_CONTEXT);
-            batch.push(&p, 0, &t[..DECODE_CONTEXT.div_ceil(BLOCK)], true);
+            let p = tokens(g * 8 + k + 2, d.context);
+            batch.push(&p, 0, &t[..d.context.div_ceil(BLOCK)], true);
         }
         r.execute(batch, out).expect("decode prefill");
     }
 }
 
-/// `DECODE_STEPS` timed decode steps of B rows (positions `DECODE_CONTEXT..`, so
+/// `d.steps` timed decode steps of B rows (positions `d.context..`, so
 /// every run overwrites the same KV slots over the same prefilled context); returns
 /// tok/s.
 #[inline(never)] // a symbol for callgrind --toggle-collect (docs/profile-decode.md)
 fn decode_once(
     r: &mut LlamaRunner,
     tables: &[Vec<u32>],
+    d: Decode,
     batch: &mut Batch,
     out: &mut Logits,
 ) -> f64 {
     let b = tables.len();
     let mut next: Vec<u32> = (0..b).map(|s| 200 + s as u32).collect();
     let t0 = Instant::now();
-    for step in 0..DECODE_STEPS {
-        let pos = DECODE_CONTEXT + step;
+    for step in 0..d.steps {
+        let pos = d.context + step;
         batch.clear();
         for (s, table) in tables.iter().enumerate() {
             batch.push(&[next[s]], pos, &table[..(pos + 1).div_ceil(BLOCK)], true);
@@ -129,7 +160,7 @@ fn decode_once(
             *n = best as u32;
         }
     }
-    (b * DECODE_STEPS) as f64 / t0.elapsed().as_secs_f64()
+    (b * d.steps) as f64 / t0.elapsed().as_secs_f64()
 }
 
 fn run_precision(
@@ -139,6 +170,7 @@ fn run_precision(
     only: Option<&str>,
     path: &Path,
     quantize: Option<WeightType>,
+    d: Decode,
 ) -> Vec<Case> {
     let wanted = |name: &str| only.is_none_or(|o| o == name);
     let opts = RunnerOptions {
@@ -182,18 +214,18 @@ fn run_precision(
         if !wanted(&format!("decode_b{b}")) {
             continue;
         }
-        eprintln!("[{label}] decode batch {b}: 1 warm-up + {runs} runs of {DECODE_STEPS} steps");
-        let tables = decode_tables(b);
-        decode_setup(&mut r, &tables, &mut batch, &mut out);
-        decode_once(&mut r, &tables, &mut batch, &mut out);
+        eprintln!("[{label}] decode batch {b}: 1 warm-up + {runs} runs of {} steps", d.steps);
+        let tables = decode_tables(b, d);
+        decode_setup(&mut r, &tables, d, &mut batch, &mut out);
+        decode_once(&mut r, &tables, d, &mut batch, &mut out);
         let tok_s = (0..runs)
-            .map(|_| decode_once(&mut r, &tables, &mut batch, &mut out))
+            .map(|_| decode_once(&mut r, &tables, d, &mut batch, &mut out))
             .collect();
         cases.push(Case {
             precision: label,
             name: format!("decode_b{b}"),
             batch: b,
-            tokens_per_run: b * DECODE_STEPS,
+            tokens_per_run: b * d.steps,
             tok_s,
         });
     }
@@ -221,6 +253,11 @@ fn main() {
             None => panic!("--quantize needs a type"),
         }
     });
+    let decode = args.iter().position(|a| a == "--decode").map_or(DECODE, |i| {
+        args.get(i + 1)
+            .and_then(|s| Decode::parse(s))
+            .unwrap_or_else(|| panic!("--decode takes CONTEXT:STEPS, e.g. 128:64"))
+    });
     // A relative path may be from the repository root (cargo runs benches in the crate).
     let path = model.map_or_else(model_path, |m| {
         let p = std::path::PathBuf::from(m);
@@ -241,7 +278,7 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }
     );
-    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only, &path, quantize);
+    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only, &path, quantize, decode);
     if int8 {
         cases.extend(run_precision(
             Precision::Int8,
@@ -250,6 +287,7 @@ fn main() {
             only,
             &path,
             quantize,
+            decode,
         ));
     }
     if !fast_only {
@@ -260,6 +298,7 @@ fn main() {
             only,
             &path,
             quantize,
+            decode,
         ));
     }
     let load_after = load_avg();
@@ -270,7 +309,8 @@ fn main() {
         quantize.map_or(String::new(), |t| format!(" --quantize {t}"))
     );
     println!(
-        "decode = {DECODE_STEPS} steps after a {DECODE_CONTEXT}-token prefill per sequence; median of N timed runs"
+        "decode = {} steps after a {}-token prefill per sequence; median of N timed runs",
+        decode.steps, decode.context
     );
     println!(
         "{:<6} {:<12} {:>5} {:>12} {:>12} {:>12} {:>4}",
@@ -299,8 +339,8 @@ fn main() {
         "quick": quick,
         "block_size": BLOCK,
         "prefill_len": PREFILL_LEN,
-        "decode_context": DECODE_CONTEXT,
-        "decode_steps": DECODE_STEPS,
+        "decode_context": decode.context,
+        "decode_steps": decode.steps,
         "load_avg_before": load_before,
         "load_avg_after": load_after,
         "results": cases.iter().map(Case::json).collect::<Vec<_>>(),
