@@ -16,10 +16,11 @@ OPS = [
      [r"q4_1_rows::dot", r"q8_0_rows::dot", r"quant_dot::", r"vec_dot", r"q4_1_rows::Q4_1Rows::matmul",
       r"q8_0_rows::Q8_0Rows::matmul", r"act_quant::gemv"]),
     ("activation quantization", [r"act_quant::", r"from_float", r"roundf"]),
-    ("attention (paged, f16 KV)", [r"kernels::attention::", r"expf"]),
+    # libm's expf: the SiLU's, and before the f16 attention had its own vector exp, attention's.
+    ("attention (paged, f16 KV)", [r"kernels::attention"]),
     ("RMS norm", [r"kernels::norm::"]),
     ("RoPE", [r"rope::"]),
-    ("SiLU x up", [r"kernels::activation::"]),
+    ("SiLU x up (and libm expf)", [r"kernels::activation::", r"expf"]),
     ("pool: waiting and hand-off", [r"kernels::pool::"]),
     ("kernel (page faults, scheduling)", [r"^\[k\]"]),
 ]

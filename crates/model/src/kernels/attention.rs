@@ -8,8 +8,7 @@ use half::f16;
 
 use sloserve_engine::Batch;
 
-#[cfg(target_arch = "x86_64")]
-use crate::kernels::cpu::hsum256;
+use crate::kernels::attention_f16::{attend_f16_avx2, MAX_GROUP};
 use crate::kernels::cpu::{has_avx2, OutPtr};
 use crate::kernels::pool::parallel_for;
 use crate::kv_cache::{KvCache, KvData};
@@ -52,15 +51,15 @@ impl KvElem for f16 {
 
 /// One task's inputs: the query heads of one KV head at one token, and where that
 /// KV head's keys and values live.
-struct Task<'a, T> {
-    q: &'a [f32],
-    keys: &'a [T],
-    values: &'a [T],
+pub(super) struct Task<'a, T> {
+    pub(super) q: &'a [f32],
+    pub(super) keys: &'a [T],
+    pub(super) values: &'a [T],
     /// Offset of each attended position's key (and value) row for this KV head, in
     /// order (`row_offsets`).
-    rows: &'a [usize],
-    head_dim: usize,
-    scale: f32,
+    pub(super) rows: &'a [usize],
+    pub(super) head_dim: usize,
+    pub(super) scale: f32,
 }
 
 /// Row offsets of positions `first..n` through block `table` (blocks of
@@ -252,144 +251,6 @@ fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// Query heads per KV head that the f16 kernel handles (in register tiles of 3).
-const MAX_GROUP: usize = 8;
-
-/// `attend` on f16 rows with F16C conversions, in register tiles: scores for up to
-/// three query heads by four keys at a time (each key row widened once for all
-/// of them, four sums reduced together), then the weighted values for up to three
-/// heads by 32 dimensions held in registers across all keys.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f32]) {
-    let (hd, n) = (task.head_dim, task.rows.len());
-    let group = task.q.len() / hd;
-    scores.clear();
-    scores.resize(group * n, 0.0);
-    for g0 in (0..group).step_by(3) {
-        match (group - g0).min(3) {
-            1 => scores_f16::<1>(task, g0, scores),
-            2 => scores_f16::<2>(task, g0, scores),
-            _ => scores_f16::<3>(task, g0, scores),
-        }
-    }
-    softmax_rows(scores, n);
-    for g0 in (0..group).step_by(3) {
-        match (group - g0).min(3) {
-            1 => values_f16::<1>(task, g0, scores, out),
-            2 => values_f16::<2>(task, g0, scores, out),
-            _ => values_f16::<3>(task, g0, scores, out),
-        }
-    }
-}
-
-/// Asks for the cache lines of `bytes` bytes at `p` (a hint: never faults).
-#[cfg(target_arch = "x86_64")]
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn prefetch_row(p: *const u8, bytes: usize) {
-    use std::arch::x86_64::*;
-    for off in (0..bytes).step_by(64) {
-        _mm_prefetch(p.wrapping_add(off) as *const i8, _MM_HINT_T0);
-    }
-}
-
-/// `scores[g, j] = q_g · k_j · scale` for heads `g0..g0 + G`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let (hd, n) = (task.head_dim, task.rows.len());
-    let (qp, kp, sp) = (
-        task.q.as_ptr().add(g0 * hd),
-        task.keys.as_ptr(),
-        scores.as_mut_ptr(),
-    );
-    let key = |j: usize| kp.add(*task.rows.get_unchecked(j)) as *const __m128i;
-    let scale = _mm_set1_ps(task.scale);
-    let mut j = 0;
-    while j + 4 <= n {
-        let k = [key(j), key(j + 1), key(j + 2), key(j + 3)];
-        // The cache's rows come from memory at long contexts: ask for the next
-        // tile's while this one is summed.
-        for a in (j + 8..j + 12).filter(|&a| a < n) {
-            prefetch_row(key(a) as *const u8, hd * 2);
-        }
-        let mut acc = [[_mm256_setzero_ps(); 4]; G];
-        for c in 0..hd / 8 {
-            let kv = k.map(|k| _mm256_cvtph_ps(_mm_loadu_si128(k.add(c))));
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let q = _mm256_loadu_ps(qp.add(h * hd + c * 8));
-                for (a, kv) in acc.iter_mut().zip(&kv) {
-                    *a = _mm256_fmadd_ps(q, *kv, *a);
-                }
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            // Four eight-lane sums into one four-lane vector.
-            let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-            _mm_storeu_ps(sp.add((g0 + h) * n + j), _mm_mul_ps(s4, scale));
-        }
-        j += 4;
-    }
-    for j in j..n {
-        let k = key(j);
-        let mut acc = [_mm256_setzero_ps(); G];
-        for c in 0..hd / 8 {
-            let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(c)));
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + c * 8)), kv, *a);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            *sp.add((g0 + h) * n + j) = hsum256(*a) * task.scale;
-        }
-    }
-}
-
-/// `out_g = Σ_j scores[g, j] · v_j` for heads `g0..g0 + G`, 32 dimensions at a time.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn values_f16<const G: usize>(task: &Task<f16>, g0: usize, scores: &[f32], out: &mut [f32]) {
-    use std::arch::x86_64::*;
-    let (hd, n) = (task.head_dim, task.rows.len());
-    let (vp, sp, op) = (
-        task.values.as_ptr(),
-        scores.as_ptr(),
-        out.as_mut_ptr().add(g0 * hd),
-    );
-    for c0 in (0..hd).step_by(32) {
-        let mut acc = [[_mm256_setzero_ps(); 4]; G];
-        for j in 0..n {
-            if j + 8 < n {
-                prefetch_row(
-                    vp.add(*task.rows.get_unchecked(j + 8) + c0) as *const u8,
-                    64,
-                );
-            }
-            let v = vp.add(*task.rows.get_unchecked(j) + c0) as *const __m128i;
-            let vv = [0, 1, 2, 3].map(|i| _mm256_cvtph_ps(_mm_loadu_si128(v.add(i))));
-            for (h, acc) in acc.iter_mut().enumerate() {
-                let w = _mm256_set1_ps(*sp.add((g0 + h) * n + j));
-                for (a, vv) in acc.iter_mut().zip(&vv) {
-                    *a = _mm256_fmadd_ps(w, *vv, *a);
-                }
-            }
-        }
-        for (h, acc) in acc.iter().enumerate() {
-            for (i, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(op.add(h * hd + c0 + 8 * i), *a);
-            }
-        }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn attend_f16_avx2(_: &Task<f16>, _: &mut Vec<f32>, _: &mut [f32]) {
-    unreachable!("guarded by has_avx2")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,13 +354,13 @@ mod tests {
             unreachable!()
         };
         let s = &batch.seqs[0];
-        // Groups of 1-3 query heads (each register tile width); 7 keys: one tile of
-        // four and three left over.
+        // Groups of 1-6 query heads (each register tile width, and tiles of three
+        // followed by a narrower one); 7 keys: one tile of four and three left over.
         let mut rows = Vec::new();
         row_offsets(batch.block_table(s), (BS, KV, HD), (3, 10), &mut rows);
-        for group in 1..=3 {
+        for group in 1..=6 {
             let task = Task {
-                q: &q[2 * QW + 3 * HD..][..group * HD],
+                q: &q[2 * QW..][..group * HD],
                 keys: k,
                 values: v,
                 rows: &rows,

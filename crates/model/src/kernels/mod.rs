@@ -5,7 +5,9 @@
 pub mod act_quant;
 pub mod activation;
 pub mod attention;
+mod attention_f16;
 pub mod cpu;
+pub mod exp;
 pub mod gemm_f32;
 pub mod half_rows;
 pub mod int8_gemm;

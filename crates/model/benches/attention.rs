@@ -1,0 +1,92 @@
+//! Paged attention on its own (`cargo bench -p sloserve-model --bench attention`):
+//! one decode step of B sequences (default 32) at context N (default 160, the middle
+//! of llama-batched-bench's `-npp 128 -ntg 64`) over the default model's attention
+//! shape (9 query heads, 3 KV heads of 64, f16 cache), through all 30 layers so that
+//! the cache is read from wherever a real step finds it. Prints µs per layer and the
+//! bytes of cache read per second. Flags: `--batch B`, `--context N`, `--layers L`, `--runs R`.
+
+use std::time::Instant;
+
+use sloserve_engine::Batch;
+use sloserve_model::kernels::attention::{paged_attention, AttnShape};
+use sloserve_model::kv_cache::{KvCache, KvDtype};
+
+#[path = "common.rs"]
+mod common;
+use common::{load_avg, median};
+
+const LAYERS_DEFAULT: usize = 30;
+const BLOCK: usize = 16;
+const SHAPE: AttnShape = AttnShape {
+    num_heads: 9,
+    num_kv_heads: 3,
+    head_dim: 64,
+    scale: 0.125,
+    window: None,
+};
+
+fn flag(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .map_or(default, |i| {
+            args.get(i + 1)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name} takes a number"))
+        })
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (b, n, runs) = (
+        flag(&args, "--batch", 32),
+        flag(&args, "--context", 160),
+        flag(&args, "--runs", 20),
+    );
+    let layers = flag(&args, "--layers", LAYERS_DEFAULT);
+    let kv = SHAPE.num_kv_heads * SHAPE.head_dim;
+    let per_seq = n.div_ceil(BLOCK);
+    let mut cache = KvCache::new(layers, kv, BLOCK, b * per_seq, KvDtype::F16);
+    let mut batch = Batch::default();
+    let mut x = 0.37f32;
+    let mut next = || {
+        x = (x * 3.7 + 0.11).fract();
+        x - 0.5
+    };
+    for s in 0..b {
+        // Interleave the sequences' blocks, as a pool that has served a while does.
+        let table: Vec<u32> = (0..per_seq).map(|i| (i * b + s) as u32).collect();
+        for layer in 0..layers {
+            for pos in 0..n {
+                let k: Vec<f32> = (0..kv).map(|_| next()).collect();
+                let v: Vec<f32> = (0..kv).map(|_| next()).collect();
+                let slot = cache.slot(&table, pos);
+                cache.write(layer, slot, &k, &v);
+            }
+        }
+        batch.push(&[1], n - 1, &table, true);
+    }
+    let token_seq: Vec<u32> = (0..b as u32).collect();
+    let qw = SHAPE.num_heads * SHAPE.head_dim;
+    let q: Vec<f32> = (0..b * qw).map(|_| next()).collect();
+    let mut out = vec![0f32; b * qw];
+    let mut step = || {
+        let t0 = Instant::now();
+        for layer in 0..layers {
+            paged_attention(&batch, &token_seq, &q, &cache, layer, SHAPE, &mut out);
+        }
+        t0.elapsed().as_secs_f64() / layers as f64
+    };
+    step();
+    let per_layer: Vec<f64> = (0..runs).map(|_| step()).collect();
+    let us = median(&per_layer) * 1e6;
+    let bytes = (b * n * kv * 2 * 2) as f64;
+    println!(
+        "attention: batch {b}, context {n}, {} threads, load {}: {us:.1} µs per layer \
+         ({:.1} GB/s of cache), {:.2} ms per step of {layers} layers",
+        rayon::current_num_threads(),
+        load_avg(),
+        bytes / (us * 1e-6) / 1e9,
+        us * layers as f64 / 1e3
+    );
+    std::hint::black_box(&out);
+}
