@@ -26,13 +26,11 @@ const SHAPE: AttnShape = AttnShape {
 };
 
 fn flag(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .map_or(default, |i| {
-            args.get(i + 1)
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{name} takes a number"))
-        })
+    args.iter().position(|a| a == name).map_or(default, |i| {
+        args.get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} takes a number"))
+    })
 }
 
 fn main() {

@@ -214,7 +214,10 @@ fn run_precision(
         if !wanted(&format!("decode_b{b}")) {
             continue;
         }
-        eprintln!("[{label}] decode batch {b}: 1 warm-up + {runs} runs of {} steps", d.steps);
+        eprintln!(
+            "[{label}] decode batch {b}: 1 warm-up + {runs} runs of {} steps",
+            d.steps
+        );
         let tables = decode_tables(b, d);
         decode_setup(&mut r, &tables, d, &mut batch, &mut out);
         decode_once(&mut r, &tables, d, &mut batch, &mut out);
@@ -253,11 +256,14 @@ fn main() {
             None => panic!("--quantize needs a type"),
         }
     });
-    let decode = args.iter().position(|a| a == "--decode").map_or(DECODE, |i| {
-        args.get(i + 1)
-            .and_then(|s| Decode::parse(s))
-            .unwrap_or_else(|| panic!("--decode takes CONTEXT:STEPS, e.g. 128:64"))
-    });
+    let decode = args
+        .iter()
+        .position(|a| a == "--decode")
+        .map_or(DECODE, |i| {
+            args.get(i + 1)
+                .and_then(|s| Decode::parse(s))
+                .unwrap_or_else(|| panic!("--decode takes CONTEXT:STEPS, e.g. 128:64"))
+        });
     // A relative path may be from the repository root (cargo runs benches in the crate).
     let path = model.map_or_else(model_path, |m| {
         let p = std::path::PathBuf::from(m);
@@ -278,7 +284,15 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }
     );
-    let mut cases = run_precision(Precision::Fast, "fast", fast_runs, only, &path, quantize, decode);
+    let mut cases = run_precision(
+        Precision::Fast,
+        "fast",
+        fast_runs,
+        only,
+        &path,
+        quantize,
+        decode,
+    );
     if int8 {
         cases.extend(run_precision(
             Precision::Int8,

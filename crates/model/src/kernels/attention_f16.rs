@@ -100,7 +100,12 @@ unsafe fn exp_row(row: &mut [f32]) -> f32 {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_tile<const G: usize>(task: &Task<f16>, g0: usize, stride: usize, scores: &mut [f32]) {
+unsafe fn scores_tile<const G: usize>(
+    task: &Task<f16>,
+    g0: usize,
+    stride: usize,
+    scores: &mut [f32],
+) {
     use super::cpu::hsum256;
     use std::arch::x86_64::*;
     let (hd, n) = (task.head_dim, task.rows.len());
@@ -180,7 +185,8 @@ unsafe fn values_tile<const G: usize>(
         let mut acc = [[_mm256_setzero_ps(); 4]; G];
         for j in 0..n {
             let v = vp.add(*task.rows.get_unchecked(j) + c0) as *const __m128i;
-            let w: [__m256; G] = std::array::from_fn(|h| _mm256_broadcast_ss(&*sp.add(h * stride + j)));
+            let w: [__m256; G] =
+                std::array::from_fn(|h| _mm256_broadcast_ss(&*sp.add(h * stride + j)));
             for i in 0..4 {
                 let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.add(i)));
                 for (acc, w) in acc.iter_mut().zip(&w) {

@@ -29,7 +29,13 @@ pub unsafe fn exp256(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), xc);
     let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
     let mut p = _mm256_set1_ps(1.987_569_1e-4);
-    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        0.166_666_65,
+        0.5,
+    ] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
     let r2 = _mm256_mul_ps(r, r);
@@ -88,7 +94,10 @@ mod tests {
             0.0,
             1.0,
         ]);
-        assert_eq!(&ends[..6], &[0.0, 0.0, 0.0, f32::INFINITY, f32::INFINITY, f32::INFINITY]);
+        assert_eq!(
+            &ends[..6],
+            &[0.0, 0.0, 0.0, f32::INFINITY, f32::INFINITY, f32::INFINITY]
+        );
         assert_eq!(ends[6], 1.0);
         assert!((ends[7] - std::f32::consts::E).abs() <= f32::EPSILON * 3.0);
     }

@@ -1,16 +1,22 @@
-//! `rms_norm`: root-mean-square normalisation of each row, scaled by a weight.
+//! `rms_norm`: root-mean-square normalisation of each row, scaled by a weight (rows
+//! spread over the pool in large batches).
+
+use crate::kernels::pool::{parallel_rows, ROWS_PER_TASK};
 
 /// Each `h`-row of `x` (h = `w.len()`) divided by its RMS (with `eps`) and
 /// multiplied by `w`, into `out`.
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let h = w.len();
-    for (xr, or) in x.chunks_exact(h).zip(out.chunks_exact_mut(h)) {
-        let ss = mean_square(xr);
-        let scale = 1.0 / (ss + eps).sqrt();
-        for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
-            *o = v * scale * g;
+    let n = x.len().min(out.len()) / h * h;
+    parallel_rows(&mut out[..n], h, ROWS_PER_TASK, &|r0, out| {
+        for (xr, or) in x[r0 * h..].chunks_exact(h).zip(out.chunks_exact_mut(h)) {
+            let ss = mean_square(xr);
+            let scale = 1.0 / (ss + eps).sqrt();
+            for ((o, v), g) in or.iter_mut().zip(xr).zip(w) {
+                *o = v * scale * g;
+            }
         }
-    }
+    });
 }
 
 /// The mean of the squares, summed in f64 as ggml does.
@@ -22,13 +28,16 @@ fn mean_square(x: &[f32]) -> f32 {
 /// `rms_norm` of each `w.len()`-row of `x`, in place (e.g. per attention head).
 pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let h = w.len();
-    for xr in x.chunks_exact_mut(h) {
-        let ss = mean_square(xr);
-        let scale = 1.0 / (ss + eps).sqrt();
-        for (v, g) in xr.iter_mut().zip(w) {
-            *v = *v * scale * g;
+    // Heads are short rows: as many per task as a token's hidden state has values.
+    parallel_rows(x, h, ROWS_PER_TASK * 1024 / h.max(1), &|_, x| {
+        for xr in x.chunks_exact_mut(h) {
+            let ss = mean_square(xr);
+            let scale = 1.0 / (ss + eps).sqrt();
+            for (v, g) in xr.iter_mut().zip(w) {
+                *v = *v * scale * g;
+            }
         }
-    }
+    });
 }
 
 #[cfg(test)]

@@ -107,6 +107,34 @@ pub fn parallel_tiles(
     });
 }
 
+/// Rows per task of the row-wise work (`parallel_rows`) on hidden-state rows: a
+/// small batch's rows run on the caller alone.
+pub const ROWS_PER_TASK: usize = 8;
+
+/// Splits `out`, rows of `width`, into runs of `rows_per_task` whole rows and runs
+/// `f(first_row, run)` on the pool for each run: the per-row work of a large batch
+/// (norms, residual adds, copies) on every thread, a small batch's on the caller.
+pub fn parallel_rows(
+    out: &mut [f32],
+    width: usize,
+    rows_per_task: usize,
+    f: &(dyn Fn(usize, &mut [f32]) + Sync),
+) {
+    if width == 0 {
+        return;
+    }
+    let rows = out.len() / width;
+    let per = rows_per_task.max(1);
+    let ptr = crate::kernels::cpu::OutPtr(out.as_mut_ptr());
+    parallel_for(rows.div_ceil(per), &|t| {
+        let (lo, hi) = (t * per, ((t + 1) * per).min(rows));
+        // SAFETY: task t alone gets rows lo..hi, which lie inside `out` (hi <= rows).
+        let run =
+            unsafe { std::slice::from_raw_parts_mut(ptr.get().add(lo * width), (hi - lo) * width) };
+        f(lo, run);
+    });
+}
+
 /// Runs `f(task)` for every task in `0..tasks` on the pool and returns when all are
 /// done. Tasks run in no particular order, each exactly once.
 pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
@@ -251,6 +279,32 @@ mod tests {
                 hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
                 "{m} {chunk} {panels}"
             );
+        }
+    }
+
+    #[test]
+    fn rows_are_handed_out_whole_once_with_their_index() {
+        for (rows, width, per) in [
+            (0, 3, 8),
+            (1, 3, 8),
+            (8, 3, 8),
+            (33, 5, 8),
+            (10, 1, 3),
+            (4, 2, 0),
+        ] {
+            let mut out = vec![0f32; rows * width];
+            parallel_rows(&mut out, width, per, &|r0, run| {
+                assert_eq!(run.len() % width, 0, "a run of whole rows");
+                for (i, row) in run.chunks_exact_mut(width).enumerate() {
+                    for v in row.iter_mut() {
+                        *v += (r0 + i) as f32 + 1.0;
+                    }
+                }
+            });
+            let want: Vec<f32> = (0..rows * width)
+                .map(|j| (j / width) as f32 + 1.0)
+                .collect();
+            assert_eq!(out, want, "{rows} rows of {width}, {per} a task");
         }
     }
 

@@ -8,6 +8,7 @@ use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::kernels::attention::{paged_attention, AttnShape};
 use crate::kernels::norm::rms_norm_in_place;
+use crate::kernels::pool::{parallel_rows, ROWS_PER_TASK};
 use crate::kv_cache::KvCache;
 use crate::linear::{first_switch, Linear};
 
@@ -105,15 +106,23 @@ impl Attention {
             rms_norm_in_place(k, kn_w, self.eps);
         }
         let rope = &step.ropes[self.rope];
+        let pos = |ti: usize| {
+            let seq = &step.batch.seqs[step.token_seq[ti] as usize];
+            seq.position(ti - seq.token_start)
+        };
+        for (x, width) in [(&mut *q, qn), (&mut *k, kvn)] {
+            parallel_rows(x, width, ROWS_PER_TASK, &|t0, x| {
+                for (i, row) in x.chunks_exact_mut(width).enumerate() {
+                    rope.apply(row, pos(t0 + i));
+                }
+            });
+        }
         for seq in &step.batch.seqs {
             let table = step.batch.block_table(seq);
             for i in 0..seq.num_tokens {
-                let (ti, pos) = (seq.token_start + i, seq.position(i));
-                rope.apply(&mut q[ti * qn..(ti + 1) * qn], pos);
-                let kt = &mut k[ti * kvn..(ti + 1) * kvn];
-                rope.apply(kt, pos);
-                let slot = cache.slot(table, pos);
-                cache.write(layer, slot, kt, &v[ti * kvn..(ti + 1) * kvn]);
+                let ti = seq.token_start + i;
+                let slot = cache.slot(table, seq.position(i));
+                cache.write(layer, slot, &k[ti * kvn..][..kvn], &v[ti * kvn..][..kvn]);
             }
         }
         let attn = sized(&mut s.attn, t * qn);

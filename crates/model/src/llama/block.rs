@@ -7,6 +7,7 @@ use super::{sized, Loader, Step};
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::kernels::norm::rms_norm;
+use crate::kernels::pool::{parallel_rows, ROWS_PER_TASK};
 use crate::kv_cache::KvCache;
 use crate::linear::first_switch;
 
@@ -83,19 +84,22 @@ impl Block {
     /// `x += y`, or `x += rms_norm(y)` with post-norm `which` (0: attention, 1: MLP).
     fn residual(&self, x: &mut [f32], y: &[f32], which: usize, post: &mut Vec<f32>) {
         match &self.post_norms {
-            None => add_in_place(x, y),
+            None => add_in_place(x, y, self.attn_norm.len()),
             Some(norms) => {
                 let w = if which == 0 { &norms.0 } else { &norms.1 };
                 let yn = sized(post, y.len());
                 rms_norm(y, w, self.eps, yn);
-                add_in_place(x, yn);
+                add_in_place(x, yn, self.attn_norm.len());
             }
         }
     }
 }
 
-fn add_in_place(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
-    }
+/// `x += y`, rows of `h` spread over the pool in large batches.
+fn add_in_place(x: &mut [f32], y: &[f32], h: usize) {
+    parallel_rows(x, h, ROWS_PER_TASK, &|r0, x| {
+        for (a, b) in x.iter_mut().zip(&y[r0 * h..]) {
+            *a += b;
+        }
+    });
 }

@@ -4,6 +4,7 @@
 
 use super::{sized, Loader};
 use crate::error::Result;
+use crate::kernels::pool::{parallel_rows, ROWS_PER_TASK};
 use crate::linear::{first_switch, Linear, Tokens};
 use crate::weights::WeightData;
 
@@ -98,12 +99,15 @@ impl FusedLinear {
                 let n = l.n_out;
                 let all = sized(tmp, t.n * n);
                 l.forward(x, t, all);
-                for (r, row) in all.chunks_exact(n).enumerate() {
-                    let mut off = 0;
-                    for (out, &w) in outs.iter_mut().zip(&self.widths) {
-                        out[r * w..(r + 1) * w].copy_from_slice(&row[off..off + w]);
-                        off += w;
-                    }
+                let all: &[f32] = all;
+                let mut off = 0;
+                for (out, &w) in outs.iter_mut().zip(&self.widths) {
+                    parallel_rows(&mut out[..t.n * w], w, ROWS_PER_TASK, &|r0, out| {
+                        for (r, o) in out.chunks_exact_mut(w).enumerate() {
+                            o.copy_from_slice(&all[(r0 + r) * n + off..][..w]);
+                        }
+                    });
+                    off += w;
                 }
             }
         }
