@@ -29,6 +29,11 @@ from fleet_common import pyplot  # noqa: E402
 DEFAULT_MODEL = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 LLAMA_BIN = os.path.expanduser("~/.cache/sloserve-peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin")
 PEER = {"decode_b1": "tg128", "decode_b32": "S_TG at B=32", "prefill_512": "pp512"}
+SHAPES = {
+    "decode_b1": "sloserve: 32 steps at contexts 64 -> 96; llama-bench -n 128: contexts 0 -> 128",
+    "decode_b32": "both: 32 sequences, a 128-token prompt each, 64 steps (contexts 128 -> 192)",
+    "prefill_512": "both: one 512-token prompt",
+}
 
 
 def log(*a):
@@ -203,6 +208,7 @@ def main():
     summary = summarize(rounds, cases)
     result = {"model": a.model, "threads": a.threads, "started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S"),
               "loads": [r["load"] for r in rounds], "rounds": rounds, "summary": summary,
+              "dense": os.environ.get("SLOSERVE_DENSE"), "llama_bin": a.llama_bin, "shapes": SHAPES,
               "ceilings_tok_s": {k: v for k, v in (ceilings or {}).items() if k != "raw"}}
     with open(out, "w") as f:
         json.dump(result, f, indent=1)
