@@ -28,7 +28,7 @@ fn mean_square(x: &[f32]) -> f32 {
 /// `rms_norm` of each `w.len()`-row of `x`, in place (e.g. per attention head).
 pub fn rms_norm_in_place(x: &mut [f32], w: &[f32], eps: f32) {
     let h = w.len();
-    // Heads are short rows: as many per task as a token's hidden state has values.
+    // Heads are short rows: a task takes ROWS_PER_TASK x 1,024 values of them.
     parallel_rows(x, h, ROWS_PER_TASK * 1024 / h.max(1), &|_, x| {
         for xr in x.chunks_exact_mut(h) {
             let ss = mean_square(xr);
