@@ -4,8 +4,7 @@
 
 use std::sync::OnceLock;
 
-use crate::kernels::cpu::OutPtr;
-use crate::kernels::pool::parallel_for;
+use crate::kernels::pool::parallel_rows;
 use half::f16;
 
 /// Elements per parallel task; a decode step's few thousand run on the caller alone.
@@ -14,12 +13,9 @@ const CHUNK: usize = 16 * 1024;
 /// `gate[i] = f(gate[i], up[i])` for every `i`, in chunks over the pool.
 fn zip_map(gate: &mut [f32], up: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
     let n = gate.len().min(up.len());
-    let ptr = OutPtr(gate.as_mut_ptr());
-    parallel_for(n.div_ceil(CHUNK), &|c| {
-        let (lo, hi) = (c * CHUNK, ((c + 1) * CHUNK).min(n));
-        // SAFETY: task c alone writes gate[lo..hi], inside gate.
-        let g = unsafe { std::slice::from_raw_parts_mut(ptr.get().add(lo), hi - lo) };
-        for (g, u) in g.iter_mut().zip(&up[lo..hi]) {
+    // Rows of one element, CHUNK of them a task.
+    parallel_rows(&mut gate[..n], 1, CHUNK, &|lo, g| {
+        for (g, u) in g.iter_mut().zip(&up[lo..]) {
             *g = f(*g, *u);
         }
     });
