@@ -127,6 +127,23 @@ fn decode_setup(
     }
 }
 
+/// The first index of the row's maximum: a lane-wise max (which vectorises), then
+/// its first position.
+fn argmax(row: &[f32]) -> u32 {
+    let mut lanes = [f32::NEG_INFINITY; 16];
+    let mut chunks = row.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &x) in lanes.iter_mut().zip(c) {
+            *l = if x > *l { x } else { *l };
+        }
+    }
+    let m = lanes
+        .iter()
+        .chain(chunks.remainder())
+        .fold(f32::NEG_INFINITY, |a, &x| a.max(x));
+    row.iter().position(|&x| x == m).unwrap_or(0) as u32
+}
+
 /// `d.steps` timed decode steps of B rows (positions `d.context..`, so
 /// every run overwrites the same KV slots over the same prefilled context); returns
 /// tok/s.
@@ -148,16 +165,10 @@ fn decode_once(
             batch.push(&[next[s]], pos, &table[..(pos + 1).div_ceil(BLOCK)], true);
         }
         r.execute(batch, out).expect("decode step");
-        // Feed back the argmax, like greedy decoding (cheap next to the forward).
+        // Feed back the argmax, like greedy decoding (vectorised, as the engine's
+        // sampler does it: a scalar scan of 32 x 49,152 logits was 2% of a step).
         for (s, n) in next.iter_mut().enumerate() {
-            let row = out.row(s);
-            let mut best = 0;
-            for (i, &x) in row.iter().enumerate() {
-                if x > row[best] {
-                    best = i;
-                }
-            }
-            *n = best as u32;
+            *n = argmax(out.row(s));
         }
     }
     (b * d.steps) as f64 / t0.elapsed().as_secs_f64()

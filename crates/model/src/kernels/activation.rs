@@ -21,9 +21,53 @@ fn zip_map(gate: &mut [f32], up: &[f32], f: impl Fn(f32, f32) -> f32 + Sync) {
     });
 }
 
-/// `gate[i] = silu(gate[i]) * up[i]`, where `silu(g) = g / (1 + e^-g)`.
+/// `gate[i] = silu(gate[i]) * up[i]`, where `silu(g) = g / (1 + e^-g)`; with AVX2
+/// eight at a time through `exp256` (within 2 ulp of libm's `expf`, which took
+/// half of this function's time at batch 32).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
-    zip_map(gate, up, |g, u| g / (1.0 + (-g).exp()) * u);
+    let n = gate.len().min(up.len());
+    if !crate::kernels::cpu::has_avx2() {
+        return zip_map(gate, up, silu_mul_one);
+    }
+    parallel_rows(&mut gate[..n], 1, CHUNK, &|lo, g| {
+        // SAFETY: the CPU has AVX2 and FMA (checked above); `up[lo..]` holds at
+        // least `g.len()` values since `lo + g.len() <= n <= up.len()`.
+        unsafe { silu_mul_avx2(g, &up[lo..lo + g.len()]) }
+    });
+}
+
+fn silu_mul_one(g: f32, u: f32) -> f32 {
+    g / (1.0 + (-g).exp()) * u
+}
+
+/// `silu_mul` of one run, eight lanes at a time and the tail one by one.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; `up.len() == gate.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
+    use crate::kernels::exp::exp256;
+    use std::arch::x86_64::*;
+    let whole = gate.len() / 8 * 8;
+    let (gp, up_p) = (gate.as_mut_ptr(), up.as_ptr());
+    let one = _mm256_set1_ps(1.0);
+    for i in (0..whole).step_by(8) {
+        let g = _mm256_loadu_ps(gp.add(i));
+        let e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(gp.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up_p.add(i))));
+    }
+    for i in whole..gate.len() {
+        gate[i] = silu_mul_one(gate[i], up[i]);
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = silu_mul_one(*g, *u);
+    }
 }
 
 /// The tanh approximation of GELU in f32 (ggml's `ggml_gelu_f32`).
@@ -65,6 +109,26 @@ pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The vector path against the scalar one over the range a gate takes (and
+    /// past exp's ends), with a tail that is not a whole vector.
+    #[test]
+    fn vector_silu_matches_the_scalar_one() {
+        let gate: Vec<f32> = (0..4003).map(|i| (i as f32 - 2001.0) * 0.05).collect();
+        let up: Vec<f32> = (0..4003).map(|i| 1.0 + (i % 7) as f32 * 0.25).collect();
+        let mut ours = gate.clone();
+        silu_mul(&mut ours, &up);
+        for ((o, g), u) in ours.iter().zip(&gate).zip(&up) {
+            let want = silu_mul_one(*g, *u);
+            assert!(
+                (o - want).abs() <= 1e-6 * want.abs().max(1e-30),
+                "{g}: {o} vs {want}"
+            );
+        }
+        let mut far = [-100.0f32, -90.0, 90.0, 100.0, 0.0, -0.0, 1.0, 2.0];
+        silu_mul(&mut far, &[1.0; 8]);
+        assert_eq!(&far[..4], &[-0.0, -0.0, 90.0, 100.0]);
+    }
 
     #[test]
     fn gates_by_silu() {
