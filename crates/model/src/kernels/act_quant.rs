@@ -13,6 +13,15 @@ use crate::kernels::pool::parallel_for;
 #[repr(C, align(32))]
 pub struct Block(pub [i8; 32]);
 
+/// One block's values shifted to `0..=255` (`q + 128`) and split into nibbles: the
+/// low 4 bits, then the high 4, one byte each (`QuantActs::split`).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Halves {
+    pub lo: [u8; 32],
+    pub hi: [u8; 32],
+}
+
 /// `rows` activation rows of `kb` blocks each.
 #[derive(Default)]
 pub struct QuantActs {
@@ -24,6 +33,10 @@ pub struct QuantActs {
     pub sum: Vec<i32>,
     /// `d · sum` (f32 product): what a block's minimum multiplies.
     pub dsum: Vec<f32>,
+    /// Blocks of the last `quantize`.
+    blocks: usize,
+    /// The values as `Halves`, after `split` (the AVX2 GEMM's 8-bit weights).
+    pub halves: Vec<Halves>,
 }
 
 impl QuantActs {
@@ -33,6 +46,7 @@ impl QuantActs {
         let kb = k / 32;
         let blocks = x.len() / 32;
         self.kb = kb;
+        self.blocks = blocks;
         if self.qs.len() < blocks {
             self.qs.resize(blocks, Block([0; 32]));
             self.d.resize(blocks, 0.0);
@@ -58,6 +72,29 @@ impl QuantActs {
             parallel_for(tasks, &run);
         } else if tasks == 1 {
             run(0);
+        }
+    }
+}
+
+impl QuantActs {
+    /// Fills `halves` from the last `quantize`'s values: `q + 128 = 16·hi + lo`, both
+    /// in `0..16`, so that an 8-bit weight times either half sums in 16 bits (the
+    /// AVX2 GEMM's unsigned operand is the activation's half, its signed one the
+    /// weight).
+    pub fn split(&mut self) {
+        let blocks = self.blocks;
+        self.halves.resize(
+            blocks,
+            Halves {
+                lo: [0; 32],
+                hi: [0; 32],
+            },
+        );
+        for (h, q) in self.halves.iter_mut().zip(&self.qs[..blocks]) {
+            for ((lo, hi), &v) in h.lo.iter_mut().zip(&mut h.hi).zip(&q.0) {
+                let u = (v as i32 + 128) as u8;
+                (*lo, *hi) = (u & 15, u >> 4);
+            }
         }
     }
 }

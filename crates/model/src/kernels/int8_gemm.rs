@@ -73,6 +73,9 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
     ACTS.with(|cell| {
         let acts = &mut *cell.borrow_mut();
         acts.quantize(&x[..m * k], k);
+        if isa == Isa::Avx2 && avx2_values(w) == WIDE {
+            acts.split();
+        }
         let acts: &QuantActs = acts;
         let out = OutPtr(out.as_mut_ptr());
         parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
@@ -123,11 +126,7 @@ unsafe fn tile(
         Isa::Avx512Vnni if w.nibbles => run!(tile_vnni, true; 1 2 3 4 5 6 7 8),
         Isa::Avx512Vnni => run!(tile_vnni, false; 1 2 3 4 5 6 7 8),
         Isa::Avx2 => {
-            let v = match (w.nibbles, w.qmax) {
-                (true, _) => NIBBLES,
-                (false, ..=31) => BYTES,
-                _ => WIDE,
-            };
+            let v = avx2_values(w);
             macro_rules! avx2 {
                 ($($v:ident)*) => {
                     match (v, w.has_min) {
@@ -207,9 +206,20 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
 const NIBBLES: u8 = 0;
 /// One byte each, at most 31: pairs of products sum in 16 bits.
 const BYTES: u8 = 1;
-/// One byte each, up to 255 (Q8_0's shifted values): each byte is split into its
-/// two nibbles, `q = 16·hi + lo`, and each half multiplied as 4-bit values.
+/// One byte each, up to 255 (Q8_0's shifted values): the weights are read back as
+/// signed bytes (`stored ^ 0x80`) and multiply the activations' `Halves` (each in
+/// `0..16`, shifted by 128, split once per row for every column), two products per
+/// 32-weight group; the shift's `128 · Σ q` per column comes from the panels.
 const WIDE: u8 = 2;
+
+/// Which of the above the AVX2 tile takes for `w`.
+fn avx2_values(w: &Int8Panels) -> u8 {
+    match (w.nibbles, w.qmax) {
+        (true, _) => NIBBLES,
+        (false, ..=31) => BYTES,
+        _ => WIDE,
+    }
+}
 
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX2, 8 columns at a time.
 /// `vpmaddubsw` sums pairs of products in 16 bits: four groups' sums fit for 5-bit
@@ -267,14 +277,20 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
                     *s = _mm256_madd_epi16(*s16, ones);
                 }
             } else if V == WIDE {
+                // Σ (q_a + 128)·q_w = Σ lo·q_w + 16·Σ hi·q_w: each pair at most
+                // 2·15·128, eight groups' sums within 16 bits.
+                let flip = _mm256_set1_epi8(-128);
                 let (mut lo16, mut hi16) =
                     ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
                 for g in 0..8 {
-                    let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 8 + g) * 2)));
+                    let wv = _mm256_xor_si256(_mm256_load_si256(gp.add((b * 8 + g) * 2)), flip);
                     for r in 0..R {
-                        let av = act(r, g);
-                        lo16[r] = _mm256_add_epi16(lo16[r], _mm256_maddubs_epi16(lo, av));
-                        hi16[r] = _mm256_add_epi16(hi16[r], _mm256_maddubs_epi16(hi, av));
+                        let h = a.halves.get_unchecked((r0 + r) * kb + b);
+                        let lo = (h.lo.as_ptr().add(4 * g) as *const i32).read_unaligned();
+                        let hi = (h.hi.as_ptr().add(4 * g) as *const i32).read_unaligned();
+                        let (lo, hi) = (_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
+                        lo16[r] = _mm256_add_epi16(lo16[r], _mm256_maddubs_epi16(lo, wv));
+                        hi16[r] = _mm256_add_epi16(hi16[r], _mm256_maddubs_epi16(hi, wv));
                     }
                 }
                 for r in 0..R {
@@ -299,10 +315,19 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
             }
             let d = _mm256_loadu_ps(sp.add(2 * b * NR));
             let m = _mm256_loadu_ps(sp.add((2 * b + 1) * NR));
+            let wsum = if V == WIDE {
+                let ws = w.wsum128.get_unchecked(p * kb + b).as_ptr().add(half * 8);
+                _mm256_loadu_si256(ws as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
             for (r, acc) in acc.iter_mut().enumerate() {
                 let i = (r0 + r) * kb + b;
                 let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(a.d.get_unchecked(i)));
-                if MIN {
+                if V == WIDE {
+                    let t = _mm256_sub_epi32(s[r], wsum);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
+                } else if MIN {
                     let dsum = _mm256_broadcast_ss(a.dsum.get_unchecked(i));
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), scale, *acc);
                     *acc = _mm256_fmadd_ps(m, dsum, *acc);

@@ -53,6 +53,9 @@ pub struct Int8Panels {
     pub nibbles: bool,
     /// `[panel][block][2]`: the scales, then the minimums.
     pub scales: Vec<Lanes>,
+    /// 8-bit types only (`qmax` 255): `[panel][block]`, `128 · Σ (stored − zero)` over
+    /// each column's 32 values, what the AVX2 GEMM's shifted activations add.
+    pub wsum128: Vec<[i32; NR]>,
 }
 
 /// Where a type's blocks keep their scale (and minimum), in ggml's layouts.
@@ -171,7 +174,22 @@ impl Int8Panels {
                 }
             }
         }
+        let wsum128 = if a.qmax == 255 {
+            (0..panels * kb)
+                .map(|at| {
+                    std::array::from_fn(|j| {
+                        let total: i32 = (0..32)
+                            .map(|i| groups[at * 8 + i / 4].0[j * 4 + i % 4] as i32 - a.zero)
+                            .sum();
+                        128 * total
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Some(Int8Panels {
+            wsum128,
             n,
             k,
             kb,
