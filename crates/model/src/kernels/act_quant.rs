@@ -74,9 +74,7 @@ impl QuantActs {
             run(0);
         }
     }
-}
 
-impl QuantActs {
     /// Fills `halves` from the last `quantize`'s values: `q + 128 = 16·hi + lo`, both
     /// in `0..16`, so that an 8-bit weight times either half sums in 16 bits (the
     /// AVX2 GEMM's unsigned operand is the activation's half, its signed one the

@@ -64,10 +64,8 @@ unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = silu_mul_one(*g, *u);
-    }
+unsafe fn silu_mul_avx2(_: &mut [f32], _: &[f32]) {
+    unreachable!("guarded by has_avx2")
 }
 
 /// The tanh approximation of GELU in f32 (ggml's `ggml_gelu_f32`).

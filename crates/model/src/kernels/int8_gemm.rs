@@ -74,6 +74,8 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
         let acts = &mut *cell.borrow_mut();
         acts.quantize(&x[..m * k], k);
         if isa == Isa::Avx2 && avx2_values(w) == WIDE {
+            // The tile reads `stored ^ 0x80` as `stored - zero`.
+            assert_eq!(w.zero, 128, "8-bit values with another zero point");
             acts.split();
         }
         let acts: &QuantActs = acts;
