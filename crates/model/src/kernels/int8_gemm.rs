@@ -3,7 +3,7 @@
 //! values), integer products summed exactly per block, then one float multiply-add
 //! per block and output: `Σ_b d_w·d_a·(Σ q_w·q_a − zero·Σ q_a) + m_w·d_a·Σ q_a`.
 //! Register tiles of up to 8 activation rows by 16 outputs with AVX-512 VNNI
-//! (`vpdpbusd`: 64 products in one instruction), or 4 rows by 8 outputs with AVX2
+//! (`vpdpbusd`: 64 products in one instruction), or 5 (4-bit) or 4 rows by 8 outputs with AVX2
 //! (`vpmaddubsw`, pairs summed in 16 bits, which values of at most 5 bits cannot
 //! overflow; 8-bit values are split into two nibbles). A panel's blocks stay in L1
 //! across the row tiles of a task. From one row up: the same kernel serves decode
@@ -45,10 +45,13 @@ impl Isa {
         }
     }
 
-    /// Rows per register tile.
-    fn rows(self) -> usize {
+    /// Rows per register tile for `w`: on AVX2, 4-bit panels take five (2·5
+    /// accumulators, each weight vector's nibbles split once for five rows), the
+    /// others four (their 16-bit sums need a third register per row).
+    fn rows(self, w: &Int8Panels) -> usize {
         match self {
             Isa::Avx512Vnni => 8,
+            Isa::Avx2 if avx2_values(w) == NIBBLES => 5,
             Isa::Avx2 => 4,
         }
     }
@@ -84,7 +87,7 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
             for p in panels {
                 let mut r = rows.start;
                 while r < rows.end {
-                    let mr = isa.rows().min(rows.end - r);
+                    let mr = isa.rows(w).min(rows.end - r);
                     // SAFETY: rows r..r+mr and panel p's columns lie inside out and
                     // only this task writes them; acts holds m rows of w.kb blocks;
                     // `matmul` checked that the CPU has `isa`.
@@ -130,15 +133,15 @@ unsafe fn tile(
         Isa::Avx2 => {
             let v = avx2_values(w);
             macro_rules! avx2 {
-                ($($v:ident)*) => {
+                ($($v:ident: $($r:literal)*;)*) => {
                     match (v, w.has_min) {
-                        $(($v, true) => run!(tile_avx2, $v, true; 1 2 3 4),
-                          ($v, false) => run!(tile_avx2, $v, false; 1 2 3 4),)*
+                        $(($v, true) => run!(tile_avx2, $v, true; $($r)*),
+                          ($v, false) => run!(tile_avx2, $v, false; $($r)*),)*
                         _ => unreachable!("value kinds"),
                     }
                 };
             }
-            avx2!(NIBBLES BYTES WIDE)
+            avx2!(NIBBLES: 1 2 3 4 5; BYTES: 1 2 3 4; WIDE: 1 2 3 4;)
         }
     }
 }
