@@ -53,7 +53,7 @@ enum Gemm {
 
 impl Gemm {
     /// The fewest rows worth this GEMM. The 8-bit GEMM reads 4-bit values as
-    /// nibbles (the file's bytes plus f32 scales) and needs no horizontal sums: from
+    /// nibbles (the file's bytes: values and f16 scales) and needs no horizontal sums: from
     /// one row, for every type it holds. Measured at batch 1 against the decode GEMVs
     /// it replaced (Q4_1 and Q8_0 rows repacked at load, 8-bit dot products for the
     /// others; forward bench `--only decode_bN`, 2 threads, median of 7):

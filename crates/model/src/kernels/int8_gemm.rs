@@ -16,7 +16,7 @@ use std::cell::RefCell;
 
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::cpu::{has_avx2, has_avx512_vnni, OutPtr};
-use crate::kernels::int8_panels::{Int8Panels, NR};
+use crate::kernels::int8_panels::{Int8Panels, Scales, NR};
 use crate::kernels::pool::parallel_tiles;
 
 /// Activation rows per task: `MC · k` bytes of them stay in L2.
@@ -163,7 +163,14 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
     use std::arch::x86_64::*;
     let (kb, per) = (w.kb, w.groups_per_block());
     let gp = w.groups.as_ptr().add(p * kb * per) as *const __m512i;
-    let sp = w.scales.as_ptr().add(p * kb * 2);
+    let lpb = w.lanes_per_block();
+    // Lane row `i` of the panel's scales (block b: scales b·lpb, minimums b·lpb + 1).
+    let lanes = |i: usize| match &w.scales {
+        Scales::F16(s) => _mm512_cvtph_ps(_mm256_load_si256(
+            s.as_ptr().add(p * kb * lpb + i) as *const __m256i
+        )),
+        Scales::F32(s) => _mm512_load_ps(s.as_ptr().add(p * kb * lpb + i) as *const f32),
+    };
     let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..kb {
@@ -185,8 +192,12 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
                 dot(raw, v);
             }
         }
-        let d = _mm512_load_ps((*sp.add(2 * b)).0.as_ptr());
-        let m = _mm512_load_ps((*sp.add(2 * b + 1)).0.as_ptr());
+        let d = lanes(b * lpb);
+        let m = if w.has_min {
+            lanes(b * lpb + 1)
+        } else {
+            _mm512_setzero_ps()
+        };
         for (r, acc) in acc.iter_mut().enumerate() {
             let i = (r0 + r) * kb + b;
             let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * *a.sum.get_unchecked(i)));
@@ -231,7 +242,7 @@ fn avx2_values(w: &Int8Panels) -> u8 {
 /// values (`2 · 31 · 127` each), a whole block's for 4-bit ones. `MIN`: the panel
 /// has minimums and no zero point (asymmetric types), else a zero point.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
     w: &Int8Panels,
     p: usize,
@@ -260,7 +271,16 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
             break;
         }
         let gp = (w.groups.as_ptr().add(p * kb * per) as *const __m256i).add(half);
-        let sp = (w.scales.as_ptr().add(p * kb * 2) as *const f32).add(half * 8);
+        let lpb = w.lanes_per_block();
+        // This half's 8 columns of lane row `i` of the panel's scales.
+        let lanes = |i: usize| match &w.scales {
+            Scales::F16(s) => _mm256_cvtph_ps(_mm_load_si128(
+                (s.as_ptr().add(p * kb * lpb + i) as *const u16).add(half * 8) as *const __m128i,
+            )),
+            Scales::F32(s) => {
+                _mm256_load_ps((s.as_ptr().add(p * kb * lpb + i) as *const f32).add(half * 8))
+            }
+        };
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..kb {
             // Row r's 4 activations of group g, in every 32-bit lane.
@@ -318,8 +338,12 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
                     }
                 }
             }
-            let d = _mm256_loadu_ps(sp.add(2 * b * NR));
-            let m = _mm256_loadu_ps(sp.add((2 * b + 1) * NR));
+            let d = lanes(b * lpb);
+            let m = if MIN {
+                lanes(b * lpb + 1)
+            } else {
+                _mm256_setzero_ps()
+            };
             let wsum = if V == WIDE {
                 let ws = w.wsum128.get_unchecked(p * kb + b).as_ptr().add(half * 8);
                 _mm256_loadu_si256(ws as *const __m256i)

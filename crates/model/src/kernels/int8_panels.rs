@@ -7,7 +7,9 @@
 //!
 //! Layout: panels of 16 output columns; per panel and block, 8 groups of
 //! `[16 columns][4 consecutive weights]` (64 bytes, one AVX-512 register, or two AVX2
-//! registers of 8 columns), then the block's 16 scales and 16 minimums as f32.
+//! registers of 8 columns); beside them (`Scales`) the block's 16 scales and, for
+//! types with minimums, 16 minimums: f16 where every one is an f16 value (the
+//! file's own for Q4_0 … Q8_0), else f32 (K-quants' products of two scales).
 //! Symmetric types (Q4_0, Q5_0, Q8_0) store `q + zero` (zero 8, 16, 128) and `m = 0`:
 //! the GEMM subtracts `zero · Σ activations` from the integer sums (exact).
 //! Other types (Q6_K, Q2_K, Q3_K: two scales per 32 weights) are not representable:
@@ -15,8 +17,9 @@
 //!
 //! 4-bit types may keep their values as nibbles (`to_nibbles`): groups `g` and
 //! `g + 4` of a block share one 64-byte vector (low and high halves of each byte),
-//! so a row reads the file's 0.625 bytes per weight (plus f32 scales) instead of
-//! 1.25: what a matrix-vector product at one row is bound by.
+//! so a row reads the file's 0.625 bytes per weight (Q4_1: 0.5 of values, 0.125 of
+//! f16 scale and minimum) instead of 1.25: what a matrix-vector product at one row
+//! is bound by.
 
 use candle_core::quantized::GgmlDType;
 use half::f16;
@@ -36,6 +39,20 @@ pub struct Group(pub [u8; 64]);
 #[repr(C, align(64))]
 pub struct Lanes(pub [f32; NR]);
 
+/// 16 f16 values (their bits), one per column of a panel.
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub struct HalfLanes(pub [u16; NR]);
+
+/// `[panel][block][lanes_per_block]`: each block's scales, then (types with
+/// minimums) its minimums. f16 only if that is exact for every value, so the
+/// GEMM's results do not depend on which is stored. At one row the GEMM is bound by
+/// the bytes it reads: f32 scales and minimums are a third of a 4-bit panel's.
+pub enum Scales {
+    F16(Vec<HalfLanes>),
+    F32(Vec<Lanes>),
+}
+
 pub struct Int8Panels {
     pub n: usize,
     pub k: usize,
@@ -51,8 +68,8 @@ pub struct Int8Panels {
     pub groups: Vec<Group>,
     /// Whether groups are packed in pairs as 4-bit values (`to_nibbles`).
     pub nibbles: bool,
-    /// `[panel][block][2]`: the scales, then the minimums.
-    pub scales: Vec<Lanes>,
+    /// Per panel and block: the scales, then (`has_min`) the minimums.
+    pub scales: Scales,
     /// 8-bit types only (`qmax` 255): `[panel][block]`, `128 · Σ (stored − zero)` over
     /// each column's 32 values, what the AVX2 GEMM's shifted activations add.
     pub wsum128: Vec<[i32; NR]>,
@@ -153,7 +170,8 @@ impl Int8Panels {
         let panels = n.div_ceil(NR);
         let bytes = w.as_bytes();
         let mut groups = vec![Group([0; 64]); panels * kb * 8];
-        let mut scales = vec![Lanes([0.0; NR]); panels * kb * 2];
+        let per = if a.has_min { 2 } else { 1 };
+        let mut scales = vec![Lanes([0.0; NR]); panels * kb * per];
         let mut row = vec![0f32; k];
         for c in 0..n {
             w.dequantize_rows(c, k, &mut row);
@@ -161,8 +179,12 @@ impl Int8Panels {
             for b in 0..kb {
                 let (d, m) = a.dm(bytes, c * kb + b);
                 let at = p * kb + b;
-                scales[at * 2].0[j] = d;
-                scales[at * 2 + 1].0[j] = m;
+                scales[at * per].0[j] = d;
+                if a.has_min {
+                    scales[at * per + 1].0[j] = m;
+                } else if m != 0.0 {
+                    return None;
+                }
                 for (i, &v) in row[b * 32..][..32].iter().enumerate() {
                     let q = if d == 0.0 { 0.0 } else { ((v - m) / d).round() };
                     let stored = q + a.zero as f32;
@@ -198,8 +220,30 @@ impl Int8Panels {
             has_min: a.has_min,
             groups,
             nibbles: false,
-            scales,
+            scales: Scales::narrowed(scales),
         })
+    }
+
+    /// Scale rows per block: 2 with minimums, else 1.
+    pub fn lanes_per_block(&self) -> usize {
+        if self.has_min {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Scale (`j` 0) or minimum (`j` 1) of column `c % NR` at lane row `at` (tests).
+    #[cfg(test)]
+    fn scale(&self, at: usize, j: usize, c: usize) -> f32 {
+        if j == 1 && !self.has_min {
+            return 0.0;
+        }
+        let i = at * self.lanes_per_block() + j;
+        match &self.scales {
+            Scales::F16(s) => f16::from_bits(s[i].0[c % NR]).to_f32(),
+            Scales::F32(s) => s[i].0[c % NR],
+        }
     }
 
     /// Groups stored per block.
@@ -242,7 +286,32 @@ impl Int8Panels {
             self.groups[at * 8 + g].0[x]
         } as i32
             - self.zero;
-        self.scales[at * 2].0[j] * q as f32 + self.scales[at * 2 + 1].0[j]
+        self.scale(at, 0, j) * q as f32 + self.scale(at, 1, j)
+    }
+}
+
+impl Scales {
+    /// `f32` as f16 if every value survives the round trip, else as it is.
+    fn narrowed(f32: Vec<Lanes>) -> Scales {
+        let half: Vec<HalfLanes> = f32
+            .iter()
+            .map(|l| HalfLanes(l.0.map(|v| f16::from_f32(v).to_bits())))
+            .collect();
+        let exact = f32.iter().zip(&half).all(|(l, h)| {
+            l.0.iter()
+                .zip(h.0)
+                .all(|(&v, b)| f16::from_bits(b).to_f32().to_bits() == v.to_bits())
+        });
+        if exact {
+            Scales::F16(half)
+        } else {
+            Scales::F32(f32)
+        }
+    }
+
+    /// Whether the values are f16.
+    pub fn is_half(&self) -> bool {
+        matches!(self, Scales::F16(_))
     }
 }
 
@@ -277,6 +346,12 @@ mod tests {
         ];
         for w in &cases {
             let mut p = Int8Panels::pack(w, n, k).unwrap_or_else(|| panic!("{:?}", w.dtype()));
+            let file_scales = !matches!(w.dtype(), GgmlDType::Q4K | GgmlDType::Q5K);
+            assert!(
+                !file_scales || p.scales.is_half(),
+                "{:?}: the file's f16 scales",
+                w.dtype()
+            );
             let f = w.to_f32();
             for nibbles in [false, true] {
                 if nibbles && !p.to_nibbles() {
