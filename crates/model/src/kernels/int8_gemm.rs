@@ -171,7 +171,10 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HALF: bool>(
     // Lane row `i` of the panel's scales (block b: scales b·lpb, minimums b·lpb + 1).
     // HALF: `w.scales` is `Scales::F16` (the dispatcher checked).
     let (hp, fp) = match &w.scales {
-        Scales::F16(s) => (s.as_ptr().add(p * kb * lpb) as *const __m256i, std::ptr::null()),
+        Scales::F16(s) => (
+            s.as_ptr().add(p * kb * lpb) as *const __m256i,
+            std::ptr::null(),
+        ),
         Scales::F32(s) => (std::ptr::null(), s.as_ptr().add(p * kb * lpb) as *const f32),
     };
     let lanes = |i: usize| {
