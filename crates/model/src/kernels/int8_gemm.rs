@@ -128,12 +128,8 @@ unsafe fn tile(
         };
     }
     match isa {
-        Isa::Avx512Vnni => match (w.nibbles, w.scales.is_half()) {
-            (true, true) => run!(tile_vnni, true, true; 1 2 3 4 5 6 7 8),
-            (true, false) => run!(tile_vnni, true, false; 1 2 3 4 5 6 7 8),
-            (false, true) => run!(tile_vnni, false, true; 1 2 3 4 5 6 7 8),
-            (false, false) => run!(tile_vnni, false, false; 1 2 3 4 5 6 7 8),
-        },
+        Isa::Avx512Vnni if w.nibbles => run!(tile_vnni, true; 1 2 3 4 5 6 7 8),
+        Isa::Avx512Vnni => run!(tile_vnni, false; 1 2 3 4 5 6 7 8),
         Isa::Avx2 => {
             let v = avx2_values(w);
             macro_rules! avx2 {
@@ -155,7 +151,7 @@ unsafe fn tile(
 /// with a mask and a shift), else one byte each.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_vnni<const R: usize, const NIB: bool, const HALF: bool>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -169,20 +165,11 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HALF: bool>(
     let gp = w.groups.as_ptr().add(p * kb * per) as *const __m512i;
     let lpb = w.lanes_per_block();
     // Lane row `i` of the panel's scales (block b: scales b·lpb, minimums b·lpb + 1).
-    // HALF: `w.scales` is `Scales::F16` (the dispatcher checked).
-    let (hp, fp) = match &w.scales {
-        Scales::F16(s) => (
-            s.as_ptr().add(p * kb * lpb) as *const __m256i,
-            std::ptr::null(),
-        ),
-        Scales::F32(s) => (std::ptr::null(), s.as_ptr().add(p * kb * lpb) as *const f32),
-    };
-    let lanes = |i: usize| {
-        if HALF {
-            _mm512_cvtph_ps(_mm256_load_si256(hp.add(i)))
-        } else {
-            _mm512_load_ps(fp.add(i * NR))
-        }
+    let lanes = |i: usize| match &w.scales {
+        Scales::F16(s) => _mm512_cvtph_ps(_mm256_load_si256(
+            s.as_ptr().add(p * kb * lpb + i) as *const __m256i
+        )),
+        Scales::F32(s) => _mm512_load_ps(s.as_ptr().add(p * kb * lpb + i) as *const f32),
     };
     let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
@@ -395,7 +382,7 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_vnni<const R: usize, const NIB: bool, const HALF: bool>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
