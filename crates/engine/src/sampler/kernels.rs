@@ -1,5 +1,7 @@
 //! The sampler's vectorised building blocks over one logits row: sanitising,
-//! max/argmax, a polynomial exp, log-softmax, top-N selection, nucleus (top-p) cuts.
+//! max/argmax, a polynomial exp, log-softmax, block sums, top-N selection, nucleus
+//! (top-p) cuts. The ones that read a logits row sanitise as they read, so the raw
+//! row needs no sanitised copy.
 
 use super::*;
 
@@ -13,7 +15,8 @@ pub(super) fn sanitize(x: f32) -> f32 {
     }
 }
 
-/// Max of a NaN-free slice (-inf when empty or fully masked). Vectorisable.
+/// Max of a slice, NaN ignored (-inf when empty or fully masked); `sanitize` of it
+/// is the max of the sanitised slice. Vectorisable.
 pub(super) fn max_of(xs: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let mut chunks = xs.chunks_exact(LANES);
@@ -31,12 +34,13 @@ pub(super) fn max_of(xs: &[f32]) -> f32 {
     m
 }
 
-/// First index of the maximum (ties → lowest id); 0 when everything is -inf.
+/// First index of the sanitised maximum (ties → lowest id); 0 when everything is
+/// -inf or NaN.
 pub(super) fn argmax(xs: &[f32]) -> u32 {
-    let m = max_of(xs);
+    let m = sanitize(max_of(xs));
     for (ci, c) in xs.chunks(SKIP_CHUNK).enumerate() {
-        if max_of(c) == m {
-            let j = c.iter().position(|&x| x == m).unwrap_or(0);
+        if sanitize(max_of(c)) == m {
+            let j = c.iter().position(|&x| sanitize(x) == m).unwrap_or(0);
             return (ci * SKIP_CHUNK + j) as u32;
         }
     }
@@ -115,44 +119,7 @@ pub(super) fn block_sum(b: &[f32]) -> f32 {
     acc.iter().chain(chunks.remainder()).sum()
 }
 
-/// Replaces every `s` by `weight(s, m)`; returns the sum, computed block by block
-/// exactly as [`walk_dense`] does.
-pub(super) fn exp_in_place(w: &mut [f32], m: f32) -> f64 {
-    if m.is_finite() {
-        w.iter_mut().for_each(|x| *x = fast_exp(*x - m));
-    } else {
-        w.iter_mut().for_each(|x| *x = weight(*x, m));
-    }
-    w.chunks(BLOCK).map(|b| block_sum(b) as f64).sum()
-}
-
-/// The token at cumulative weight `u` (in `[0, exp_in_place's sum)`): skips whole
-/// blocks by their sums, then scans one block.
-pub(super) fn walk_dense(w: &[f32], u: f64) -> u32 {
-    let mut acc = 0.0f64;
-    for (bi, b) in w.chunks(BLOCK).enumerate() {
-        let s = block_sum(b) as f64;
-        if s > 0.0 && u < acc + s {
-            let mut a = acc;
-            let mut last = 0;
-            for (j, &p) in b.iter().enumerate() {
-                if p > 0.0 {
-                    a += p as f64;
-                    last = j;
-                    if u < a {
-                        break;
-                    }
-                }
-            }
-            return (bi * BLOCK + last) as u32;
-        }
-        acc += s;
-    }
-    // Rounding (u == sum): the last token with weight.
-    w.iter().rposition(|&p| p > 0.0).unwrap_or(0) as u32
-}
-
-/// Log-softmax of a sanitised row: `logprob(x) = x - logsumexp(row)`.
+/// Log-softmax of a row, read through [`sanitize`]: `logprob(x) = x - logsumexp(row)`.
 pub(super) struct LogSoftmax {
     /// None: the row is fully masked (all -inf) and is treated as uniform.
     pub(super) lse: Option<f64>,
@@ -174,7 +141,7 @@ impl LogSoftmax {
         for b in row.chunks(BLOCK) {
             let e = &mut buf[..b.len()];
             for (o, &x) in e.iter_mut().zip(b) {
-                *o = fast_exp(x - max);
+                *o = fast_exp(sanitize(x) - max);
             }
             sum += block_sum(e) as f64;
         }
@@ -193,9 +160,10 @@ impl LogSoftmax {
     }
 }
 
-/// The `k` largest (id, value) of the NaN-free `vals`, best first, ties → lowest
-/// id, in one pass (a small sorted buffer; most elements cost one comparison).
-pub(super) fn top_n_into(top: &mut Vec<(u32, f32)>, vals: &[f32], k: usize) {
+/// The `k` largest (id, value) of `sanitize(x) * scale` over `vals` (`scale` > 0),
+/// best first, ties → lowest id, in one pass (a small sorted buffer; most elements
+/// cost one comparison).
+pub(super) fn top_n_into(top: &mut Vec<(u32, f32)>, vals: &[f32], k: usize, scale: f32) {
     top.clear();
     if k == 0 {
         return;
@@ -203,10 +171,11 @@ pub(super) fn top_n_into(top: &mut Vec<(u32, f32)>, vals: &[f32], k: usize) {
     for (ci, c) in vals.chunks(SKIP_CHUNK).enumerate() {
         // Once full, most chunks hold nothing better than the current k-th: skip
         // them at vectorised speed.
-        if top.len() == k && max_of(c) <= top[k - 1].1 {
+        if top.len() == k && sanitize(max_of(c)) * scale <= top[k - 1].1 {
             continue;
         }
         for (j, &x) in c.iter().enumerate() {
+            let x = sanitize(x) * scale;
             if top.len() == k {
                 if x <= top[k - 1].1 {
                     continue;

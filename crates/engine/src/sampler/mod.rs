@@ -5,14 +5,18 @@
 //! scratch buffers are per thread and reused, so the hot path doesn't allocate.
 //!
 //! Pipeline of [`Sampler::sample`] (OpenAI / vLLM semantics):
-//! 1. log-softmax of the RAW logits gives the returned `logprob` / `top_logprobs`;
-//! 2. on a working copy: presence / frequency penalties over the tokens generated so
-//!    far (see [`Sampler::observe`]);
+//! 1. log-softmax of the RAW logits gives the returned `logprob` / `top_logprobs`
+//!    (skipped by [`Sampler::sample_lean`], the engine's call, when no logprobs
+//!    were asked: the draw below never needs the normaliser);
+//! 2. on a copy, only when they apply: presence / frequency penalties over the
+//!    tokens generated so far (see [`Sampler::observe`]);
 //! 3. temperature < 1e-5 → greedy argmax (ties → lowest id); otherwise divide by the
 //!    temperature, then top-k, top-p (nucleus), min-p, renormalise and draw.
 //!
-//! Cost per token is a handful of vectorised O(V) passes (a polynomial `exp`, no
-//! full sort): top-k streams (k ≤ 64) or selects, top-p finds its cut with a
+//! Cost per token is a few vectorised O(V) reads of the row (a polynomial `exp`,
+//! no full sort, no sanitised copy): greedy is one max and one scan; a plain
+//! temperature draw sums exp block by block and rescans one block; top-k streams
+//! (k ≤ 64) or selects and weighs only its candidates; top-p finds its cut with a
 //! histogram over binary exponents and sorts one bucket.
 //!
 //! Robustness: NaN logits count as `-inf` (never picked unless the whole row is
@@ -126,12 +130,16 @@ pub struct Sampler {
 /// Reusable buffers of one sampling step.
 #[derive(Default)]
 struct Scratch {
-    /// Working copy of the logits row (then penalised / scaled logits, weights).
+    /// The penalised copy of the logits row (only when penalties apply).
+    pen: Vec<f32>,
+    /// Weights exp(s - max) of the candidates (at their ids) or of the whole row.
     work: Vec<f32>,
     /// Candidate tokens as [`desc_key`]s (value-descending, then id-ascending).
     keys: Vec<u64>,
     /// Running top-N (id, value).
     top: Vec<(u32, f32)>,
+    /// Per-block weight sums of the dense draw.
+    sums: Vec<f32>,
 }
 
 thread_local! {
@@ -205,19 +213,33 @@ impl Sampler {
         self.counts.get(&token).copied().unwrap_or(0)
     }
 
-    /// Samples the next token from one logits row. `logits` is not modified.
+    /// Samples the next token from one logits row and always fills the sampled
+    /// token's `logprob` (plus `top_logprobs` when asked). `logits` is not modified.
     ///
     /// Calls [`Sampler::observe`] exactly once with the returned id (except for an
     /// empty row, which yields id 0 with logprob `-inf` and records nothing).
     pub fn sample(&mut self, logits: &[f32]) -> SampledToken {
+        self.sample_scratch(logits, true)
+    }
+
+    /// The engine's per-token call: [`Sampler::sample`] (the same token for the
+    /// same seed), except that the log-softmax over the row is computed only when
+    /// the request asked for logprobs (`SamplingParams::logprobs` is `Some`);
+    /// otherwise `logprob` is NaN and the row is read once or twice, not normalised.
+    pub fn sample_lean(&mut self, logits: &[f32]) -> SampledToken {
+        let asked = self.num_top_logprobs.is_some();
+        self.sample_scratch(logits, asked)
+    }
+
+    fn sample_scratch(&mut self, logits: &[f32], logprob: bool) -> SampledToken {
         let shared = SCRATCH.try_with(|cell| match cell.try_borrow_mut() {
-            Ok(mut scratch) => Some(self.sample_with(&mut scratch, logits)),
+            Ok(mut scratch) => Some(self.sample_with(&mut scratch, logits, logprob)),
             Err(_) => None,
         });
         match shared {
             Ok(Some(token)) => token,
             // Thread-local storage being torn down (or re-entered): use a fresh one.
-            _ => self.sample_with(&mut Scratch::default(), logits),
+            _ => self.sample_with(&mut Scratch::default(), logits, logprob),
         }
     }
 
@@ -229,7 +251,9 @@ impl Sampler {
         *self.counts.entry(token).or_insert(0) += 1;
     }
 
-    fn sample_with(&mut self, sc: &mut Scratch, logits: &[f32]) -> SampledToken {
+    /// Every kernel sanitises as it reads (NaN → -inf, +inf → `f32::MAX`), so the
+    /// raw row is read in place: copied only when penalties change it.
+    fn sample_with(&mut self, sc: &mut Scratch, logits: &[f32], logprob: bool) -> SampledToken {
         let n = logits.len();
         if n == 0 {
             return SampledToken {
@@ -239,15 +263,12 @@ impl Sampler {
             };
         }
 
-        // 1. Sanitised working copy and the log-softmax normaliser of the raw row.
-        sc.work.clear();
-        sc.work.extend(logits.iter().map(|&x| sanitize(x)));
-        let raw_max = max_of(&sc.work);
-        let norm = LogSoftmax::new(&sc.work, raw_max);
-
-        let top_logprobs = match self.num_top_logprobs {
-            Some(k) if k > 0 => {
-                top_n_into(&mut sc.top, &sc.work, k.min(n));
+        // 1. The log-softmax of the raw row, only when the logprobs are wanted.
+        let raw_max = sanitize(max_of(logits));
+        let norm = logprob.then(|| LogSoftmax::new(logits, raw_max));
+        let top_logprobs = match (&norm, self.num_top_logprobs) {
+            (Some(norm), Some(k)) if k > 0 => {
+                top_n_into(&mut sc.top, logits, k.min(n), 1.0);
                 sc.top
                     .iter()
                     .map(|&(id, x)| (id, norm.logprob(x)))
@@ -256,10 +277,13 @@ impl Sampler {
             _ => Vec::new(),
         };
 
-        // 2. Penalties over the tokens generated so far.
-        if self.presence != 0.0 || self.frequency != 0.0 {
+        // 2. Penalties over the tokens generated so far, on a sanitised copy.
+        let penalised = (self.presence != 0.0 || self.frequency != 0.0) && !self.counts.is_empty();
+        let (row, max) = if penalised {
+            sc.pen.clear();
+            sc.pen.extend(logits.iter().map(|&x| sanitize(x)));
             for (&id, &c) in &self.counts {
-                if let Some(x) = sc.work.get_mut(id as usize) {
+                if let Some(x) = sc.pen.get_mut(id as usize) {
                     if c > 0 {
                         let y = *x - (self.presence + self.frequency * c as f32);
                         // -inf - -inf (huge negative penalties): stay masked.
@@ -267,106 +291,51 @@ impl Sampler {
                     }
                 }
             }
-        }
+            (&sc.pen[..], max_of(&sc.pen))
+        } else {
+            (logits, raw_max)
+        };
 
         // 3. Pick.
         let id = if self.greedy {
-            argmax(&sc.work)
+            argmax(row)
         } else {
-            self.draw(sc)
+            let Scratch {
+                work,
+                keys,
+                top,
+                sums,
+                ..
+            } = sc;
+            self.draw(
+                row,
+                max,
+                Bufs {
+                    work,
+                    keys,
+                    top,
+                    sums,
+                },
+            )
         };
 
         self.observe(id);
         SampledToken {
             id,
-            logprob: norm.logprob(sanitize(logits[id as usize])),
+            logprob: norm.map_or(f32::NAN, |nm| nm.logprob(sanitize(logits[id as usize]))),
             top_logprobs,
-        }
-    }
-
-    /// Temperature, top-k, top-p, min-p and the random draw, on the penalised
-    /// working copy in `sc.work` (which it overwrites). `sc.work` is non-empty.
-    fn draw(&mut self, sc: &mut Scratch) -> u32 {
-        let Scratch { work: w, keys, top } = sc;
-        let n = w.len();
-        if self.inv_temperature != 1.0 {
-            let inv_t = self.inv_temperature;
-            w.iter_mut().for_each(|x| *x *= inv_t);
-        }
-        let m = max_of(w);
-        let use_top_k = self.top_k > 0 && self.top_k < n;
-        let use_top_p = self.top_p < 1.0;
-        let use_min_p = self.min_p > 0.0;
-
-        if !(use_top_k || use_top_p || use_min_p) {
-            // Plain softmax over the whole row: no candidate list needed.
-            let z = exp_in_place(w, m);
-            let u = self.rng.random::<f64>() * z;
-            return walk_dense(w, u);
-        }
-
-        // Candidate keys, with weights exp(s - max) written into `w` at their ids.
-        // The max token always survives, with weight exactly 1.
-        keys.clear();
-        let min_w = self.min_p;
-        if use_top_k {
-            if self.top_k <= STREAMING_TOP_K {
-                top_n_into(top, w, self.top_k);
-                keys.extend(top.iter().map(|&(id, x)| desc_key(x, id)));
-            } else {
-                keys.extend(w.iter().enumerate().map(|(i, &x)| desc_key(x, i as u32)));
-                keys.select_nth_unstable(self.top_k - 1);
-                keys.truncate(self.top_k);
-            }
-            let mut z = 0.0f64;
-            for &k in keys.iter() {
-                let i = key_id(k);
-                let p = weight(w[i], m);
-                w[i] = p;
-                z += p as f64;
-            }
-            keys.retain(|&k| {
-                let p = w[key_id(k)];
-                p > 0.0 && p >= min_w
-            });
-            // Top-p over the top-k renormalised distribution, then intersected
-            // with min-p: both keep a prefix of the sorted order, so cutting the
-            // min-p survivors at the top-p mass (measured against the top-k
-            // normaliser `z`) is the same as applying top-p then min-p.
-            if use_top_p {
-                let (cut, _) = nucleus_len(keys, w, self.top_p as f64 * z);
-                keys.truncate(cut.max(1));
-            }
-        } else {
-            let z = exp_in_place(w, m);
-            if use_top_p {
-                nucleus_dense(w, keys, min_w, self.top_p as f64 * z);
-            } else {
-                keys.extend(min_p_survivors(w, min_w, 0));
-            }
-        }
-
-        let total: f64 = keys.iter().map(|&k| w[key_id(k)] as f64).sum();
-        let u = self.rng.random::<f64>() * total;
-        let mut acc = 0.0f64;
-        for &k in keys.iter() {
-            acc += w[key_id(k)] as f64;
-            if u < acc {
-                return key_id(k) as u32;
-            }
-        }
-        // Rounding (u == total): the last candidate (all have weight > 0).
-        match keys.last() {
-            Some(&k) => key_id(k) as u32,
-            None => argmax(w),
         }
     }
 }
 
+mod draw;
+use draw::Bufs;
 mod kernels;
 use kernels::*;
 
 #[cfg(test)]
 mod kernel_tests;
+#[cfg(test)]
+mod lean_tests;
 #[cfg(test)]
 mod tests;

@@ -47,7 +47,7 @@ impl Scheduler {
             if !entry.want_logits {
                 continue;
             }
-            let sampled = s.sampler.sample(logits.row(row));
+            let sampled = s.sampler.sample_lean(logits.row(row));
             row += 1;
             let id = sampled.id;
             s.tokens.push(id);
