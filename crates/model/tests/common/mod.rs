@@ -102,12 +102,24 @@ pub fn argmax(row: &[f32]) -> u32 {
 }
 
 /// Greedy decoding of one sequence (blocks 0..), prefilling in chunks of `chunk`
-/// tokens (0: one piece). Returns the generated ids and each step's logits row.
+/// tokens (0: one piece), stopping after id 2 (the default model's `<|im_end|>`).
+/// Returns the generated ids and each step's logits row.
 pub fn greedy(
     runner: &mut LlamaRunner,
     prompt: &[u32],
     steps: usize,
     chunk: usize,
+) -> (Vec<u32>, Vec<Vec<f32>>) {
+    greedy_until(runner, prompt, steps, chunk, &[2])
+}
+
+/// `greedy`, stopping after any id in `stops` (kept, as llama.cpp's records keep it).
+pub fn greedy_until(
+    runner: &mut LlamaRunner,
+    prompt: &[u32],
+    steps: usize,
+    chunk: usize,
+    stops: &[u32],
 ) -> (Vec<u32>, Vec<Vec<f32>>) {
     let bs = runner.info().block_size;
     let table: Vec<u32> = (0..((prompt.len() + steps).div_ceil(bs)) as u32).collect();
@@ -134,7 +146,7 @@ pub fn greedy(
         let tok = argmax(&row);
         out.push(tok);
         rows.push(row);
-        if step + 1 == steps || tok == 2 {
+        if step + 1 == steps || stops.contains(&tok) {
             break;
         }
         batch.clear();
@@ -174,4 +186,27 @@ pub fn load_gemma3(precision: Precision) -> LlamaRunner {
         ..Default::default()
     };
     LlamaRunner::load(gemma3_path(), &opts).expect("load Gemma 3 270M")
+}
+
+/// The family test model: Qwen2.5-Coder-0.5B-Instruct Q4_K_M, relative to the repository root.
+pub const QWEN05_MODEL_PATH: &str = "models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf";
+
+pub fn qwen05_path() -> PathBuf {
+    let p = repo_root().join(QWEN05_MODEL_PATH);
+    assert!(
+        p.exists(),
+        "{} is missing: run `make model-qwen0.5b` (scripts/fetch-model.sh qwen0.5b) first",
+        p.display()
+    );
+    p
+}
+
+pub fn load_qwen05(precision: Precision) -> LlamaRunner {
+    let opts = RunnerOptions {
+        precision,
+        kv_cache_memory: 96 << 20,
+        max_model_len: Some(4096),
+        ..Default::default()
+    };
+    LlamaRunner::load(qwen05_path(), &opts).expect("load Qwen2.5-Coder 0.5B")
 }
