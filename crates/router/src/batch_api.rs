@@ -1,7 +1,8 @@
 //! `/v1/files*` and `/v1/batches*` (OpenAI's Batch API) to the batch fleet: an id
-//! stays with the replica that created it (learned from answers; an unknown id is
-//! looked for on each replica in turn until one does not answer 404), uploads go
-//! to the least busy replica, and lists are the union of every replica's.
+//! stays with the replica that created it (learned from 2xx answers only; an
+//! unknown id is looked for on each replica in turn until one answers other than
+//! 404, a 2xx pinning it), uploads go to the least busy replica, and lists are the
+//! union of every replica's (a replica's 4xx passed through when none answered 2xx).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,8 +10,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
-use http_body_util::{BodyExt, Limited};
+use bytes::Bytes;
 use serde_json::{json, Value};
 use sloserve_engine::SloClass;
 
@@ -64,8 +64,15 @@ pub async fn handle(
     }
     let started = match &id {
         Some(id) => match state.owners.get(id) {
-            Some(owner) => proxy::forward_to(state, fleet, &owner, &out, t0).await,
-            None => find_owner(state, fleet, id, &out, t0).await,
+            Some(owner) => match proxy::forward_to(state, fleet, &owner, &out, t0).await {
+                // A stale entry (the replica lost it, or pinned before an owner
+                // answered): look on the others.
+                Ok(s) if s.head.status == StatusCode::NOT_FOUND => {
+                    find_owner(state, fleet, id, &out, t0, Some(s)).await
+                }
+                r => r,
+            },
+            None => find_owner(state, fleet, id, &out, t0, None).await,
         },
         None => {
             let d = Demand {
@@ -89,10 +96,10 @@ pub async fn handle(
         Err(r) => return r,
     };
     if is_content || !is_json(&started.head.headers) {
-        return started.relay(state.cfg.eject_after);
+        return started.relay(state);
     }
     let backend = started.lease.backend().clone();
-    match read_json(started).await {
+    match read_json(state, started).await {
         Ok((head, bytes)) => {
             if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
                 if head.status.is_success() {
@@ -111,22 +118,32 @@ pub async fn handle(
     }
 }
 
-/// Asks each replica in turn (healthy ones first) until one does not answer 404.
+/// Asks each replica in turn (healthy ones first; not one that already answered
+/// `seen`'s 404) until one answers other than 404; only a 2xx pins the id to it (a
+/// 401 or 400 says nothing about where the object lives).
 async fn find_owner(
     state: &RouterState,
     fleet: &Fleet,
     id: &str,
     out: &Outgoing<'_>,
     t0: Instant,
+    seen: Option<Started>,
 ) -> Result<Started, Response> {
-    let mut order: Vec<&Arc<Backend>> = fleet.backends.iter().collect();
+    let skip = seen.as_ref().map(|s| s.lease.backend().clone());
+    let mut order: Vec<&Arc<Backend>> = fleet
+        .backends
+        .iter()
+        .filter(|b| skip.as_ref().is_none_or(|s| !Arc::ptr_eq(s, b)))
+        .collect();
     order.sort_by_key(|b| !b.is_healthy());
-    let mut last = None;
+    let mut last = seen.map(Ok);
     for b in order {
         match proxy::forward_to(state, fleet, b, out, t0).await {
             Ok(s) if s.head.status == StatusCode::NOT_FOUND => last = Some(Ok(s)),
             Ok(s) => {
-                state.owners.insert(id, b);
+                if s.head.status.is_success() {
+                    state.owners.insert(id, b);
+                }
                 return Ok(s);
             }
             Err(r) => last = last.or(Some(Err(r))),
@@ -148,13 +165,23 @@ async fn union(state: &RouterState, fleet: &Fleet, out: &Outgoing<'_>, t0: Insta
     let mut data = Vec::new();
     let mut has_more = false;
     let mut answered = 0;
+    let mut refused: Option<Response> = None;
     for b in fleet.backends.iter().filter(|b| b.is_healthy()) {
         let Ok(s) = proxy::forward_to(state, fleet, b, out, t0).await else {
             continue;
         };
-        let Ok((head, bytes)) = read_json(s).await else {
+        let Ok((head, bytes)) = read_json(state, s).await else {
             continue;
         };
+        if head.status.is_client_error() {
+            // The caller's mistake (a missing key, a bad query): theirs to see.
+            refused = refused.or_else(|| {
+                upstream::response_head(&head, b)
+                    .body(Body::from(bytes))
+                    .ok()
+            });
+            continue;
+        }
         let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
             continue;
         };
@@ -172,6 +199,9 @@ async fn union(state: &RouterState, fleet: &Fleet, out: &Outgoing<'_>, t0: Insta
         );
     }
     if answered == 0 {
+        if let Some(r) = refused {
+            return r;
+        }
         return RouterError::NoReplica {
             fleet: fleet.name.clone(),
         }
@@ -205,20 +235,18 @@ fn is_json(h: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/json"))
 }
 
-/// The whole answer (bounded).
-async fn read_json(s: Started) -> Result<(axum::http::response::Parts, Bytes), String> {
+/// The whole answer (bounded in size and by the upstream timeout).
+async fn read_json(
+    state: &RouterState,
+    s: Started,
+) -> Result<(axum::http::response::Parts, Bytes), String> {
     let Started {
         head,
         first,
         body,
         lease,
     } = s;
-    let mut buf = BytesMut::from(first.unwrap_or_default().as_ref());
-    let rest = Limited::new(body, JSON_LIMIT)
-        .collect()
-        .await
-        .map_err(|e| format!("reading the answer: {e}"))?;
-    buf.extend_from_slice(&rest.to_bytes());
+    let bytes = upstream::read_rest(first, body, JSON_LIMIT, proxy::limit(state)).await?;
     drop(lease);
-    Ok((head, buf.freeze()))
+    Ok((head, bytes))
 }

@@ -11,6 +11,11 @@ use clap::{Args, ValueEnum};
 use serde::Deserialize;
 use sloserve_engine::SloClass;
 
+use crate::guard::{GuardArgs, GuardConfig};
+
+/// A replica's default `--max-body-bytes`: the router refuses larger bodies itself.
+pub const DEFAULT_MAX_BODY: usize = 4 << 20;
+
 /// How a replica is chosen within a fleet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -62,9 +67,13 @@ pub struct RouteArgs {
     /// A replica takes a prefix's request while its load is at most this times the mean (default 1.25).
     #[arg(long)]
     pub load_factor: Option<f64>,
-    /// Largest request body in bytes (413 beyond; default 64 MiB, for file uploads).
+    /// Largest request body in bytes (413 beyond, no replica asked); default 4 MiB, a
+    /// replica's default. Set it to the smallest replica's `--max-body-bytes`.
     #[arg(long)]
     pub max_body_bytes: Option<usize>,
+    /// API keys, the connection cap and the timeouts.
+    #[command(flatten)]
+    pub guard: GuardArgs,
 }
 
 /// The `--config` TOML file; every key optional.
@@ -84,6 +93,8 @@ struct FileConfig {
     prefix_chars: Option<usize>,
     load_factor: Option<f64>,
     max_body_bytes: Option<usize>,
+    /// `[guard]`: keys (a file only), connection cap, timeouts.
+    guard: Option<GuardArgs>,
 }
 
 /// One fleet: its name and its replicas' base URLs (no trailing `/`).
@@ -109,6 +120,7 @@ pub struct RouterConfig {
     pub prefix_align: usize,
     pub load_factor: f64,
     pub max_body_bytes: usize,
+    pub guard: GuardConfig,
 }
 
 impl RouterConfig {
@@ -135,7 +147,8 @@ impl RouterConfig {
             prefix_chars: 256,
             prefix_align: 64,
             load_factor: 1.25,
-            max_body_bytes: 64 << 20,
+            max_body_bytes: DEFAULT_MAX_BODY,
+            guard: GuardConfig::default(),
         }
     }
 
@@ -174,6 +187,7 @@ impl RouterConfig {
         set(&mut c.prefix_chars, args.prefix_chars);
         set(&mut c.load_factor, args.load_factor);
         set(&mut c.max_body_bytes, args.max_body_bytes);
+        c.guard.apply(&args.guard)?;
         c.check()?;
         Ok(c)
     }
@@ -200,6 +214,11 @@ impl RouterConfig {
         set(&mut self.prefix_chars, f.prefix_chars);
         set(&mut self.load_factor, f.load_factor);
         set(&mut self.max_body_bytes, f.max_body_bytes);
+        if let Some(g) = &f.guard {
+            self.guard
+                .apply(g)
+                .with_context(|| format!("{}: [guard]", path.display()))?;
+        }
         self.check()
             .with_context(|| format!("{}: invalid", path.display()))
     }
@@ -231,6 +250,9 @@ impl RouterConfig {
         }
         if !(self.load_factor >= 1.0 && self.load_factor.is_finite()) {
             bail!("load_factor must be at least 1 (got {})", self.load_factor);
+        }
+        if self.max_body_bytes == 0 {
+            bail!("max_body_bytes must be positive");
         }
         if self.eject_after == 0 {
             bail!("eject_after must be at least 1");

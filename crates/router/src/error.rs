@@ -15,12 +15,18 @@ pub enum RouterError {
     /// The body could not be read.
     #[error("cannot read the request body: {0}")]
     Body(String),
+    /// The body did not arrive within the body-read timeout.
+    #[error("the request body did not arrive within {secs} s")]
+    BodyTimeout { secs: f64 },
     /// Every replica of the fleet is ejected.
     #[error("no healthy replica in fleet '{fleet}'")]
     NoReplica { fleet: String },
     /// The replica could not be reached or failed before answering.
     #[error("replica {backend} failed: {message}")]
     Upstream { backend: String, message: String },
+    /// The replica sent nothing for the upstream timeout.
+    #[error("replica {backend} sent nothing for {secs} s")]
+    UpstreamTimeout { backend: String, secs: f64 },
     /// No replica of the fleet knows this batch or file id.
     #[error("no replica of fleet '{fleet}' knows '{id}'")]
     UnknownId { fleet: String, id: String },
@@ -42,6 +48,20 @@ impl RouterError {
                 kind: "server_error",
                 param: None,
                 code: Some("bad_gateway".into()),
+            },
+            RouterError::BodyTimeout { .. } => ApiError {
+                status: 408,
+                message: self.to_string(),
+                kind: "invalid_request_error",
+                param: None,
+                code: Some("request_timeout".into()),
+            },
+            RouterError::UpstreamTimeout { .. } => ApiError {
+                status: 504,
+                message: self.to_string(),
+                kind: "server_error",
+                param: None,
+                code: Some("upstream_timeout".into()),
             },
             RouterError::UnknownId { id, .. } => ApiError {
                 status: 404,

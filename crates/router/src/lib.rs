@@ -1,15 +1,20 @@
 //! `sloserve route`: the OpenAI-compatible router in front of replicas — SLO-class
 //! fleets, prefix affinity with bounded load over least outstanding work, batch
-//! spill-over, health checks with ejection, one retry, streamed pass-through.
+//! spill-over, health checks with ejection, one retry, streamed pass-through;
+//! hardened like a replica (API keys, connection cap, header/idle/body timeouts,
+//! an upstream timeout, a body limit enforced before any replica sees the body).
 //!
 //! Entry points: [`run`] (the command; builds its own runtime), [`serve_on`] (a
 //! listener and a shutdown signal), [`spawn`] (in-process, for tests).
 
+pub mod auth;
 pub mod backend;
 pub mod batch_api;
 pub mod config;
 pub mod error;
+pub mod guard;
 pub mod health;
+pub mod listen;
 pub mod metrics;
 pub mod owners;
 pub mod picker;
@@ -22,9 +27,9 @@ pub mod upstream;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -32,24 +37,21 @@ pub use config::{Policy, RouteArgs, RouterConfig};
 pub use error::RouterError;
 pub use state::RouterState;
 
-/// Serves `listener` (and runs the health checks) until `shutdown` resolves.
+/// Longest wait for open answers (streams) after SIGTERM / ctrl-c.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Serves `listener` (and runs the health checks) until `shutdown` resolves and
+/// the open connections have finished.
 pub async fn serve_on(
     listener: TcpListener,
     state: Arc<RouterState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
     let health = health::spawn(state.clone());
-    let r = axum::serve(listener, routes::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .context("router failed");
+    let app = routes::router(state.clone());
+    listen::serve(listener, app, &state.cfg.guard, shutdown).await;
     health.abort();
-    r
+    Ok(())
 }
 
 /// `sloserve route`: serves until SIGTERM / ctrl-c.
@@ -71,8 +73,28 @@ pub fn run(args: RouteArgs) -> anyhow::Result<()> {
             tracing::info!(fleet = %f.name, replicas = ?urls, "fleet");
         }
         tracing::info!(addr = %listener.local_addr()?, policy = ?state.cfg.policy,
-            spill_over = state.cfg.spill_over, "sloserve route: listening");
-        serve_on(listener, state, signal()).await
+            spill_over = state.cfg.spill_over, api_keys = state.cfg.guard.keys.keys.len(),
+            max_body_bytes = state.cfg.max_body_bytes,
+            upstream_timeout = ?state.cfg.guard.upstream_timeout, "sloserve route: listening");
+        let (stopped_tx, stopped_rx) = oneshot::channel::<()>();
+        let served = serve_on(listener, state, async move {
+            signal().await;
+            let _ = stopped_tx.send(());
+        });
+        tokio::pin!(served);
+        tokio::select! {
+            r = &mut served => return r,
+            _ = stopped_rx => {}
+        }
+        match tokio::time::timeout(SHUTDOWN_GRACE, served).await {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!(
+                    "sloserve route: answers still open after {SHUTDOWN_GRACE:?}; stopping"
+                );
+                Ok(())
+            }
+        }
     })
 }
 

@@ -1,12 +1,14 @@
 //! What the router reads from a generation request: its class (body `slo_class`,
 //! `X-SLO-Class`, or the gateway's objective header through `[objectives]`), the
-//! prefix key (hash of the prompt's first aligned chunk) and its work estimate.
+//! prefix key (hash of the prompt's first aligned chunk) and its work estimate; the
+//! caller's key may cap the class at batch.
 
 use axum::http::HeaderMap;
 use serde_json::Value;
 use sloserve_api::ApiError;
 use sloserve_engine::SloClass;
 
+use crate::auth::Caller;
 use crate::backend::hash_str;
 use crate::config::RouterConfig;
 use crate::picker::Demand;
@@ -29,14 +31,21 @@ pub struct Routed {
     pub stream: bool,
 }
 
-/// Reads class, prefix key and work from a completions or chat body.
-pub fn classify(cfg: &RouterConfig, headers: &HeaderMap, body: &[u8]) -> Result<Routed, ApiError> {
+/// Reads class (capped by the caller's key), prefix key and work from a
+/// completions or chat body.
+pub fn classify(
+    cfg: &RouterConfig,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Routed, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     }
-    let class = class_of(cfg, headers, &v)?;
+    let (class, explicit) = class_of(cfg, headers, &v)?;
+    let class = caller.limit_class(class, explicit)?;
     let text = prompt_text(&v);
     let aligned = aligned_prefix(&text, cfg.prefix_chars, cfg.prefix_align);
     let key = (!aligned.is_empty()).then(|| hash_str(aligned));
@@ -51,14 +60,19 @@ pub fn classify(cfg: &RouterConfig, headers: &HeaderMap, body: &[u8]) -> Result<
     })
 }
 
-/// The body's `slo_class`, else `X-SLO-Class`, else the objective header mapped
-/// through the config, else the default class.
-fn class_of(cfg: &RouterConfig, headers: &HeaderMap, v: &Value) -> Result<SloClass, ApiError> {
+/// The body's `slo_class`, else `X-SLO-Class` (both asked explicitly), else the
+/// objective header mapped through the config, else the default class.
+fn class_of(
+    cfg: &RouterConfig,
+    headers: &HeaderMap,
+    v: &Value,
+) -> Result<(SloClass, bool), ApiError> {
     if let Some(c) = v.get("slo_class").filter(|c| !c.is_null()) {
         return c
             .as_str()
             .ok_or_else(|| "must be a string".to_string())
             .and_then(str::parse)
+            .map(|c| (c, true))
             .map_err(|e| ApiError::invalid("slo_class", format!("slo_class: {e}")));
     }
     if let Some(h) = headers.get(CLASS_HEADER) {
@@ -66,6 +80,7 @@ fn class_of(cfg: &RouterConfig, headers: &HeaderMap, v: &Value) -> Result<SloCla
             .to_str()
             .map_err(|_| "not ASCII".to_string())
             .and_then(str::parse)
+            .map(|c| (c, true))
             .map_err(|e| ApiError::invalid("X-SLO-Class", format!("X-SLO-Class header: {e}")));
     }
     let objective = OBJECTIVE_HEADERS
@@ -73,7 +88,7 @@ fn class_of(cfg: &RouterConfig, headers: &HeaderMap, v: &Value) -> Result<SloCla
         .find_map(|h| headers.get(*h))
         .and_then(|h| h.to_str().ok())
         .and_then(|o| cfg.objectives.get(o.trim()));
-    Ok(objective.copied().unwrap_or(cfg.default_class))
+    Ok((objective.copied().unwrap_or(cfg.default_class), false))
 }
 
 /// The text a prefix cache would see first: a completion's prompt, or a chat's
@@ -136,7 +151,7 @@ mod tests {
             let name = axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap();
             headers.insert(name, v.parse().unwrap());
         }
-        classify(&cfg(), &headers, body.to_string().as_bytes())
+        classify(&cfg(), Caller::OPEN, &headers, body.to_string().as_bytes())
     }
 
     #[test]
@@ -171,11 +186,28 @@ mod tests {
         let e = route(&[("X-SLO-Class", "x")], json!({"prompt": "hi"})).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("X-SLO-Class"));
         assert_eq!(
-            classify(&cfg(), &HeaderMap::new(), b"{")
+            classify(&cfg(), Caller::OPEN, &HeaderMap::new(), b"{")
                 .unwrap_err()
                 .status,
             400
         );
+    }
+
+    #[test]
+    fn a_batch_key_is_routed_as_batch() {
+        let c = Caller {
+            ceiling: Some(SloClass::Batch),
+        };
+        let h = HeaderMap::new();
+        let r = classify(&cfg(), c, &h, br#"{"prompt": "hi"}"#).unwrap();
+        assert_eq!(r.demand.class, SloClass::Batch);
+        let e = classify(
+            &cfg(),
+            c,
+            &h,
+            br#"{"prompt": "hi", "slo_class": "interactive"}"#,
+        );
+        assert_eq!(e.unwrap_err().status, 403);
     }
 
     #[test]

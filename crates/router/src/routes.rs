@@ -1,14 +1,16 @@
 //! The router's HTTP front (axum): generation endpoints to the class's fleet, the
 //! Batch API to the batch fleet, `/v1/models` as the union of the replicas',
-//! `/health`, `/ready` and `/metrics`.
+//! `/health`, `/ready` and `/metrics`; API keys checked before any body is read,
+//! bodies bounded in size (the replicas' limit) and in time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::{Extension, Request, State};
 use axum::http::{header, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use axum::Router;
@@ -17,6 +19,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Value};
 use sloserve_api::ApiError;
 
+use crate::auth::{self, Caller};
 use crate::error::RouterError;
 use crate::picker::Demand;
 use crate::state::RouterState;
@@ -40,18 +43,40 @@ pub fn router(state: Arc<RouterState>) -> Router {
         .route("/ready", get(ready))
         .route("/metrics", get(metrics_text))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ))
         .with_state(state)
 }
 
-/// The body, bounded by the configured limit.
-async fn read_body(state: &RouterState, body: Body) -> Result<Bytes, RouterError> {
+/// The body, bounded by the configured limit (a larger `Content-Length` is refused
+/// before a byte of it is read) and by the body-read timeout. Nothing too large for
+/// a replica reaches one: its refusal would look like a replica failure.
+async fn read_body(
+    state: &RouterState,
+    headers: &axum::http::HeaderMap,
+    body: Body,
+) -> Result<Bytes, RouterError> {
     let limit = state.cfg.max_body_bytes;
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(b) => Ok(b.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(RouterError::BodyTooLarge { limit });
+    }
+    let read = http_body_util::Limited::new(body, limit).collect();
+    let timeout = state.cfg.guard.body_read_timeout;
+    match upstream::within(timeout, read).await {
+        None => Err(RouterError::BodyTimeout {
+            secs: timeout.map_or(0.0, |d| d.as_secs_f64()),
+        }),
+        Some(Ok(b)) => Ok(b.to_bytes()),
+        Some(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             Err(RouterError::BodyTooLarge { limit })
         }
-        Err(e) => Err(RouterError::Body(e.to_string())),
+        Some(Err(e)) => Err(RouterError::Body(e.to_string())),
     }
 }
 
@@ -62,12 +87,16 @@ fn path_and_query(req: &Request) -> String {
         .to_owned()
 }
 
-async fn generate(State(state): St, req: Request) -> Result<Response, RouterError> {
+async fn generate(
+    State(state): St,
+    Extension(caller): Extension<Caller>,
+    req: Request,
+) -> Result<Response, RouterError> {
     let t0 = Instant::now();
     let pq = path_and_query(&req);
     let (parts, body) = req.into_parts();
-    let body = read_body(&state, body).await?;
-    let routed = request::classify(&state.cfg, &parts.headers, &body)?;
+    let body = read_body(&state, &parts.headers, body).await?;
+    let routed = request::classify(&state.cfg, caller, &parts.headers, &body)?;
     let out = Outgoing {
         method: &parts.method,
         path_and_query: &pq,
@@ -83,7 +112,7 @@ async fn plain(State(state): St, req: Request) -> Result<Response, RouterError> 
     let t0 = Instant::now();
     let pq = path_and_query(&req);
     let (parts, body) = req.into_parts();
-    let body = read_body(&state, body).await?;
+    let body = read_body(&state, &parts.headers, body).await?;
     let demand = Demand {
         class: state.cfg.default_class,
         key: None,
@@ -102,7 +131,7 @@ async fn plain(State(state): St, req: Request) -> Result<Response, RouterError> 
 async fn batch(State(state): St, req: Request) -> Result<Response, RouterError> {
     let pq = path_and_query(&req);
     let (parts, body) = req.into_parts();
-    let body = read_body(&state, body).await?;
+    let body = read_body(&state, &parts.headers, body).await?;
     Ok(batch_api::handle(&state, &parts.method, &pq, &parts.headers, body).await)
 }
 
@@ -118,16 +147,15 @@ async fn models(State(state): St, req: Request) -> Response {
             body: Bytes::new(),
             class: None,
         };
+        let limit = proxy::limit(&state);
         let Attempt::Started { head, first, body } =
-            upstream::attempt(&state.client, b, &out).await
+            upstream::attempt(&state.client, b, &out, limit).await
         else {
             continue;
         };
-        let Ok(rest) = body.collect().await else {
+        let Ok(bytes) = upstream::read_rest(first, body, 1 << 20, limit).await else {
             continue;
         };
-        let mut bytes = first.unwrap_or_default().to_vec();
-        bytes.extend_from_slice(&rest.to_bytes());
         let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {
             continue;
         };

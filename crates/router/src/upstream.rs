@@ -1,7 +1,9 @@
 //! The HTTP client to replicas: building the upstream request (hop-by-hop headers
-//! dropped, the decided class set), one attempt up to the first byte of the answer,
-//! and copying the answer's head back.
+//! dropped, the decided class set), one attempt up to the first byte of the answer
+//! (bounded by the upstream timeout, its failure classified), and copying the
+//! answer's head back.
 
+use std::future::Future;
 use std::time::Duration;
 
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
@@ -56,17 +58,63 @@ pub enum Attempt {
     },
     /// No answer: connection refused or reset, or the body failed before its first byte.
     Failed(String),
+    /// Nothing (head, or first byte) within the upstream timeout.
+    TimedOut { secs: f64 },
+    /// The replica closed the connection while the request body was still being
+    /// sent: it refused the body (a smaller body limit than the router's), which
+    /// says nothing about its health and would happen on a retry too.
+    BodyRefused(String),
 }
 
 impl Attempt {
-    /// Whether this counts against the replica's health (not a 429).
+    /// Whether this counts against the replica's health (not a 429, not a refused body).
     pub fn is_server_failure(&self) -> bool {
         match self {
-            Attempt::Started { .. } => false,
+            Attempt::Started { .. } | Attempt::BodyRefused(_) => false,
             Attempt::Refused { head, .. } => head.status.is_server_error(),
-            Attempt::Failed(_) => true,
+            Attempt::Failed(_) | Attempt::TimedOut { .. } => true,
         }
     }
+
+    /// Whether another replica may be tried with the same request.
+    pub fn may_retry(&self) -> bool {
+        !matches!(self, Attempt::Started { .. } | Attempt::BodyRefused(_))
+    }
+}
+
+/// `f`, or `None` once `limit` passes (no limit: `f`).
+pub async fn within<F: Future>(limit: Option<Duration>, f: F) -> Option<F::Output> {
+    match limit {
+        Some(d) => tokio::time::timeout(d, f).await.ok(),
+        None => Some(f.await),
+    }
+}
+
+/// Whether a request failed because the replica closed while its body was being
+/// written (a broken pipe or reset on a request with a body), as a replica does on
+/// a body over its limit.
+fn closed_on_body(e: &hyper_util::client::legacy::Error, body_len: usize) -> bool {
+    if body_len == 0 || e.is_connect() {
+        return false;
+    }
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cur {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) {
+                return true;
+            }
+        }
+        if let Some(h) = c.downcast_ref::<hyper::Error>() {
+            if h.to_string().contains("writing a body") {
+                return true;
+            }
+        }
+        cur = c.source();
+    }
+    false
 }
 
 fn is_hop_by_hop(name: &HeaderName) -> bool {
@@ -86,8 +134,17 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
     )
 }
 
-/// Sends `out` to `backend` and waits for the answer's head and first body frame.
-pub async fn attempt(client: &HttpClient, backend: &Backend, out: &Outgoing<'_>) -> Attempt {
+/// Sends `out` to `backend` and waits for the answer's head and first body frame,
+/// each within `limit`.
+pub async fn attempt(
+    client: &HttpClient,
+    backend: &Backend,
+    out: &Outgoing<'_>,
+    limit: Option<Duration>,
+) -> Attempt {
+    let timed_out = || Attempt::TimedOut {
+        secs: limit.map_or(0.0, |d| d.as_secs_f64()),
+    };
     let uri: Uri = match format!("{}{}", backend.url, out.path_and_query).parse() {
         Ok(u) => u,
         Err(e) => return Attempt::Failed(format!("bad upstream URI: {e}")),
@@ -104,20 +161,28 @@ pub async fn attempt(client: &HttpClient, backend: &Backend, out: &Outgoing<'_>)
     if let Some(c) = out.class {
         h.insert(CLASS_HEADER, HeaderValue::from_static(c.as_str()));
     }
-    let resp = match client.request(req).await {
-        Ok(r) => r,
-        Err(e) => return Attempt::Failed(error_chain(&e)),
+    let resp = match within(limit, client.request(req)).await {
+        None => return timed_out(),
+        Some(Ok(r)) => r,
+        Some(Err(e)) if closed_on_body(&e, out.body.len()) => {
+            return Attempt::BodyRefused(error_chain(&e))
+        }
+        Some(Err(e)) => return Attempt::Failed(error_chain(&e)),
     };
     let (head, mut body) = resp.into_parts();
     if head.status.is_server_error() || head.status == 429 {
-        let bytes = match Limited::new(body, 1 << 20).collect().await {
-            Ok(b) => b.to_bytes(),
-            Err(_) => Bytes::new(),
-        };
+        let bytes = within(limit, Limited::new(body, 1 << 20).collect())
+            .await
+            .and_then(Result::ok)
+            .map(|b| b.to_bytes())
+            .unwrap_or_default();
         return Attempt::Refused { head, body: bytes };
     }
     let first = loop {
-        match body.frame().await {
+        let Some(frame) = within(limit, body.frame()).await else {
+            return timed_out();
+        };
+        match frame {
             None => break None,
             Some(Ok(f)) => match f.into_data() {
                 Ok(d) if d.is_empty() => continue,
@@ -133,6 +198,33 @@ pub async fn attempt(client: &HttpClient, backend: &Backend, out: &Outgoing<'_>)
         }
     };
     Attempt::Started { head, first, body }
+}
+
+/// The rest of an answer after `first`, at most `max` bytes, each frame within `limit`.
+pub async fn read_rest(
+    first: Option<Bytes>,
+    mut body: Incoming,
+    max: usize,
+    limit: Option<Duration>,
+) -> Result<Bytes, String> {
+    let mut buf = bytes::BytesMut::from(first.unwrap_or_default().as_ref());
+    loop {
+        let frame = within(limit, body.frame())
+            .await
+            .ok_or_else(|| format!("the answer stalled for {limit:?}"))?;
+        match frame {
+            None => return Ok(buf.freeze()),
+            Some(Ok(f)) => {
+                if let Ok(d) = f.into_data() {
+                    buf.extend_from_slice(&d);
+                    if buf.len() > max {
+                        return Err(format!("the answer is over {max} bytes"));
+                    }
+                }
+            }
+            Some(Err(e)) => return Err(format!("reading the answer: {}", error_chain(&e))),
+        }
+    }
 }
 
 /// The client's response head from the replica's (hop-by-hop headers dropped, the

@@ -1,7 +1,8 @@
 //! A fake OpenAI-compatible backend (a tiny axum app) for fault cases: it can fail
 //! with 500, fail its health checks, stream fixed chunks slowly, break a stream
-//! after N chunks, count streams dropped by the client, and keep Batch API ids
-//! (files and batches) that only it knows.
+//! after N chunks, count streams dropped by the client, keep Batch API ids (files
+//! and batches) that only it knows, hang without answering (a stopped process), and
+//! require an API key (401 without it, like a replica).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -35,6 +36,12 @@ pub struct Fake {
     pub down: AtomicBool,
     /// Completions answer 500.
     pub fail: AtomicBool,
+    /// Completions never answer (as a SIGSTOPped replica).
+    pub hang: AtomicBool,
+    /// Every route but the probes needs `Authorization: Bearer KEY`.
+    pub key: Mutex<Option<String>>,
+    /// The `Authorization` header of the last completion.
+    pub last_auth: Mutex<Option<String>>,
     pub completions: AtomicUsize,
     /// `/health` and `/ready` requests answered.
     pub health_checks: AtomicUsize,
@@ -72,6 +79,10 @@ impl FakeServer {
             .route("/v1/files/{id}/content", get(file_content))
             .route("/v1/batches", post(new_batch).get(list_batches))
             .route("/v1/batches/{id}", get(batch))
+            .layer(axum::middleware::from_fn_with_state(
+                fake.clone(),
+                require_key,
+            ))
             .with_state(fake.clone());
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -96,6 +107,29 @@ impl FakeServer {
 }
 
 type St = State<Arc<Fake>>;
+
+async fn require_key(
+    State(f): St,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let want = f.key.lock().unwrap().clone();
+    let path = req.uri().path();
+    let given = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    match want {
+        Some(k)
+            if path != "/health" && path != "/ready" && given != Some(format!("Bearer {k}")) =>
+        {
+            let e = json!({"error": {"message": "Missing API key", "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}});
+            (StatusCode::UNAUTHORIZED, Json(e)).into_response()
+        }
+        _ => next.run(req).await,
+    }
+}
 
 async fn health(State(f): St) -> StatusCode {
     f.health_checks.fetch_add(1, Ordering::AcqRel);
@@ -125,6 +159,13 @@ impl Drop for DropCount {
 /// a JSON body naming the fake and the `X-SLO-Class` it got.
 async fn completions(State(f): St, headers: HeaderMap, Json(b): Json<Value>) -> Response {
     f.completions.fetch_add(1, Ordering::AcqRel);
+    *f.last_auth.lock().unwrap() = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if f.hang.load(Ordering::Acquire) {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+    }
     if f.fail.load(Ordering::Acquire) {
         let e = json!({"error": {"message": "fake failure", "type": "server_error", "param": null, "code": null}});
         return (StatusCode::INTERNAL_SERVER_ERROR, Json(e)).into_response();
@@ -137,6 +178,8 @@ async fn completions(State(f): St, headers: HeaderMap, Json(b): Json<Value>) -> 
     if !b["stream"].as_bool().unwrap_or(false) {
         return Json(json!({"backend": f.name, "class": class})).into_response();
     }
+    // A stream that stalls after its first chunk for this long.
+    let stall = Duration::from_millis(b["fake_stall_ms"].as_u64().unwrap_or(0));
     let delay = Duration::from_millis(b["fake_delay_ms"].as_u64().unwrap_or(0));
     let die_after = b["fake_die_after"].as_u64().map(|n| n as usize);
     let repeat = b["fake_repeat"].as_u64().unwrap_or(1) as usize;
@@ -155,6 +198,9 @@ async fn completions(State(f): St, headers: HeaderMap, Json(b): Json<Value>) -> 
             }
             if i > 0 {
                 tokio::time::sleep(delay).await;
+            }
+            if i == 1 {
+                tokio::time::sleep(stall).await;
             }
             if die_after == Some(i) {
                 guard.finish();

@@ -1,0 +1,236 @@
+//! The router's API keys: the server's `KEY[:CLASS]` format (flags, `SLOSERVE_API_KEY`,
+//! a key file), checked in constant time on every route but the probes, never
+//! logged; the caller's class ceiling for the routing decision. The key itself
+//! travels on to the replica, which checks it again.
+
+use std::fmt;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use axum::extract::{Request, State};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sloserve_api::ApiError;
+use sloserve_engine::SloClass;
+
+use crate::error::RouterError;
+use crate::state::RouterState;
+
+/// One `KEY[:CLASS]`: a key and the highest class it may ask for. `Debug` hides the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    pub key: String,
+    /// `Some(Batch)`: this key's requests are routed (and run) as batch.
+    pub ceiling: Option<SloClass>,
+}
+
+impl FromStr for KeySpec {
+    type Err = String;
+    /// `KEY` or `KEY:interactive|batch`; a suffix that is not a class is part of the key.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (key, ceiling) = match s.rsplit_once(':') {
+            Some((k, c)) if c.parse::<SloClass>().is_ok() => (k, c.parse::<SloClass>().ok()),
+            _ => (s, None),
+        };
+        if key.is_empty() {
+            return Err("an API key cannot be empty".into());
+        }
+        Ok(KeySpec {
+            key: key.to_string(),
+            ceiling,
+        })
+    }
+}
+
+impl fmt::Debug for KeySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ceiling {
+            Some(c) => write!(f, "KeySpec(<redacted>:{c})"),
+            None => f.write_str("KeySpec(<redacted>)"),
+        }
+    }
+}
+
+/// A key file: one `KEY[:CLASS]` a line; blank lines and `#` comments skipped.
+pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<KeySpec>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the key file {}", path.display()))?;
+    let mut keys = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let k = line
+            .parse::<KeySpec>()
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", path.display(), i + 1))?;
+        keys.push(k);
+    }
+    if keys.is_empty() {
+        bail!("the key file {} holds no key", path.display());
+    }
+    Ok(keys)
+}
+
+/// Who made a request (a request extension set by [`require_key`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    /// The highest class this caller may ask for (`None`: any).
+    pub ceiling: Option<SloClass>,
+}
+
+impl Caller {
+    pub const OPEN: Caller = Caller { ceiling: None };
+
+    /// The class a request is routed as, given the one it was decided to ask for:
+    /// `interactive` under a `batch` ceiling is a 403 (as on a replica).
+    pub fn limit_class(&self, asked: SloClass, explicit: bool) -> Result<SloClass, ApiError> {
+        match (self.ceiling, asked) {
+            (Some(SloClass::Batch), SloClass::Interactive) if explicit => Err(ApiError::forbidden(
+                "slo_class",
+                "this API key may only make batch requests (slo_class 'interactive' is not allowed)",
+            )),
+            (Some(SloClass::Batch), _) => Ok(SloClass::Batch),
+            _ => Ok(asked),
+        }
+    }
+}
+
+/// The configured keys (empty: the router is open).
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys {
+    pub keys: Vec<KeySpec>,
+    pub metrics_require_key: bool,
+}
+
+/// Equal in time independent of where `a` and `b` differ (only of their lengths).
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= std::hint::black_box(x ^ y);
+    }
+    diff == 0
+}
+
+impl ApiKeys {
+    pub fn enabled(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// Paths anyone may call: the probes, and `/metrics` unless it needs a key.
+    pub fn is_open(&self, path: &str) -> bool {
+        matches!(path, "/health" | "/ready") || (path == "/metrics" && !self.metrics_require_key)
+    }
+
+    /// The caller presenting `headers`' key; every key is compared (no early exit).
+    pub fn identify(&self, headers: &HeaderMap) -> Option<Caller> {
+        if !self.enabled() {
+            return Some(Caller::OPEN);
+        }
+        let given = presented_key(headers)?;
+        let mut found = None;
+        for k in &self.keys {
+            if ct_eq(k.key.as_bytes(), given) && found.is_none() {
+                found = Some(Caller { ceiling: k.ceiling });
+            }
+        }
+        found
+    }
+}
+
+/// The key in `Authorization: Bearer KEY`, else in `x-api-key`.
+fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
+    if let Some(v) = headers.get(axum::http::header::AUTHORIZATION) {
+        let v = v.as_bytes();
+        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
+            return Some(v[7..].trim_ascii());
+        }
+    }
+    headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii())
+}
+
+/// The middleware: 401 (OpenAI's shape) without a valid key on a closed path,
+/// before the body is read; the `Caller` goes into the request's extensions.
+pub async fn require_key(
+    State(state): State<Arc<RouterState>>,
+    mut req: Request,
+    next: Next,
+) -> Response {
+    let keys = &state.cfg.guard.keys;
+    let caller = match keys.identify(req.headers()) {
+        Some(c) => c,
+        None if keys.is_open(req.uri().path()) => Caller::OPEN,
+        None => {
+            let why = if presented_key(req.headers()).is_some() {
+                "Incorrect API key provided."
+            } else {
+                "Missing API key: send it as 'Authorization: Bearer KEY' (or 'x-api-key: KEY')."
+            };
+            tracing::debug!(path = req.uri().path(), "request refused: {why}");
+            return RouterError::Api(ApiError::unauthorized(why)).into_response();
+        }
+    };
+    req.extensions_mut().insert(caller);
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_match_exactly_and_ceilings_apply() {
+        let k: KeySpec = "sk-abc:batch".parse().unwrap();
+        assert_eq!(
+            (k.key.as_str(), k.ceiling),
+            ("sk-abc", Some(SloClass::Batch))
+        );
+        assert_eq!("a:b:c".parse::<KeySpec>().unwrap().key, "a:b:c");
+        assert!(":batch".parse::<KeySpec>().is_err() && "".parse::<KeySpec>().is_err());
+        assert!(!format!("{k:?}").contains("sk-abc"));
+        let keys = ApiKeys {
+            keys: vec!["k1".parse().unwrap(), "k2:batch".parse().unwrap()],
+            metrics_require_key: false,
+        };
+        let mut h = HeaderMap::new();
+        assert_eq!(keys.identify(&h), None);
+        h.insert("authorization", "Bearer k2".parse().unwrap());
+        let c = keys.identify(&h).unwrap();
+        assert_eq!(c.ceiling, Some(SloClass::Batch));
+        assert_eq!(
+            c.limit_class(SloClass::Interactive, true)
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert_eq!(
+            c.limit_class(SloClass::Interactive, false).unwrap(),
+            SloClass::Batch
+        );
+        let mut h = HeaderMap::new();
+        h.insert("x-api-key", "k1".parse().unwrap());
+        assert_eq!(keys.identify(&h).unwrap().ceiling, None);
+        h.insert("x-api-key", "k11".parse().unwrap());
+        assert_eq!(keys.identify(&h), None);
+        assert!(keys.is_open("/health") && keys.is_open("/metrics"));
+        assert!(!keys.is_open("/v1/models") && !keys.is_open("/v1/files"));
+
+        let dir = std::env::temp_dir().join(format!("route-keys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("keys");
+        std::fs::write(&p, "# tenants\nk1\n\n  k2:batch  \n").unwrap();
+        let ks = read_key_file(&p).unwrap();
+        assert_eq!(ks, keys.keys);
+        std::fs::write(&p, "# none\n").unwrap();
+        assert!(format!("{:#}", read_key_file(&p).unwrap_err()).contains("no key"));
+        std::fs::write(&p, "ok\n:batch\n").unwrap();
+        assert!(format!("{:#}", read_key_file(&p).unwrap_err()).contains(":2:"));
+    }
+}
