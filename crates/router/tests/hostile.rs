@@ -65,6 +65,49 @@ fn oversize_bodies_are_refused_first_and_a_replica_refusing_one_is_not_sick() {
     );
 }
 
+/// A replica that answers `GET`s (its probes) with 200 and closes the connection
+/// on anything else after reading 64 KiB of it, as a replica does on a body over
+/// its limit.
+fn closer() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut c in l.incoming().flatten() {
+            let mut buf = vec![0u8; 64 << 10];
+            let n = c.read(&mut buf).unwrap_or(0);
+            if buf[..n].starts_with(b"GET") {
+                let _ = c.write_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok",
+                );
+            }
+        }
+    });
+    url
+}
+
+#[test]
+fn a_replica_closing_on_a_body_is_not_ejected_nor_retried() {
+    let c = closer();
+    let b = FakeServer::start("b");
+    let mut cfg = config(&[("interactive", &[c.clone(), b.url()])]);
+    cfg.max_body_bytes = 64 << 20;
+    let r = TestRouter::start(cfg);
+    let body = format!("{{\"prompt\": \"{}\"}}", "x".repeat(8 << 20));
+    let resp = request(r.addr, "POST", "/v1/completions", &[], body.as_bytes());
+    assert_eq!(resp.status, 502, "{}", resp.text());
+    assert!(resp
+        .text()
+        .contains("closed the connection on the request body"));
+    assert_eq!(r.backend_metric("backend_healthy", &c), 1.0);
+    assert_eq!(r.backend_metric("backend_errors_total", &c), 0.0);
+    assert_eq!(b.fake.completions.load(Ordering::Acquire), 0, "not retried");
+    let retries = metric(
+        &r.metrics(),
+        "sloserve_router:retries_total{fleet=\"interactive\"}",
+    );
+    assert_eq!(retries, Some(0.0), "not retried");
+}
+
 #[test]
 fn replica_4xx_pass_through_and_only_a_2xx_pins_an_id() {
     let a = FakeServer::start("a");
@@ -85,11 +128,16 @@ fn replica_4xx_pass_through_and_only_a_2xx_pins_an_id() {
         "a list's 4xx is not a 503"
     );
     assert_eq!(get(r.addr, "/v1/files/file-only-b").status, 401);
+    assert!(
+        r.state.owners.get("file-only-b").is_none(),
+        "a 401 pinned the file"
+    );
     // The 401 came from a (asked first) and must not have pinned the file there.
     let auth = [("authorization", "Bearer k")];
     let resp = request(r.addr, "GET", "/v1/files/file-only-b", &auth, b"");
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(resp.header("x-sloserve-backend"), Some(b.url().as_str()));
+    assert_eq!(r.state.owners.get("file-only-b").unwrap().url, b.url());
     assert_eq!(
         request(r.addr, "GET", "/v1/files/file-only-b/content", &auth, b"").status,
         200
