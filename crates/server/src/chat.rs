@@ -61,6 +61,12 @@ pub async fn handle(
     let params = req.params()?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let messages = req.messages;
+    // The template adds text around each message's own (and may trim it).
+    let text_bytes = sloserve_api::chat::text_messages(&messages)?
+        .iter()
+        .map(|(_, content)| content.trim().len())
+        .sum();
+    state.prompt_bound.check(text_bytes, "messages")?;
     let prompt = state
         .blocking(move |st| encode_messages(st, &messages, add_generation_prompt, true))
         .await??;

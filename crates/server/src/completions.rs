@@ -28,6 +28,7 @@ pub async fn handle(
     let params = req.params()?;
     let prompt = match req.prompt {
         Prompt::Text(text) => {
+            state.prompt_bound.check(text.len(), "prompt")?;
             let parse_special = !req.split_special_tokens.unwrap_or(false);
             state.encode_async(text, parse_special, "prompt").await?
         }

@@ -20,6 +20,16 @@ pub enum ServerError {
         source: EngineError,
         prompt_param: &'static str,
     },
+    /// A prompt text too long in bytes to fit the context however it tokenizes
+    /// (decided before tokenizing: [`crate::prompt_bound`]).
+    #[error("the prompt is {bytes} bytes, at least {min_tokens} tokens; at most {max} fit")]
+    PromptTooManyBytes {
+        bytes: usize,
+        min_tokens: usize,
+        max_token_bytes: usize,
+        max: usize,
+        prompt_param: &'static str,
+    },
     /// The body exceeds the limit.
     #[error("request body too large")]
     BodyTooLarge { limit: usize },
@@ -83,6 +93,22 @@ impl ServerError {
         match self {
             ServerError::Api(e) => (e.clone(), None),
             ServerError::BodyTooLarge { limit } => (ApiError::too_large(*limit), None),
+            ServerError::PromptTooManyBytes {
+                bytes,
+                min_tokens,
+                max_token_bytes,
+                max,
+                prompt_param,
+            } => (
+                ApiError::invalid(
+                    *prompt_param,
+                    format!(
+                        "{prompt_param}: the prompt is {bytes} bytes long, so at least {min_tokens} tokens (no token of this model is over {max_token_bytes} bytes), but at most {max} fit this model's context"
+                    ),
+                )
+                .with_code("context_length_exceeded"),
+                None,
+            ),
             ServerError::Body(m) => (ApiError::bad_request(m.clone()), None),
             ServerError::Template(m) => (
                 ApiError::invalid(

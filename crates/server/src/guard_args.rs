@@ -84,6 +84,11 @@ pub struct GuardArgs {
     /// Seconds a client has to send a request's headers (slowloris bound).
     #[arg(long, default_value_t = 10.0)]
     pub header_read_timeout: f64,
+    /// Seconds a client has from its headers to the end of its body (408 and the
+    /// connection closed past it; a request slot is taken only once the body is in).
+    /// The Batch API's upload streams to disk and gets ten times this.
+    #[arg(long, default_value_t = 30.0)]
+    pub body_read_timeout: f64,
     /// Seconds an idle keep-alive connection stays open.
     #[arg(long, default_value_t = 5.0)]
     pub keep_alive_timeout: f64,
@@ -91,7 +96,10 @@ pub struct GuardArgs {
     /// `x-request-timeout-ms` can shorten it.
     #[arg(long, default_value_t = 600.0)]
     pub request_timeout: f64,
-    /// Seconds a stream may go unread before it is cancelled (`client_stalled`).
+    /// Seconds a response may wait with the client accepting no byte of it
+    /// (its TCP window stays shut) before the connection is closed and the
+    /// request cancelled, its KV blocks freed. The kernel buffers (ours 128 KiB,
+    /// the client's receive buffer) fill before this clock starts.
     #[arg(long, default_value_t = 30.0)]
     pub stream_write_timeout: f64,
 }

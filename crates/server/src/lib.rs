@@ -11,6 +11,7 @@
 pub mod args;
 pub mod auth;
 pub mod batch;
+pub mod body;
 pub mod chat;
 pub mod completions;
 pub mod error;
@@ -21,10 +22,12 @@ pub mod limits;
 pub mod listen;
 pub mod metrics;
 pub mod openapi;
+pub mod prompt_bound;
 pub mod routes;
 pub mod shutdown;
 pub mod state;
 pub mod stream;
+pub mod tcp_progress;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,6 +49,8 @@ pub use state::AppState;
 /// Every route, with the body limit (the Batch API's upload has its own), the
 /// in-flight limit and the API-key check (outermost: every route, including the
 /// Batch API's and ones added later, needs a key except the open ones `auth` names).
+/// In order: key, content type (415), the body read whole under its deadline,
+/// then the in-flight slot, so a slow body never holds a slot.
 pub fn router(state: Arc<AppState>) -> Router {
     let batch = state.batch().cloned();
     let app = Router::new()
@@ -68,6 +73,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         None => app,
     };
     app.layer(from_fn_with_state(state.clone(), limits::limit_inflight))
+        .layer(from_fn_with_state(state.clone(), body::read_body))
+        .layer(axum::middleware::from_fn(body::require_content_type))
         .layer(from_fn_with_state(state, auth::require_key))
 }
 

@@ -37,6 +37,8 @@ pub struct AppState {
     /// Names accepted in `model`: the served name, the file stem and file name.
     pub model_aliases: Vec<String>,
     pub max_model_len: usize,
+    /// Refuses prompt texts too long in bytes before they are tokenized.
+    pub prompt_bound: crate::prompt_bound::PromptBound,
     pub created: u64,
     pub max_body_bytes: usize,
     pub shutdown_timeout: Duration,
@@ -121,6 +123,8 @@ impl AppState {
         }
         aliases.push(args.model.display().to_string());
         let max_model_len = engine.info().max_model_len;
+        let prompt_bound =
+            crate::prompt_bound::PromptBound::new(&tokenizer, engine.limits().max_prompt_len);
         let g = &args.guard;
         tracing::info!(
             profile = %args.profile,
@@ -139,6 +143,7 @@ impl AppState {
             model_name: name,
             model_aliases: aliases,
             max_model_len,
+            prompt_bound,
             created: unix_now(),
             max_body_bytes: args.max_body_bytes,
             shutdown_timeout: args.shutdown_timeout(),
@@ -150,6 +155,8 @@ impl AppState {
                 max_connections: g.max_connections.max(1),
                 header_read_timeout: secs(g.header_read_timeout),
                 keep_alive_timeout: secs(g.keep_alive_timeout),
+                body_read_timeout: secs(g.body_read_timeout),
+                stall_timeout: secs(g.stream_write_timeout),
             },
             request_timeout: secs(g.request_timeout),
             stream_write_timeout: secs(g.stream_write_timeout),
