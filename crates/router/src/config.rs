@@ -321,6 +321,18 @@ mod tests {
         assert_eq!(c.objectives["offline"], SloClass::Batch);
         assert_eq!(c.objectives["chat"], SloClass::Interactive);
 
+        assert_eq!(c.max_body_bytes, DEFAULT_MAX_BODY);
+        std::fs::write(
+            &path,
+            "[fleets]\ni = [\"http://a:1\"]\n[guard]\nupstream_timeout = 5\nmax_connections = 9\n",
+        )
+        .unwrap();
+        let c = RouterConfig::from_args(&args).unwrap();
+        assert_eq!(c.guard.upstream_timeout, Some(Duration::from_secs(5)));
+        assert_eq!(c.guard.max_connections, 9);
+        std::fs::write(&path, "[guard]\napi_keys = [\"k\"]\n").unwrap();
+        let e = format!("{:#}", RouterConfig::from_args(&args).unwrap_err());
+        assert!(e.contains("unknown field"), "keys only from a file: {e}");
         std::fs::write(&path, "[fleets]\nx = [\"ftp://a\"]\n").unwrap();
         let e = format!("{:#}", RouterConfig::from_args(&args).unwrap_err());
         assert!(e.contains("r.toml") && e.contains("http://"), "{e}");
