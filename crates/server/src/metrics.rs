@@ -3,9 +3,12 @@
 //! queue, prefill, e2e, TPOT) and from token times (ITL); gauges and counters are
 //! read from `EngineHandle::stats()` at scrape time. Names follow vLLM's pattern,
 //! plus the `vllm:` gauges the Kubernetes inference gateway reads.
+//!
+//! Observing takes no lock: every bucket, count and sum is an atomic (an ITL is
+//! observed per token, from every request's task at once).
 
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sloserve_engine::{EngineStats, FinishInfo, FinishReason, SloClass};
@@ -16,20 +19,50 @@ pub const BUCKETS: [f64; 20] = [
     15.0, 20.0, 30.0, 60.0,
 ];
 
-#[derive(Debug, Clone, Default)]
+/// A histogram that many threads observe into at once, lock-free.
+#[derive(Debug, Default)]
 struct Histogram {
+    counts: [AtomicU64; BUCKETS.len()],
+    /// The f64 bits of the sum of the observed values.
+    sum: AtomicU64,
+    count: AtomicU64,
+}
+
+/// A histogram as read at one scrape.
+#[derive(Debug, Clone, Copy)]
+struct Snapshot {
     counts: [u64; BUCKETS.len()],
     sum: f64,
     count: u64,
 }
 
 impl Histogram {
-    fn observe(&mut self, secs: f64) {
+    fn observe(&self, secs: f64) {
+        // The count first, each bucket after it with Release, and `snapshot` reads
+        // the buckets (Acquire) before the count: a scrape never sees more in the
+        // buckets than in the count (the `+Inf` bucket).
+        self.count.fetch_add(1, Ordering::Relaxed);
         if let Some(i) = BUCKETS.iter().position(|&b| secs <= b) {
-            self.counts[i] += 1;
+            self.counts[i].fetch_add(1, Ordering::Release);
         }
-        self.sum += secs;
-        self.count += 1;
+        let mut cur = self.sum.load(Ordering::Relaxed);
+        loop {
+            let new = (f64::from_bits(cur) + secs).to_bits();
+            match self
+                .sum
+                .compare_exchange_weak(cur, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        let counts = std::array::from_fn(|i| self.counts[i].load(Ordering::Acquire));
+        let sum = f64::from_bits(self.sum.load(Ordering::Relaxed));
+        let count = self.count.load(Ordering::Acquire);
+        Snapshot { counts, sum, count }
     }
 }
 
@@ -76,43 +109,38 @@ const HISTOGRAMS: [(H, &str, &str); 6] = [
     ),
 ];
 
-#[derive(Debug, Default)]
-struct Inner {
-    /// [histogram][class]
-    hist: [[Histogram; 2]; 6],
-    /// Requests finished, [class][stop, length, error, cancelled by client].
-    finished: [[u64; 4]; 2],
-}
+/// Requests finished, by reason (the order of `REASONS`).
+type Finished = [AtomicU64; 4];
 
 const REASONS: [&str; 4] = ["stop", "length", "error", "abort"];
 
 pub struct Metrics {
     model_name: String,
-    inner: Mutex<Inner>,
+    /// [histogram][class]
+    hist: [[Histogram; 2]; 6],
+    /// Requests finished, [class][stop, length, error, cancelled by client].
+    finished: [Finished; 2],
 }
 
 impl Metrics {
     pub fn new(model_name: &str) -> Self {
         Metrics {
             model_name: model_name.replace(['"', '\\', '\n'], "_"),
-            inner: Mutex::new(Inner::default()),
+            hist: Default::default(),
+            finished: Default::default(),
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        f(&mut g)
-    }
-
+    /// Per token: three atomic adds, no lock.
     pub fn observe_itl(&self, class: SloClass, d: Duration) {
-        self.with(|m| m.hist[H::Itl as usize][class.index()].observe(d.as_secs_f64()));
+        self.hist[H::Itl as usize][class.index()].observe(d.as_secs_f64());
     }
 
     /// A request the engine finished (any reason).
     pub fn observe_finished(&self, class: SloClass, info: &FinishInfo) {
         let c = class.index();
         let t = &info.timings;
-        self.with(|m| {
+        {
             // By `FinishReason::as_openai`, the order of `REASONS`.
             let reason = match info.reason {
                 FinishReason::Stop | FinishReason::StopString => 0,
@@ -124,13 +152,13 @@ impl Metrics {
                 | FinishReason::ClientStalled
                 | FinishReason::Shed => 3,
             };
-            m.finished[c][reason] += 1;
+            self.finished[c][reason].fetch_add(1, Ordering::Relaxed);
             if reason > 1 {
                 return;
             }
-            let mut obs = |h: H, d: Option<Duration>| {
+            let obs = |h: H, d: Option<Duration>| {
                 if let Some(d) = d {
-                    m.hist[h as usize][c].observe(d.as_secs_f64());
+                    self.hist[h as usize][c].observe(d.as_secs_f64());
                 }
             };
             obs(H::Ttft, t.ttft());
@@ -138,20 +166,23 @@ impl Metrics {
             obs(H::Queue, t.queue_time());
             obs(H::Prefill, t.prefill_time());
             obs(H::Tpot, t.mean_inter_token(info.completion_tokens));
-        });
+        }
     }
 
     /// A client went away before its request finished.
     pub fn observe_disconnect(&self, class: SloClass) {
-        self.with(|m| m.finished[class.index()][3] += 1);
+        self.finished[class.index()][3].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The whole exposition: histograms plus the engine's gauges and counters.
     pub fn render(&self, st: &EngineStats) -> String {
         let model = &self.model_name;
         let mut out = String::with_capacity(16 << 10);
-        let inner = self.with(|m| (m.hist.clone(), m.finished));
-        let (hist, finished) = inner;
+        let hist: [[Snapshot; 2]; 6] =
+            std::array::from_fn(|h| std::array::from_fn(|c| self.hist[h][c].snapshot()));
+        let finished: [[u64; 4]; 2] = std::array::from_fn(|c| {
+            std::array::from_fn(|r| self.finished[c][r].load(Ordering::Relaxed))
+        });
         for (h, name, help) in HISTOGRAMS {
             let _ = writeln!(out, "# HELP sloserve:{name} {help}");
             let _ = writeln!(out, "# TYPE sloserve:{name} histogram");
@@ -376,6 +407,38 @@ mod tests {
     use super::*;
     use sloserve_engine::RequestTimings;
     use std::time::Instant;
+
+    #[test]
+    fn concurrent_observations_are_all_counted() {
+        let m = Metrics::new("smol");
+        let (threads, each) = (4u64, 5_000u64);
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let m = &m;
+                s.spawn(move || {
+                    for i in 0..each {
+                        // 1 ms or 40 ms: buckets 0.005 and 0.05, exact f64 sums.
+                        let ms = if (i + t) % 2 == 0 { 1 } else { 40 };
+                        m.observe_itl(SloClass::Interactive, Duration::from_millis(ms));
+                    }
+                    m.observe_disconnect(SloClass::Batch);
+                });
+            }
+        });
+        let h = m.hist[H::Itl as usize][SloClass::Interactive.index()].snapshot();
+        let n = threads * each;
+        assert_eq!(h.count, n);
+        assert_eq!(h.counts[0], n / 2);
+        assert_eq!(h.counts[4], n / 2);
+        assert!((h.sum - (n / 2) as f64 * 0.041).abs() < 1e-6, "{}", h.sum);
+        let s = m.render(&EngineStats::default());
+        let itl = "sloserve:inter_token_latency_seconds_bucket{model_name=\"smol\",slo_class=\"interactive\"";
+        assert!(s.contains(&format!("{itl},le=\"0.03\"}} {}", n / 2)), "{s}");
+        assert!(s.contains(&format!("{itl},le=\"+Inf\"}} {n}")), "{s}");
+        assert!(s.contains(&format!(
+            "slo_class=\"batch\",finished_reason=\"abort\"}} {threads}"
+        )));
+    }
 
     #[test]
     fn exposition_has_buckets_and_gauges() {
