@@ -15,6 +15,8 @@ pub enum Error {
     Conflict(String),
     #[error("the file is larger than the limit of {limit} bytes")]
     TooLarge { limit: u64 },
+    #[error("this upload would take the files held by this API key over its quota of {quota} bytes (it holds {held}; delete files to make room)")]
+    QuotaExceeded { quota: u64, held: u64 },
     #[error("batch storage failed: {0}")]
     Storage(String),
 }
@@ -34,6 +36,13 @@ impl Error {
             Error::Invalid { param, message } => ApiError::invalid(*param, message.clone()),
             Error::Conflict(m) => ApiError::conflict(m.clone()),
             Error::TooLarge { limit } => ApiError::too_large(*limit as usize),
+            Error::QuotaExceeded { .. } => ApiError {
+                status: 413,
+                message: self.to_string(),
+                kind: "invalid_request_error",
+                param: Some("file".into()),
+                code: Some("quota_exceeded".into()),
+            },
             Error::Storage(_) => ApiError::internal("batch storage failed; see the server log"),
         }
     }

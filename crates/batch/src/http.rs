@@ -8,6 +8,7 @@ use axum::extract::{DefaultBodyLimit, Multipart, Path, Query, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::{Json, Router};
 use serde::Deserialize;
 use sloserve_api::{parse_json, ApiError};
@@ -15,13 +16,26 @@ use tokio::io::AsyncWriteExt;
 
 use crate::error::Error;
 use crate::line::new_id;
+use crate::owner::Owner;
 use crate::service::BatchService;
 use crate::types::{CreateBatch, Deleted, FileObject, ListObject};
 use crate::unix_now;
 
 type Svc = State<Arc<BatchService>>;
 
-/// The Batch API's routes, ready to merge into the server's router.
+/// The caller's [`Owner`], a request extension the server's auth middleware sets
+/// on every request; a route reached without it answers 500 rather than guess.
+type Caller = Option<Extension<Owner>>;
+
+fn owner(c: Caller) -> Result<Owner, Error> {
+    c.map(|Extension(o)| o).ok_or_else(|| {
+        Error::Storage("no caller identity on the request (the auth middleware is missing)".into())
+    })
+}
+
+/// The Batch API's routes, ready to merge into the server's router (behind a
+/// layer that puts the caller's [`Owner`] in each request's extensions). Each
+/// route sees only the caller's objects: another owner's id is a 404.
 pub fn routes(svc: Arc<BatchService>) -> Router {
     Router::new()
         .route(
@@ -59,15 +73,25 @@ fn bad(param: &'static str, m: impl Into<String>) -> Error {
 
 async fn upload(
     State(svc): Svc,
+    caller: Caller,
     mp: Result<Multipart, axum::extract::multipart::MultipartRejection>,
 ) -> Result<Json<FileObject>, Error> {
+    let owner = owner(caller)?;
     let mut mp = mp.map_err(|e| {
         bad(
             "file",
             format!("expected a multipart/form-data body with `file` and `purpose`: {e}"),
         )
     })?;
-    let limit = svc.config().max_file_bytes;
+    let (max_file, quota) = (
+        svc.config().max_file_bytes,
+        svc.config().quota_bytes_per_owner,
+    );
+    // The bytes this owner may still add (checked again, atomically, at insert).
+    let held = match quota {
+        Some(_) => svc.files().held_bytes(&owner)?,
+        None => 0,
+    };
     let id = new_id("file-");
     let path = svc.files().file_path(&id);
     let (mut purpose, mut stored) = (None, None);
@@ -96,8 +120,11 @@ async fn upload(
                         .map_err(|e| bad("file", format!("upload interrupted: {e}")))?
                     {
                         bytes += chunk.len() as u64;
-                        if bytes > limit {
-                            return Err(Error::TooLarge { limit });
+                        if bytes > max_file {
+                            return Err(Error::TooLarge { limit: max_file });
+                        }
+                        if let Some(quota) = quota.filter(|&q| held + bytes > q) {
+                            return Err(Error::QuotaExceeded { quota, held });
                         }
                         f.write_all(&chunk).await?;
                     }
@@ -150,7 +177,7 @@ async fn upload(
         status: "processed".into(),
         status_details: None,
     };
-    if let Err(e) = svc.files().insert_file(&obj) {
+    if let Err(e) = svc.files().insert_file_within(&obj, &owner, quota) {
         cleanup();
         return Err(e);
     }
@@ -168,6 +195,7 @@ struct ListFiles {
 
 async fn list_files(
     State(svc): Svc,
+    caller: Caller,
     q: Result<Query<ListFiles>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ListObject<FileObject>>, Error> {
     let Query(q) = q.map_err(|e| bad("query", format!("invalid query: {e}")))?;
@@ -185,25 +213,39 @@ async fn list_files(
             ))
         }
     };
-    let (data, more) =
-        svc.files()
-            .list_files(q.purpose.as_deref(), q.after.as_deref(), limit, asc)?;
+    let (data, more) = svc.files().list_files(
+        &owner(caller)?,
+        q.purpose.as_deref(),
+        q.after.as_deref(),
+        limit,
+        asc,
+    )?;
     Ok(Json(ListObject::new(data, more, |f| f.id.clone())))
 }
 
-fn file_or_404(svc: &BatchService, id: &str) -> Result<FileObject, Error> {
-    svc.files().get_file(id)?.ok_or_else(|| Error::NotFound {
-        kind: "file",
-        id: id.into(),
-    })
+fn file_or_404(svc: &BatchService, id: &str, caller: Caller) -> Result<FileObject, Error> {
+    svc.files()
+        .get_file(id, &owner(caller)?)?
+        .ok_or_else(|| Error::NotFound {
+            kind: "file",
+            id: id.into(),
+        })
 }
 
-async fn get_file(State(svc): Svc, Path(id): Path<String>) -> Result<Json<FileObject>, Error> {
-    Ok(Json(file_or_404(&svc, &id)?))
+async fn get_file(
+    State(svc): Svc,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<FileObject>, Error> {
+    Ok(Json(file_or_404(&svc, &id, caller)?))
 }
 
-async fn delete_file(State(svc): Svc, Path(id): Path<String>) -> Result<Json<Deleted>, Error> {
-    file_or_404(&svc, &id)?;
+async fn delete_file(
+    State(svc): Svc,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Deleted>, Error> {
+    file_or_404(&svc, &id, caller)?;
     if svc.file_in_use(&id)? {
         return Err(Error::Conflict(format!(
             "file {id} is the input of a batch that has not finished"
@@ -217,8 +259,12 @@ async fn delete_file(State(svc): Svc, Path(id): Path<String>) -> Result<Json<Del
     }))
 }
 
-async fn file_content(State(svc): Svc, Path(id): Path<String>) -> Result<Response, Error> {
-    let f = file_or_404(&svc, &id)?;
+async fn file_content(
+    State(svc): Svc,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, Error> {
+    let f = file_or_404(&svc, &id, caller)?;
     let file = tokio::fs::File::open(svc.files().file_path(&id)).await?;
     let stream = tokio_util::io::ReaderStream::new(file);
     let mut resp = Body::from_stream(stream).into_response();
@@ -231,16 +277,21 @@ async fn file_content(State(svc): Svc, Path(id): Path<String>) -> Result<Respons
     Ok(resp)
 }
 
-async fn create_batch(State(svc): Svc, body: Bytes) -> Result<Response, Error> {
+async fn create_batch(State(svc): Svc, caller: Caller, body: Bytes) -> Result<Response, Error> {
+    let owner = owner(caller)?;
     let req: CreateBatch = parse_json(&body).map_err(|e| Error::Invalid {
         param: "body",
         message: e.message,
     })?;
-    Ok(Json(svc.create_batch(req)?).into_response())
+    Ok(Json(svc.create_batch(req, &owner)?).into_response())
 }
 
-async fn get_batch(State(svc): Svc, Path(id): Path<String>) -> Result<Response, Error> {
-    Ok(Json(svc.get_batch(&id)?).into_response())
+async fn get_batch(
+    State(svc): Svc,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, Error> {
+    Ok(Json(svc.get_batch(&id, &owner(caller)?)?).into_response())
 }
 
 #[derive(Deserialize)]
@@ -251,6 +302,7 @@ struct ListBatches {
 
 async fn list_batches(
     State(svc): Svc,
+    caller: Caller,
     q: Result<Query<ListBatches>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, Error> {
     let Query(q) = q.map_err(|e| bad("query", format!("invalid query: {e}")))?;
@@ -258,9 +310,13 @@ async fn list_batches(
     if !(1..=100).contains(&limit) {
         return Err(bad("limit", "limit: must be between 1 and 100"));
     }
-    Ok(Json(svc.list_batches(q.after.as_deref(), limit)?).into_response())
+    Ok(Json(svc.list_batches(&owner(caller)?, q.after.as_deref(), limit)?).into_response())
 }
 
-async fn cancel_batch(State(svc): Svc, Path(id): Path<String>) -> Result<Response, Error> {
-    Ok(Json(svc.cancel_batch(&id)?).into_response())
+async fn cancel_batch(
+    State(svc): Svc,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, Error> {
+    Ok(Json(svc.cancel_batch(&id, &owner(caller)?)?).into_response())
 }

@@ -12,11 +12,13 @@ use tokio::sync::{mpsc, Notify};
 
 use crate::error::Result;
 use crate::line::{run_line, unrun, Outcome};
+use crate::owner::Owner;
+use crate::reader::read_lines;
 use crate::service::BatchService;
 use crate::store::LineUsage;
 use crate::types::{BatchErrors, BatchStatus};
 use crate::unix_now;
-use crate::validate::{parse_line, read_lines, validate_file, ParsedLine};
+use crate::validate::{parse_line, validate_file, ParsedLine};
 
 /// Asks a running job to stop feeding lines (cancel).
 #[derive(Default)]
@@ -54,27 +56,30 @@ pub async fn run(svc: Arc<BatchService>, id: String, ctl: Arc<JobControl>) {
 }
 
 async fn drive(svc: &Arc<BatchService>, id: &str, ctl: &Arc<JobControl>) -> Result<()> {
-    let Some(mut batch) = svc.store().get_batch(id)? else {
+    // Every line runs as the batch's owner (its key's cache scope and class ceiling).
+    let Some((mut batch, owner)) = svc.store().batch(id)? else {
         return Ok(());
     };
     let input = svc.store().file_path(&batch.input_file_id);
     if batch.status == BatchStatus::Validating {
-        let (path, endpoint, max) = (
+        let (path, endpoint, max, max_bytes) = (
             input.clone(),
             batch.endpoint.clone(),
             svc.config().max_lines,
+            svc.config().max_line_bytes,
         );
-        let checked =
-            tokio::task::spawn_blocking(move || validate_file(&path, Some(&endpoint), max))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(vec![crate::types::BatchError {
-                        code: "internal_error".into(),
-                        message: format!("validation failed: {e}"),
-                        param: None,
-                        line: None,
-                    }])
-                });
+        let checked = tokio::task::spawn_blocking(move || {
+            validate_file(&path, Some(&endpoint), max, max_bytes)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(vec![crate::types::BatchError {
+                code: "internal_error".into(),
+                message: format!("validation failed: {e}"),
+                param: None,
+                line: None,
+            }])
+        });
         batch = svc.store().update_batch(id, |b| match checked {
             Ok(s) => {
                 b.status = BatchStatus::InProgress;
@@ -99,7 +104,8 @@ async fn drive(svc: &Arc<BatchService>, id: &str, ctl: &Arc<JobControl>) -> Resu
     }
     let mut end = match batch.status {
         BatchStatus::InProgress => {
-            feed(svc, id, &batch.endpoint, &input, batch.expires_at, ctl).await?
+            let ends = (batch.expires_at, ctl);
+            feed(svc, id, &owner, &batch.endpoint, &input, ends).await?
         }
         BatchStatus::Cancelling => End::Cancelled,
         BatchStatus::Finalizing => End::AllFed,
@@ -113,30 +119,33 @@ async fn drive(svc: &Arc<BatchService>, id: &str, ctl: &Arc<JobControl>) -> Resu
     let cancelled = ctl.is_cancelled()
         || svc
             .store()
-            .get_batch(id)?
-            .is_some_and(|b| b.cancelling_at.is_some());
+            .batch(id)?
+            .is_some_and(|(b, _)| b.cancelling_at.is_some());
     if end == End::AllFed && cancelled {
         end = End::Cancelled;
     }
-    finalize(svc, id, &input, &batch.endpoint, end).await
+    finalize(svc, id, &owner, &input, &batch.endpoint, end).await
 }
 
 /// Feeds every line without a result; returns when all have results or feeding stops.
 async fn feed(
     svc: &Arc<BatchService>,
     id: &str,
+    owner: &Owner,
     endpoint: &str,
     input: &std::path::Path,
-    expires_at: Option<u64>,
-    ctl: &Arc<JobControl>,
+    (expires_at, ctl): (Option<u64>, &Arc<JobControl>),
 ) -> Result<End> {
     let done = svc.store().done_lines(id)?;
     svc.job_started(id);
     // Lines are read on a blocking thread and handed over through a small channel.
     let (tx, mut rx) = mpsc::channel::<ParsedLine>(64);
     let (path, ep) = (input.to_path_buf(), endpoint.to_string());
+    let max_bytes = svc.config().max_line_bytes;
     std::thread::spawn(move || {
-        let Ok(lines) = read_lines(&path) else { return };
+        let Ok(lines) = read_lines(&path, max_bytes) else {
+            return;
+        };
         for (n, text) in lines.flatten() {
             if done.contains(&n) {
                 continue;
@@ -170,10 +179,10 @@ async fn feed(
             _ = &mut deadline => { end = End::Expired; break; }
         };
         let Some(line) = rx.recv().await else { break };
-        let (svc2, id2) = (svc.clone(), id.to_string());
+        let (svc2, id2, owner2) = (svc.clone(), id.to_string(), owner.clone());
         tasks.spawn(async move {
             let _permit = permit;
-            one_line(&svc2, &id2, line).await
+            one_line(&svc2, &id2, &owner2, line).await
         });
         while tasks.try_join_next().is_some() {}
     }
@@ -191,9 +200,9 @@ async fn feed(
 }
 
 /// Runs one line until it has a final answer; true if the server is stopping.
-async fn one_line(svc: &BatchService, id: &str, line: ParsedLine) -> bool {
+async fn one_line(svc: &BatchService, id: &str, owner: &Owner, line: ParsedLine) -> bool {
     loop {
-        match run_line(svc.dispatch(), &line).await {
+        match run_line(svc.dispatch(), owner, &line).await {
             Outcome::Done(out, usage) => {
                 let ok = out.is_success();
                 match svc.store().commit_result(id, line.line, &out, usage) {
@@ -219,6 +228,7 @@ async fn one_line(svc: &BatchService, id: &str, line: ParsedLine) -> bool {
 async fn finalize(
     svc: &Arc<BatchService>,
     id: &str,
+    owner: &Owner,
     input: &std::path::Path,
     endpoint: &str,
     end: End,
@@ -243,7 +253,7 @@ async fn finalize(
             ),
         };
         let done = svc.store().done_lines(id)?;
-        for (n, text) in read_lines(input)?.flatten() {
+        for (n, text) in read_lines(input, svc.config().max_line_bytes)?.flatten() {
             if done.contains(&n) {
                 continue;
             }
@@ -259,7 +269,7 @@ async fn finalize(
             }
         }
     }
-    let (output, errors) = svc.write_outputs(id)?;
+    let (output, errors) = svc.write_outputs(id, owner)?;
     let b = svc.store().update_batch(id, |b| {
         b.output_file_id = output;
         b.error_file_id = errors;

@@ -11,6 +11,9 @@ mod job;
 pub mod line;
 pub mod metrics;
 pub mod offline;
+pub mod owner;
+pub mod reader;
+mod schema;
 pub mod service;
 pub mod store;
 pub mod types;
@@ -18,6 +21,7 @@ pub mod validate;
 
 pub use error::Error;
 pub use line::{Dispatch, Reply};
+pub use owner::Owner;
 pub use service::{BatchConfig, BatchService};
 
 /// Seconds since the Unix epoch.

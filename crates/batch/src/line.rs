@@ -8,6 +8,7 @@ use futures_util::future::BoxFuture;
 use rand::Rng;
 use serde_json::{json, Value};
 
+use crate::owner::Owner;
 use crate::store::LineUsage;
 use crate::types::{LineError, LineResponse, OutputLine};
 use crate::validate::ParsedLine;
@@ -21,9 +22,11 @@ pub struct Reply {
     pub retry_after: Option<u64>,
 }
 
-/// Runs one request against `url` (`/v1/completions` or `/v1/chat/completions`).
+/// Runs one request against `url` (`/v1/completions` or `/v1/chat/completions`)
+/// as `owner` would synchronously: with that key's cache scope, class ceiling and
+/// limits. An owner the server cannot resolve (its key is gone) gets an error reply.
 pub trait Dispatch: Send + Sync + 'static {
-    fn call(&self, url: &str, body: Value) -> BoxFuture<'_, Reply>;
+    fn call<'a>(&'a self, owner: &'a Owner, url: &'a str, body: Value) -> BoxFuture<'a, Reply>;
 }
 
 /// What became of a line.
@@ -56,8 +59,8 @@ pub fn unrun(custom_id: &str, code: &str, message: &str) -> OutputLine {
     }
 }
 
-/// Sends `line` in the batch SLO class and classifies the reply.
-pub async fn run_line(dispatch: &dyn Dispatch, line: &ParsedLine) -> Outcome {
+/// Sends `line` as `owner` in the batch SLO class and classifies the reply.
+pub async fn run_line(dispatch: &dyn Dispatch, owner: &Owner, line: &ParsedLine) -> Outcome {
     let mut body = line.body.clone();
     if body.get("stream").and_then(Value::as_bool) == Some(true) {
         let err = sloserve_api::ApiError::invalid(
@@ -76,7 +79,7 @@ pub async fn run_line(dispatch: &dyn Dispatch, line: &ParsedLine) -> Outcome {
     if let Some(obj) = body.as_object_mut() {
         obj.insert("slo_class".into(), json!("batch"));
     }
-    let reply = dispatch.call(&line.url, body).await;
+    let reply = dispatch.call(owner, &line.url, body).await;
     match reply.status {
         429 => Outcome::Later(Duration::from_secs(
             reply.retry_after.unwrap_or(1).clamp(1, 30),
@@ -125,7 +128,8 @@ mod tests {
 
     struct Echo(Mutex<Vec<Value>>, u16);
     impl Dispatch for Echo {
-        fn call(&self, _url: &str, body: Value) -> BoxFuture<'_, Reply> {
+        fn call<'a>(&'a self, o: &'a Owner, _url: &'a str, body: Value) -> BoxFuture<'a, Reply> {
+            assert_eq!(o, &Owner::key("k"));
             self.0.lock().unwrap().push(body);
             let status = self.1;
             Box::pin(async move {
@@ -153,6 +157,7 @@ mod tests {
         let d = Echo(Mutex::new(vec![]), 200);
         let Outcome::Done(out, u) = run_line(
             &d,
+            &Owner::key("k"),
             &line(json!({"prompt": "x", "slo_class": "interactive"})),
         )
         .await
@@ -175,14 +180,26 @@ mod tests {
 
     #[tokio::test]
     async fn refusals_wait_or_stop_and_streams_are_refused() {
-        let later = run_line(&Echo(Mutex::new(vec![]), 429), &line(json!({}))).await;
+        let later = run_line(
+            &Echo(Mutex::new(vec![]), 429),
+            &Owner::key("k"),
+            &line(json!({})),
+        )
+        .await;
         assert!(matches!(later, Outcome::Later(d) if d == Duration::from_secs(2)));
         assert!(matches!(
-            run_line(&Echo(Mutex::new(vec![]), 503), &line(json!({}))).await,
+            run_line(
+                &Echo(Mutex::new(vec![]), 503),
+                &Owner::key("k"),
+                &line(json!({}))
+            )
+            .await,
             Outcome::Stopped
         ));
         let d = Echo(Mutex::new(vec![]), 200);
-        let Outcome::Done(out, _) = run_line(&d, &line(json!({"stream": true}))).await else {
+        let Outcome::Done(out, _) =
+            run_line(&d, &Owner::key("k"), &line(json!({"stream": true}))).await
+        else {
             panic!()
         };
         assert_eq!(out.response.unwrap().status_code, 400);

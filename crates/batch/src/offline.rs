@@ -15,8 +15,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tokio::sync::Semaphore;
 
 use crate::line::{run_line, Dispatch, Outcome};
+use crate::owner::Owner;
+use crate::reader::read_lines;
 use crate::types::OutputLine;
-use crate::validate::{parse_line, read_lines, validate_file, ParsedLine};
+use crate::validate::{parse_line, validate_file, ParsedLine};
 
 /// Where an offline run reads and writes.
 #[derive(Debug, Clone)]
@@ -27,6 +29,8 @@ pub struct OfflineRun {
     pub errors: Option<PathBuf>,
     pub concurrency: usize,
     pub max_lines: u64,
+    /// Longest input line (the server's `--max-body-bytes`).
+    pub max_line_bytes: usize,
     pub progress: bool,
 }
 
@@ -87,8 +91,9 @@ fn append(path: &Path) -> anyhow::Result<File> {
 /// Runs every line of `run.input` whose `custom_id` is not yet in the outputs.
 pub async fn run(run: &OfflineRun, dispatch: Arc<dyn Dispatch>) -> anyhow::Result<OfflineSummary> {
     let input = run.input.clone();
-    let max = run.max_lines;
-    let summary = tokio::task::spawn_blocking(move || validate_file(&input, None, max)).await?;
+    let (max, max_bytes) = (run.max_lines, run.max_line_bytes);
+    let summary =
+        tokio::task::spawn_blocking(move || validate_file(&input, None, max, max_bytes)).await?;
     let total = match summary {
         Ok(s) => s.total,
         Err(errors) => {
@@ -128,7 +133,7 @@ pub async fn run(run: &OfflineRun, dispatch: Arc<dyn Dispatch>) -> anyhow::Resul
     let t0 = Instant::now();
     let permits = Arc::new(Semaphore::new(run.concurrency.max(1)));
     let mut pending = FuturesOrdered::new();
-    let mut lines = read_lines(&run.input)?;
+    let mut lines = read_lines(&run.input, max_bytes)?;
     let window = 2 * run.concurrency.max(1);
     loop {
         while pending.len() < window {
@@ -143,7 +148,8 @@ pub async fn run(run: &OfflineRun, dispatch: Arc<dyn Dispatch>) -> anyhow::Resul
             pending.push_back(async move {
                 let _permit = permits.acquire().await.expect("open");
                 loop {
-                    match run_line(d.as_ref(), &p).await {
+                    // The operator's own file: lines run with no key.
+                    match run_line(d.as_ref(), &Owner::NONE, &p).await {
                         Outcome::Done(o, u) => return Ok((o, u)),
                         Outcome::Later(wait) => tokio::time::sleep(wait).await,
                         Outcome::Stopped => {

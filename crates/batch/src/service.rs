@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::job::{self, JobControl};
 use crate::line::{new_id, Dispatch};
 use crate::metrics::Counters;
+use crate::owner::Owner;
 use crate::store::{LineUsage, Store};
 use crate::types::*;
 use crate::unix_now;
@@ -23,7 +24,11 @@ use crate::unix_now;
 pub struct BatchConfig {
     pub data_dir: PathBuf,
     pub max_file_bytes: u64,
+    /// Bytes of files one owner (API key) may hold (`None`: no quota).
+    pub quota_bytes_per_owner: Option<u64>,
     pub max_lines: u64,
+    /// Longest input line: the synchronous endpoints' `--max-body-bytes`.
+    pub max_line_bytes: usize,
     /// Lines in flight across all batches.
     pub max_inflight: usize,
     /// Terminal batches and unused files older than this are deleted.
@@ -179,12 +184,15 @@ impl BatchService {
         }
     }
 
-    /// The batch object with live speed, ETA and price.
-    pub fn get_batch(&self, id: &str) -> Result<BatchObject> {
-        let mut b = self.store.get_batch(id)?.ok_or_else(|| Error::NotFound {
-            kind: "batch",
-            id: id.into(),
-        })?;
+    /// `owner`'s batch `id` with live speed, ETA and price (another owner's: not found).
+    pub fn get_batch(&self, id: &str, owner: &Owner) -> Result<BatchObject> {
+        let mut b = self
+            .store
+            .get_batch(id, owner)?
+            .ok_or_else(|| Error::NotFound {
+                kind: "batch",
+                id: id.into(),
+            })?;
         self.decorate(&mut b);
         Ok(b)
     }
@@ -210,16 +218,18 @@ impl BatchService {
 
     pub fn list_batches(
         &self,
+        owner: &Owner,
         after: Option<&str>,
         limit: usize,
     ) -> Result<ListObject<BatchObject>> {
-        let (mut data, more) = self.store.list_batches(after, limit)?;
+        let (mut data, more) = self.store.list_batches(owner, after, limit)?;
         data.iter_mut().for_each(|b| self.decorate(b));
         Ok(ListObject::new(data, more, |b| b.id.clone()))
     }
 
-    /// `POST /v1/batches`: checks the request and starts the job.
-    pub fn create_batch(self: &Arc<Self>, req: CreateBatch) -> Result<BatchObject> {
+    /// `POST /v1/batches`: checks the request (the input file must be `owner`'s)
+    /// and starts the job, owned by `owner`.
+    pub fn create_batch(self: &Arc<Self>, req: CreateBatch, owner: &Owner) -> Result<BatchObject> {
         if !ENDPOINTS.contains(&req.endpoint.as_str()) {
             return Err(Error::invalid(
                 "endpoint",
@@ -250,7 +260,7 @@ impl BatchService {
         }
         let file = self
             .store
-            .get_file(&req.input_file_id)?
+            .get_file(&req.input_file_id, owner)?
             .ok_or_else(|| Error::NotFound {
                 kind: "file",
                 id: req.input_file_id.clone(),
@@ -290,15 +300,15 @@ impl BatchService {
             metadata: req.metadata,
             sloserve: BatchProgress::default(),
         };
-        self.store.insert_batch(&b)?;
+        self.store.insert_batch(&b, owner)?;
         tracing::info!(batch = %b.id, file = %b.input_file_id, endpoint = %b.endpoint, "batch created");
         self.spawn_job(b.id.clone());
         Ok(b)
     }
 
-    /// `POST /v1/batches/{id}/cancel`.
-    pub fn cancel_batch(&self, id: &str) -> Result<BatchObject> {
-        let cur = self.get_batch(id)?;
+    /// `POST /v1/batches/{id}/cancel` of `owner`'s batch.
+    pub fn cancel_batch(&self, id: &str, owner: &Owner) -> Result<BatchObject> {
+        let cur = self.get_batch(id, owner)?;
         if cur.status.is_terminal() {
             return Err(Error::Conflict(format!(
                 "cannot cancel batch {id}: its status is {}",
@@ -317,11 +327,16 @@ impl BatchService {
         if let Some(l) = self.jobs().get(id) {
             l.control.cancel();
         }
-        self.get_batch(id)
+        self.get_batch(id, owner)
     }
 
-    /// Writes the output and error files from the results, in input order.
-    pub(crate) fn write_outputs(&self, id: &str) -> Result<(Option<String>, Option<String>)> {
+    /// Writes the output and error files from the results, in input order; they
+    /// belong to the batch's `owner`.
+    pub(crate) fn write_outputs(
+        &self,
+        id: &str,
+        owner: &Owner,
+    ) -> Result<(Option<String>, Option<String>)> {
         let ids = [format!("file-{id}-output"), format!("file-{id}-errors")];
         let tmp = ids
             .each_ref()
@@ -351,17 +366,20 @@ impl BatchService {
             let _ = self.store.delete_file(&ids[i]);
             std::fs::rename(&tmp[i], self.store.file_path(&ids[i]))?;
             let name = if i == 0 { "output" } else { "errors" };
-            self.store.insert_file(&FileObject {
-                id: ids[i].clone(),
-                object: "file".into(),
-                bytes: bytes[i],
-                created_at: unix_now(),
-                expires_at: self.cfg.retention.map(|r| unix_now() + r.as_secs()),
-                filename: format!("{id}_{name}.jsonl"),
-                purpose: "batch_output".into(),
-                status: "processed".into(),
-                status_details: None,
-            })?;
+            self.store.insert_file(
+                &FileObject {
+                    id: ids[i].clone(),
+                    object: "file".into(),
+                    bytes: bytes[i],
+                    created_at: unix_now(),
+                    expires_at: self.cfg.retention.map(|r| unix_now() + r.as_secs()),
+                    filename: format!("{id}_{name}.jsonl"),
+                    purpose: "batch_output".into(),
+                    status: "processed".into(),
+                    status_details: None,
+                },
+                owner,
+            )?;
             out[i] = Some(ids[i].clone());
         }
         let [o, e] = out;
@@ -379,8 +397,8 @@ impl BatchService {
         for b in jobs.keys() {
             if self
                 .store
-                .get_batch(b)?
-                .is_some_and(|b| b.input_file_id == id)
+                .batch(b)?
+                .is_some_and(|(b, _)| b.input_file_id == id)
             {
                 return Ok(true);
             }

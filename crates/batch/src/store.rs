@@ -1,5 +1,9 @@
 //! Durable state under `--data-dir`: SQLite (WAL) for file records, batch objects
-//! and per-line results, and `files/` for the files' bytes.
+//! (each with its [`Owner`]) and per-line results, and `files/` for the files' bytes.
+//!
+//! Every lookup a client can reach takes the caller's owner and matches it in
+//! SQL (`owner IS ?`): another owner's object is "no such object". A row whose
+//! JSON does not decode is skipped (and logged) by the listings.
 //!
 //! Invariants: a line's result is one row keyed by (batch, line), inserted at
 //! most once (`INSERT OR IGNORE`), and a batch's counters change in the same
@@ -13,35 +17,8 @@ use std::sync::Mutex;
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{Error, Result};
+use crate::owner::Owner;
 use crate::types::{BatchObject, BatchStatus, FileObject, OutputLine};
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS files (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    json TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS batches (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    status TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    json TEXT NOT NULL,
-    completed INTEGER NOT NULL DEFAULT 0,
-    failed INTEGER NOT NULL DEFAULT 0,
-    input_tokens INTEGER NOT NULL DEFAULT 0,
-    cached_tokens INTEGER NOT NULL DEFAULT 0,
-    output_tokens INTEGER NOT NULL DEFAULT 0,
-    machine_secs REAL NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS results (
-    batch_id TEXT NOT NULL,
-    line INTEGER NOT NULL,
-    ok INTEGER NOT NULL,
-    json TEXT NOT NULL,
-    PRIMARY KEY (batch_id, line)
-);
-";
 
 /// The accounting of one finished line.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -63,14 +40,7 @@ impl Store {
         let files_dir = data_dir.join("files");
         std::fs::create_dir_all(&files_dir)
             .map_err(|e| Error::Storage(format!("cannot create {}: {e}", files_dir.display())))?;
-        let db = data_dir.join("batches.sqlite3");
-        let conn = Connection::open(&db)
-            .map_err(|e| Error::Storage(format!("cannot open {}: {e}", db.display())))?;
-        // WAL + NORMAL: a committed transaction survives the process being killed.
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        conn.execute_batch(SCHEMA)?;
+        let conn = crate::schema::open(&data_dir.join("batches.sqlite3"))?;
         Ok(Store {
             conn: Mutex::new(conn),
             files_dir,
@@ -87,41 +57,76 @@ impl Store {
         self.files_dir.join(id)
     }
 
-    pub fn insert_file(&self, f: &FileObject) -> Result<()> {
-        self.db().execute(
-            "INSERT INTO files (id, json) VALUES (?1, ?2)",
-            params![f.id, serde_json::to_string(f)?],
+    /// Records a file made by `owner`.
+    pub fn insert_file(&self, f: &FileObject, owner: &Owner) -> Result<()> {
+        self.insert_file_within(f, owner, None)
+    }
+
+    /// Records a file made by `owner` unless the bytes of the files `owner` holds
+    /// would then exceed `quota` (checked and inserted under one lock).
+    pub fn insert_file_within(
+        &self,
+        f: &FileObject,
+        owner: &Owner,
+        quota: Option<u64>,
+    ) -> Result<()> {
+        let db = self.db();
+        if let Some(quota) = quota {
+            let held = held_bytes(&db, owner)?;
+            if held.saturating_add(f.bytes) > quota {
+                return Err(Error::QuotaExceeded { quota, held });
+            }
+        }
+        db.execute(
+            "INSERT INTO files (id, json, owner) VALUES (?1, ?2, ?3)",
+            params![f.id, serde_json::to_string(f)?, owner.id()],
         )?;
         Ok(())
     }
 
-    pub fn get_file(&self, id: &str) -> Result<Option<FileObject>> {
+    /// Bytes of the files `owner` holds (uploads and batch outputs).
+    pub fn held_bytes(&self, owner: &Owner) -> Result<u64> {
+        held_bytes(&self.db(), owner)
+    }
+
+    /// File `id` if `owner` made it.
+    pub fn get_file(&self, id: &str, owner: &Owner) -> Result<Option<FileObject>> {
         let json: Option<String> = self
             .db()
-            .query_row("SELECT json FROM files WHERE id = ?1", [id], |r| r.get(0))
+            .query_row(
+                "SELECT json FROM files WHERE id = ?1 AND owner IS ?2",
+                params![id, owner.id()],
+                |r| r.get(0),
+            )
             .optional()?;
         Ok(json.map(|j| serde_json::from_str(&j)).transpose()?)
     }
 
-    /// Files newest first (or oldest first with `asc`), after the cursor `after`.
+    /// `owner`'s files newest first (or oldest first with `asc`), after the cursor `after`.
     pub fn list_files(
         &self,
+        owner: &Owner,
         purpose: Option<&str>,
         after: Option<&str>,
         limit: usize,
         asc: bool,
     ) -> Result<(Vec<FileObject>, bool)> {
         let db = self.db();
-        let cursor = cursor_seq(&db, "files", after)?;
+        let cursor = cursor_seq(&db, "files", owner, after)?;
         let (cmp, order) = if asc { (">", "ASC") } else { ("<", "DESC") };
         let sql = format!(
-            "SELECT json FROM files WHERE (?1 IS NULL OR seq {cmp} ?1) ORDER BY seq {order}"
+            "SELECT id, json FROM files WHERE owner IS ?2 AND (?1 IS NULL OR seq {cmp} ?1)
+             ORDER BY seq {order}"
         );
         let mut stmt = db.prepare(&sql)?;
-        let mut rows = stmt.query(params![cursor])?;
+        let mut rows = stmt.query(params![cursor, owner.id()])?;
         let mut out = Vec::new();
         while let Some(row) = rows.next()? {
-            let f: FileObject = serde_json::from_str(&row.get::<_, String>(0)?)?;
+            let Some(f) =
+                decode::<FileObject>("file", &row.get::<_, String>(0)?, &row.get::<_, String>(1)?)
+            else {
+                continue;
+            };
             if purpose.is_some_and(|p| p != f.purpose) {
                 continue;
             }
@@ -131,6 +136,19 @@ impl Store {
             out.push(f);
         }
         Ok((out, false))
+    }
+
+    /// Every file that decodes, of every owner, oldest first (retention).
+    fn all_files(&self) -> Result<Vec<FileObject>> {
+        let db = self.db();
+        let mut stmt = db.prepare("SELECT id, json FROM files ORDER BY seq")?;
+        let rows = stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, json) = row?;
+            out.extend(decode("file", &id, &json));
+        }
+        Ok(out)
     }
 
     /// Removes the record and the bytes; false if there was no such file.
@@ -146,22 +164,37 @@ impl Store {
         Ok(n > 0)
     }
 
-    pub fn insert_batch(&self, b: &BatchObject) -> Result<()> {
+    /// Records a batch made by `owner`.
+    pub fn insert_batch(&self, b: &BatchObject, owner: &Owner) -> Result<()> {
         self.db().execute(
-            "INSERT INTO batches (id, status, created_at, json) VALUES (?1, ?2, ?3, ?4)",
+            "INSERT INTO batches (id, status, created_at, json, owner) VALUES (?1, ?2, ?3, ?4, ?5)",
             params![
                 b.id,
                 b.status.as_str(),
                 b.created_at as i64,
-                serde_json::to_string(b)?
+                serde_json::to_string(b)?,
+                owner.id()
             ],
         )?;
         Ok(())
     }
 
-    pub fn get_batch(&self, id: &str) -> Result<Option<BatchObject>> {
+    /// Batch `id` if `owner` made it.
+    pub fn get_batch(&self, id: &str, owner: &Owner) -> Result<Option<BatchObject>> {
         let db = self.db();
-        read_batch(&db, id)
+        match batch_owner(&db, id)? {
+            Some(o) if &o == owner => read_batch(&db, id),
+            _ => Ok(None),
+        }
+    }
+
+    /// Batch `id` and its owner, whoever that is (the job that runs it).
+    pub fn batch(&self, id: &str) -> Result<Option<(BatchObject, Owner)>> {
+        let db = self.db();
+        let Some(owner) = batch_owner(&db, id)? else {
+            return Ok(None);
+        };
+        Ok(read_batch(&db, id)?.map(|b| (b, owner)))
     }
 
     /// Applies `f` to the stored batch in one transaction; returns the result.
@@ -181,26 +214,36 @@ impl Store {
         Ok(b)
     }
 
-    /// Batches newest first, after the cursor `after`.
+    /// `owner`'s batches newest first, after the cursor `after`.
     pub fn list_batches(
         &self,
+        owner: &Owner,
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<BatchObject>, bool)> {
         let db = self.db();
-        let cursor = cursor_seq(&db, "batches", after)?;
-        let ids: Vec<String> = db
-            .prepare(
-                "SELECT id FROM batches WHERE (?1 IS NULL OR seq < ?1) ORDER BY seq DESC LIMIT ?2",
-            )?
-            .query_map(params![cursor, limit as i64 + 1], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?;
-        let has_more = ids.len() > limit;
-        let mut out = Vec::with_capacity(limit);
-        for id in ids.iter().take(limit) {
-            out.extend(read_batch(&db, id)?);
+        let cursor = cursor_seq(&db, "batches", owner, after)?;
+        let mut stmt = db.prepare(
+            "SELECT id FROM batches WHERE owner IS ?2 AND (?1 IS NULL OR seq < ?1) ORDER BY seq DESC",
+        )?;
+        let mut rows = stmt.query(params![cursor, owner.id()])?;
+        let mut out = Vec::with_capacity(limit.min(100));
+        while let Some(row) = rows.next()? {
+            let id: String = row.get(0)?;
+            let b = match read_batch(&db, &id) {
+                Ok(Some(b)) => b,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(batch = %id, error = %e, "skipping a batch row that does not decode");
+                    continue;
+                }
+            };
+            if out.len() == limit {
+                return Ok((out, true));
+            }
+            out.push(b);
         }
-        Ok((out, has_more))
+        Ok((out, false))
     }
 
     /// Ids of the batches in one of `statuses`, oldest first.
@@ -323,7 +366,7 @@ impl Store {
                 .map(|b| b.input_file_id)
                 .collect()
         };
-        let (old_files, _) = self.list_files(None, None, usize::MAX, true)?;
+        let old_files = self.all_files()?;
         let mut files = 0;
         for f in old_files
             .iter()
@@ -335,12 +378,49 @@ impl Store {
     }
 }
 
-fn cursor_seq(db: &Connection, table: &str, after: Option<&str>) -> Result<Option<i64>> {
+/// Decodes a row's JSON; a row that does not decode is logged and skipped.
+fn decode<T: serde::de::DeserializeOwned>(kind: &str, id: &str, json: &str) -> Option<T> {
+    match serde_json::from_str(json) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            tracing::warn!(kind, id, error = %e, "skipping a stored row that does not decode");
+            None
+        }
+    }
+}
+
+fn held_bytes(db: &Connection, owner: &Owner) -> Result<u64> {
+    let n: i64 = db.query_row(
+        "SELECT COALESCE(SUM(CASE WHEN json_valid(json) THEN json_extract(json, '$.bytes') END), 0)
+         FROM files WHERE owner IS ?1",
+        [owner.id()],
+        |r| r.get(0),
+    )?;
+    Ok(n.max(0) as u64)
+}
+
+/// The owner of batch `id` (`None`: no such batch).
+fn batch_owner(db: &Connection, id: &str) -> Result<Option<Owner>> {
+    let row: Option<Option<String>> = db
+        .query_row("SELECT owner FROM batches WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    Ok(row.map(|o| o.map_or(Owner::NONE, Owner::key)))
+}
+
+/// The position of `owner`'s object `after` (another owner's id is "no such id").
+fn cursor_seq(
+    db: &Connection,
+    table: &str,
+    owner: &Owner,
+    after: Option<&str>,
+) -> Result<Option<i64>> {
     let Some(after) = after else { return Ok(None) };
     let seq = db
         .query_row(
-            &format!("SELECT seq FROM {table} WHERE id = ?1"),
-            [after],
+            &format!("SELECT seq FROM {table} WHERE id = ?1 AND owner IS ?2"),
+            params![after, owner.id()],
             |r| r.get(0),
         )
         .optional()?;

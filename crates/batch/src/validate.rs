@@ -3,12 +3,11 @@
 //! here runs nothing; a body the endpoint refuses is the endpoint's business.
 
 use std::collections::HashSet;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde_json::Value;
 
+use crate::reader::{read_lines, LineTooLong};
 use crate::types::{BatchError, InputLine, ENDPOINTS};
 
 /// Most validation errors reported for one file.
@@ -90,24 +89,15 @@ pub fn parse_line(line: u64, text: &str, endpoint: Option<&str>) -> Result<Parse
     })
 }
 
-/// The non-blank lines of `path` with their 1-based numbers.
-pub fn read_lines(
-    path: &Path,
-) -> std::io::Result<impl Iterator<Item = std::io::Result<(u64, String)>>> {
-    let reader = BufReader::new(File::open(path)?);
-    Ok(reader.lines().enumerate().filter_map(|(i, l)| match l {
-        Ok(s) if s.trim().is_empty() => None,
-        Ok(s) => Some(Ok((i as u64 + 1, s))),
-        Err(e) => Some(Err(e)),
-    }))
-}
-
-/// Checks the whole file: every line parses, `custom_id`s are unique, at most
-/// `max_lines` lines. Returns the summary, or every error found (up to 100).
+/// Checks the whole file: every line parses and is at most `max_line_bytes`
+/// long (the synchronous endpoints' `--max-body-bytes`), `custom_id`s are
+/// unique, at most `max_lines` lines. Returns the summary, or every error found
+/// (up to 100).
 pub fn validate_file(
     path: &Path,
     endpoint: Option<&str>,
     max_lines: u64,
+    max_line_bytes: usize,
 ) -> Result<FileSummary, Vec<BatchError>> {
     let io = |e: std::io::Error| {
         vec![err(
@@ -123,16 +113,30 @@ pub fn validate_file(
         total: 0,
         model: None,
     };
-    for item in read_lines(path).map_err(io)? {
-        let (line, text) = item.map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => vec![err(
-                "invalid_json_line",
-                None,
-                None,
-                "the input file is not UTF-8 text".into(),
-            )],
-            _ => io(e),
-        })?;
+    for item in read_lines(path, max_line_bytes).map_err(io)? {
+        let (line, text) = match item {
+            Ok(l) => l,
+            Err(e) => {
+                let too_long = LineTooLong::of(&e);
+                errors.push(match (too_long, e.kind()) {
+                    (Some(t), _) => err(
+                        "line_too_large",
+                        Some(t.line),
+                        None,
+                        format!("{t} (the request body limit, --max-body-bytes)"),
+                    ),
+                    (None, std::io::ErrorKind::InvalidData) => {
+                        err("invalid_json_line", None, None, format!("{e}"))
+                    }
+                    _ => return Err(io(e)),
+                });
+                if too_long.is_none() || errors.len() >= MAX_ERRORS {
+                    break;
+                }
+                summary.total += 1;
+                continue;
+            }
+        };
         summary.total += 1;
         if summary.total > max_lines {
             errors.push(err(
@@ -205,7 +209,7 @@ mod tests {
             line("a", "/v1/completions"),
             line("b", "/v1/completions")
         ));
-        let s = validate_file(f.path(), Some("/v1/completions"), 10).unwrap();
+        let s = validate_file(f.path(), Some("/v1/completions"), 10, 1 << 20).unwrap();
         assert_eq!(
             s,
             FileSummary {
@@ -225,7 +229,8 @@ mod tests {
             line("c", "/v1/completions").replace("POST", "GET"),
         ]
         .join("\n");
-        let errs = validate_file(file(&text).path(), Some("/v1/completions"), 10).unwrap_err();
+        let errs =
+            validate_file(file(&text).path(), Some("/v1/completions"), 10, 1 << 20).unwrap_err();
         let got: Vec<(&str, Option<u64>)> =
             errs.iter().map(|e| (e.code.as_str(), e.line)).collect();
         assert_eq!(
@@ -241,14 +246,33 @@ mod tests {
 
     #[test]
     fn empty_and_oversized_files_fail() {
-        let e = validate_file(file("\n\n").path(), None, 10).unwrap_err();
+        let e = validate_file(file("\n\n").path(), None, 10, 1 << 20).unwrap_err();
         assert_eq!(e[0].code, "empty_file");
         let text = (0..3)
             .map(|i| line(&i.to_string(), "/v1/completions"))
             .collect::<Vec<_>>()
             .join("\n");
-        let e = validate_file(file(&text).path(), None, 2).unwrap_err();
+        let e = validate_file(file(&text).path(), None, 2, 1 << 20).unwrap_err();
         assert_eq!((e[0].code.as_str(), e[0].line), ("too_many_tasks", Some(3)));
+    }
+
+    #[test]
+    fn a_line_over_the_body_limit_is_refused_with_its_number() {
+        let long = line("b", "/v1/completions").replace("hi", &"x".repeat(500));
+        let text = [
+            line("a", "/v1/completions"),
+            long,
+            line("c", "/v1/completions"),
+        ]
+        .join("\n");
+        let errs = validate_file(file(&text).path(), None, 10, 200).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(
+            (errs[0].code.as_str(), errs[0].line),
+            ("line_too_large", Some(2))
+        );
+        assert!(errs[0].message.contains("line 2") && errs[0].message.contains("200 bytes"));
+        assert!(validate_file(file(&text).path(), None, 10, 600).is_ok());
     }
 
     #[test]
@@ -259,7 +283,9 @@ mod tests {
             line("b", "/v1/chat/completions")
         );
         assert_eq!(
-            validate_file(file(&text).path(), None, 10).unwrap().total,
+            validate_file(file(&text).path(), None, 10, 1 << 20)
+                .unwrap()
+                .total,
             2
         );
         assert!(parse_line(1, &line("a", "/v1/embeddings"), None).is_err());

@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use serde_json::{json, Value};
 use sloserve_batch::store::{LineUsage, Store};
 use sloserve_batch::types::*;
-use sloserve_batch::{unix_now, BatchConfig, BatchService, Dispatch, Reply};
+use sloserve_batch::{unix_now, BatchConfig, BatchService, Dispatch, Owner, Reply};
 
 /// Answers every line with its prompt reversed; counts calls per custom prompt.
 #[derive(Default)]
@@ -24,7 +24,7 @@ struct Fake {
 struct Handle(Arc<Fake>);
 
 impl Dispatch for Handle {
-    fn call(&self, _url: &str, body: Value) -> BoxFuture<'_, Reply> {
+    fn call<'a>(&'a self, _owner: &'a Owner, _url: &'a str, body: Value) -> BoxFuture<'a, Reply> {
         let prompt = body["prompt"].as_str().unwrap_or_default().to_string();
         *self
             .0
@@ -108,7 +108,9 @@ fn config(dir: &std::path::Path) -> BatchConfig {
     BatchConfig {
         data_dir: dir.into(),
         max_file_bytes: 1 << 20,
+        quota_bytes_per_owner: None,
         max_lines: 1000,
+        max_line_bytes: 1 << 20,
         max_inflight: 4,
         retention: None,
         machine_cost_per_hour: Some(3.6),
@@ -130,7 +132,7 @@ fn out_line(custom_id: &str) -> OutputLine {
 
 async fn wait_terminal(svc: &BatchService, id: &str) -> BatchObject {
     for _ in 0..500 {
-        let b = svc.get_batch(id).unwrap();
+        let b = svc.get_batch(id, &Owner::NONE).unwrap();
         if b.status.is_terminal() {
             return b;
         }
@@ -153,13 +155,10 @@ fn a_result_is_recorded_and_counted_once() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path()).unwrap();
     store
-        .insert_batch(&batch(
-            "b1",
-            "f",
-            BatchStatus::InProgress,
-            2,
-            unix_now() + 60,
-        ))
+        .insert_batch(
+            &batch("b1", "f", BatchStatus::InProgress, 2, unix_now() + 60),
+            &Owner::NONE,
+        )
         .unwrap();
     let u = LineUsage {
         input_tokens: 5,
@@ -169,7 +168,7 @@ fn a_result_is_recorded_and_counted_once() {
     };
     assert!(store.commit_result("b1", 1, &out_line("a"), u).unwrap());
     assert!(!store.commit_result("b1", 1, &out_line("a"), u).unwrap());
-    let b = store.get_batch("b1").unwrap().unwrap();
+    let b = store.get_batch("b1", &Owner::NONE).unwrap().unwrap();
     assert_eq!(
         b.request_counts,
         RequestCounts {
@@ -211,30 +210,33 @@ fn lists_page_newest_first_and_retention_keeps_live_batches() {
             BatchStatus::Completed
         };
         store
-            .insert_batch(&batch(&format!("b{i}"), "f0", status, 1, 0))
+            .insert_batch(&batch(&format!("b{i}"), "f0", status, 1, 0), &Owner::NONE)
             .unwrap();
     }
-    let (page, more) = store.list_batches(None, 2).unwrap();
+    let (page, more) = store.list_batches(&Owner::NONE, None, 2).unwrap();
     assert_eq!(
         (page.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), more),
         (vec!["b4", "b3"], true)
     );
-    let (page, more) = store.list_batches(Some("b2"), 2).unwrap();
+    let (page, more) = store.list_batches(&Owner::NONE, Some("b2"), 2).unwrap();
     assert_eq!(
         (page.iter().map(|b| b.id.as_str()).collect::<Vec<_>>(), more),
         (vec!["b1", "b0"], false)
     );
-    assert!(store.list_batches(Some("nope"), 2).is_err());
+    assert!(store.list_batches(&Owner::NONE, Some("nope"), 2).is_err());
     store
-        .insert_file(&write_input(dir.path(), "f0", 1))
+        .insert_file(&write_input(dir.path(), "f0", 1), &Owner::NONE)
         .unwrap();
     store
-        .insert_file(&write_input(dir.path(), "f1", 1))
+        .insert_file(&write_input(dir.path(), "f1", 1), &Owner::NONE)
         .unwrap();
     let (b, f) = store.delete_older_than(unix_now() + 10).unwrap();
     // The in-progress batch and its input stay; the rest goes.
     assert_eq!((b, f), (4, 1));
-    assert!(store.get_batch("b0").unwrap().is_some() && store.get_file("f0").unwrap().is_some());
+    assert!(
+        store.get_batch("b0", &Owner::NONE).unwrap().is_some()
+            && store.get_file("f0", &Owner::NONE).unwrap().is_some()
+    );
     assert!(!store.file_path("f1").exists());
 }
 
@@ -245,16 +247,13 @@ async fn a_resumed_job_runs_only_unfinished_lines_and_writes_input_order() {
         // The state a crash leaves: 20 lines, 7 with results.
         let store = Store::open(dir.path()).unwrap();
         store
-            .insert_file(&write_input(dir.path(), "f", 20))
+            .insert_file(&write_input(dir.path(), "f", 20), &Owner::NONE)
             .unwrap();
         store
-            .insert_batch(&batch(
-                "b",
-                "f",
-                BatchStatus::InProgress,
-                20,
-                unix_now() + 3600,
-            ))
+            .insert_batch(
+                &batch("b", "f", BatchStatus::InProgress, 20, unix_now() + 3600),
+                &Owner::NONE,
+            )
             .unwrap();
         for i in [0u64, 1, 2, 5, 8, 9, 15] {
             store
@@ -294,7 +293,7 @@ async fn a_resumed_job_runs_only_unfinished_lines_and_writes_input_order() {
     assert_eq!(err[0].response.as_ref().unwrap().status_code, 400);
     assert_eq!(
         svc.files()
-            .get_file(b.output_file_id.as_deref().unwrap())
+            .get_file(b.output_file_id.as_deref().unwrap(), &Owner::NONE)
             .unwrap()
             .unwrap()
             .purpose,
@@ -309,9 +308,14 @@ async fn an_expired_batch_writes_every_unrun_line_as_an_error() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = Store::open(dir.path()).unwrap();
-        store.insert_file(&write_input(dir.path(), "f", 6)).unwrap();
         store
-            .insert_batch(&batch("b", "f", BatchStatus::InProgress, 6, unix_now() - 1))
+            .insert_file(&write_input(dir.path(), "f", 6), &Owner::NONE)
+            .unwrap();
+        store
+            .insert_batch(
+                &batch("b", "f", BatchStatus::InProgress, 6, unix_now() - 1),
+                &Owner::NONE,
+            )
             .unwrap();
         store
             .commit_result("b", 2, &out_line("c1"), LineUsage::default())

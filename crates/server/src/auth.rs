@@ -1,7 +1,8 @@
 //! API keys: the middleware that checks `Authorization: Bearer` / `x-api-key` on
 //! every route except the open ones (`/health`, `/ready`, `/openapi.json`, and
 //! `/metrics` unless `--metrics-require-key`), in constant time, never logging a
-//! key; the caller's identity (`Caller`) for class ceilings and cache scope.
+//! key; the caller's identity (`Caller`) for class ceilings and cache scope, and
+//! its Batch API [`Owner`] (a digest of the key) for the objects it may reach.
 
 use std::sync::Arc;
 
@@ -9,7 +10,9 @@ use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
 use sloserve_api::ApiError;
+use sloserve_batch::Owner;
 use sloserve_engine::SloClass;
 
 use crate::error::ServerError;
@@ -20,7 +23,22 @@ use crate::state::AppState;
 #[derive(Default)]
 pub struct ApiKeys {
     keys: Vec<ApiKeySpec>,
+    /// Each key's Batch API owner id ([`owner_id`]), by key index.
+    owners: Vec<String>,
     metrics_require_key: bool,
+}
+
+/// The owner id recorded on a key's Batch API objects: the first 128 bits of
+/// SHA-256 over a domain tag and the key, in hex. Stable across restarts and
+/// key reordering; the key itself is never stored. A different key (a rotated
+/// one) is a different owner.
+pub fn owner_id(key: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"sloserve batch owner v1\0")
+        .chain_update(key.as_bytes())
+        .finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("key-{hex}")
 }
 
 /// Who made a request, as the auth middleware found it (a request extension).
@@ -68,8 +86,31 @@ fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 impl ApiKeys {
     pub fn new(keys: Vec<ApiKeySpec>, metrics_require_key: bool) -> Self {
         ApiKeys {
+            owners: keys.iter().map(|k| owner_id(&k.key)).collect(),
             keys,
             metrics_require_key,
+        }
+    }
+
+    /// The Batch API owner of `caller`'s objects (no key: [`Owner::NONE`]).
+    pub fn owner_of(&self, caller: &Caller) -> Owner {
+        match caller.key_index.and_then(|i| self.owners.get(i)) {
+            Some(id) => Owner::key(id.clone()),
+            None => Owner::NONE,
+        }
+    }
+
+    /// The caller a Batch API line of `owner` runs as: its key's identity, or the
+    /// open caller for ownerless objects on a keyless server; `None` when the
+    /// owner's key is not configured here (a removed or rotated key, or an
+    /// ownerless object on a server with keys): such a line does not run.
+    pub fn caller_for(&self, owner: &Owner) -> Option<Caller> {
+        match owner.id() {
+            None => (!self.enabled()).then_some(Caller::OPEN),
+            Some(id) => self.owners.iter().position(|o| o == id).map(|i| Caller {
+                key_index: Some(i),
+                ceiling: self.keys[i].ceiling,
+            }),
         }
     }
 
@@ -114,7 +155,7 @@ fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
 }
 
 /// The middleware: 401 (OpenAI's shape) without a valid key on a closed path; the
-/// `Caller` goes into the request's extensions.
+/// `Caller` and its Batch API `Owner` go into the request's extensions.
 pub async fn require_key(
     State(state): State<Arc<AppState>>,
     mut req: Request,
@@ -134,6 +175,7 @@ pub async fn require_key(
             return ServerError::Api(ApiError::unauthorized(why)).into_response();
         }
     };
+    req.extensions_mut().insert(keys.owner_of(&caller));
     req.extensions_mut().insert(caller);
     next.run(req).await
 }
@@ -165,5 +207,34 @@ mod tests {
         assert!(keys.is_open("/health") && keys.is_open("/metrics"));
         assert!(!keys.is_open("/v1/models") && !keys.is_open("/tokenize"));
         assert!(!ApiKeys::new(vec![], true).is_open("/metrics"));
+    }
+
+    #[test]
+    fn owners_are_stable_digests_and_resolve_back_to_their_key() {
+        let keys = ApiKeys::new(
+            vec!["k1".parse().unwrap(), "k2:batch".parse().unwrap()],
+            false,
+        );
+        let k2 = Caller {
+            key_index: Some(1),
+            ceiling: Some(SloClass::Batch),
+        };
+        let o = keys.owner_of(&k2);
+        // The key reordered (or others added) is the same owner; the id is not the key.
+        let moved = ApiKeys::new(vec!["k2:batch".parse().unwrap()], false);
+        assert_eq!(moved.owner_of(&moved.caller_for(&o).unwrap()), o);
+        assert_eq!(keys.caller_for(&o), Some(k2));
+        assert!(!o.id().unwrap().contains("k2") && o.id().unwrap().len() == 36);
+        assert_ne!(
+            keys.owner_of(&keys.caller_for(&Owner::key(owner_id("k1"))).unwrap()),
+            o
+        );
+        // Unknown and ownerless owners run nowhere on a keyed server; ownerless runs open on a keyless one.
+        assert_eq!(keys.caller_for(&Owner::key(owner_id("k3"))), None);
+        assert_eq!(keys.caller_for(&Owner::NONE), None);
+        assert_eq!(keys.owner_of(&Caller::OPEN), Owner::NONE);
+        let open = ApiKeys::default();
+        assert_eq!(open.caller_for(&Owner::NONE), Some(Caller::OPEN));
+        assert_eq!(open.caller_for(&o), None);
     }
 }

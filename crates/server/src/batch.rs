@@ -1,6 +1,7 @@
 //! The Batch API in `sloserve serve` and `sloserve batch run`: its flags, the
 //! dispatcher that runs a batch line through the same handler as the synchronous
-//! endpoint (so the body is exactly what that endpoint gives), and the offline run.
+//! endpoint, as the batch's owner (so the body, cache scope, class ceiling and
+//! limits are exactly what that key gets synchronously), and the offline run.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -11,12 +12,15 @@ use axum::body::{to_bytes, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::IntoResponse;
+use axum::Extension;
 use clap::Args;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
+use sloserve_api::ApiError;
 use sloserve_batch::offline::{self, OfflineRun};
-use sloserve_batch::{BatchConfig, BatchService, Dispatch, Reply};
+use sloserve_batch::{BatchConfig, BatchService, Dispatch, Owner, Reply};
 
+use crate::auth::Caller;
 use crate::state::AppState;
 use crate::{chat, completions, ServeArgs};
 
@@ -32,6 +36,11 @@ pub struct BatchApiArgs {
     /// Largest batch input file in bytes (suffixes KiB, MiB, GiB accepted).
     #[arg(long, default_value = "200MiB", value_parser = crate::args::parse_bytes)]
     pub max_batch_file_bytes: u64,
+    /// Bytes of Batch API files one API key may hold, its uploads and its
+    /// batches' output files together (suffixes accepted; default: no quota).
+    /// An upload past it is refused with 413 `quota_exceeded`.
+    #[arg(long, value_parser = crate::args::parse_bytes)]
+    pub batch_quota_bytes_per_key: Option<u64>,
     /// Most requests in one batch input file.
     #[arg(long, default_value_t = 50_000)]
     pub max_batch_lines: u64,
@@ -63,31 +72,51 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// Runs a line through the synchronous handlers of a server's state.
 pub struct HandlerDispatch {
     state: Weak<AppState>,
+    /// `sloserve batch run`: the operator's own file, every line as the open caller.
+    offline: bool,
 }
 
 impl HandlerDispatch {
+    /// For the server's Batch API: each line runs as its batch's owner.
     pub fn new(state: &Arc<AppState>) -> Self {
         HandlerDispatch {
             state: Arc::downgrade(state),
+            offline: false,
+        }
+    }
+
+    /// For `sloserve batch run`: lines run with no key.
+    pub fn offline(state: &Arc<AppState>) -> Self {
+        HandlerDispatch {
+            state: Arc::downgrade(state),
+            offline: true,
         }
     }
 }
 
 impl Dispatch for HandlerDispatch {
-    fn call(&self, url: &str, body: Value) -> BoxFuture<'_, Reply> {
-        let url = url.to_string();
+    fn call<'a>(&'a self, owner: &'a Owner, url: &'a str, body: Value) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
             let Some(state) = self.state.upgrade() else {
                 return unavailable();
             };
+            // The key that made the batch, resolved the way the auth middleware
+            // resolves a synchronous request's: its cache salt and class ceiling
+            // then come from the same `build_request` as that request's.
+            let caller = match self.offline {
+                true => Some(Caller::OPEN),
+                false => state.api_keys.caller_for(owner),
+            };
+            let Some(caller) = caller else {
+                return owner_gone();
+            };
             let mut headers = HeaderMap::new();
             headers.insert("x-slo-class", HeaderValue::from_static("batch"));
             let body = Ok(Bytes::from(body.to_string()));
-            // The Batch API's routes checked the key; a line runs in the batch class
-            // (forced in its body) with the open caller's prefix-cache scope.
-            let resp = match url.as_str() {
-                "/v1/chat/completions" => chat::handle(State(state), None, headers, body).await,
-                _ => completions::handle(State(state), None, headers, body).await,
+            let caller = Some(Extension(caller));
+            let resp = match url {
+                "/v1/chat/completions" => chat::handle(State(state), caller, headers, body).await,
+                _ => completions::handle(State(state), caller, headers, body).await,
             }
             .into_response();
             let status = resp.status().as_u16();
@@ -106,6 +135,18 @@ impl Dispatch for HandlerDispatch {
                 retry_after,
             }
         })
+    }
+}
+
+/// The line's owner has no key on this server: a final 401 for the line.
+fn owner_gone() -> Reply {
+    let e = ApiError::unauthorized(
+        "the API key that created this batch is not configured on this server; the line was not run",
+    );
+    Reply {
+        status: e.status,
+        body: serde_json::to_value(e.body()).unwrap_or_default(),
+        retry_after: None,
     }
 }
 
@@ -138,7 +179,10 @@ pub fn open(
     let cfg = BatchConfig {
         data_dir: args.data_dir.clone(),
         max_file_bytes: args.max_batch_file_bytes,
+        quota_bytes_per_owner: args.batch_quota_bytes_per_key,
         max_lines: args.max_batch_lines,
+        // A line is a request: the synchronous endpoints' body limit bounds it.
+        max_line_bytes: state.max_body_bytes,
         max_inflight: max_inflight(args, state),
         retention: args.batch_retention,
         machine_cost_per_hour: args.machine_cost_per_hour,
@@ -186,9 +230,13 @@ pub fn run_offline(args: BatchRunArgs) -> anyhow::Result<()> {
             .concurrency
             .unwrap_or_else(|| state.engine.config().max_num_seqs),
         max_lines: serve.batch.max_batch_lines,
+        max_line_bytes: serve.max_body_bytes,
         progress: true,
     };
-    let s = rt.block_on(offline::run(&run, Arc::new(HandlerDispatch::new(&state))))?;
+    let s = rt.block_on(offline::run(
+        &run,
+        Arc::new(HandlerDispatch::offline(&state)),
+    ))?;
     eprintln!(
         "{} completed, {} failed, {} already done; {} output tokens in {:.1} s ({:.1} tok/s)",
         s.completed,
