@@ -155,7 +155,8 @@ def test_oversize_bodies_eject_nobody(env):
     errors = []
     t0 = time.time()
     try:
-        while time.time() - t0 < 8:
+        # At least 8 normal requests and 6 s of the attack (40 s at most: a busy machine).
+        while (time.time() - t0 < 6 or ok + bad < 8) and time.time() - t0 < 40:
             s, body, _ = http(r, "POST", "/v1/chat/completions", chat(ok + bad), key=KEY)
             if s == 200:
                 ok += 1
@@ -167,7 +168,7 @@ def test_oversize_bodies_eject_nobody(env):
         for t in hostile:
             t.join(timeout=10)
     print(f"     oversize loop: {ok} of {ok + bad} normal requests succeeded; hostile answers {counts}")
-    check(bad == 0 and ok >= 5, (ok, bad, errors[:3]))
+    check(bad == 0 and ok >= 8, (ok, bad, errors[:3]))
     check(sum(v for k, v in counts.items() if k.startswith("HTTP/1.1 413")) > 0, counts)
     for b, before in zip(env["replicas"], ejected):
         check(metric(r, "backend_ejections_total", b) == before, f"{b} was ejected")
@@ -203,7 +204,7 @@ def test_slowloris_and_idle_sockets_are_closed(env):
 
 
 def test_sigstopped_replica_fails_over_within_the_timeout(env):
-    r, reps, procs = env["router"], env["replicas"], env["replica_procs"]
+    r, reps, procs = env["fast_router"], env["replicas"], env["replica_procs"]
     body = json.dumps({**chat("stream"), "max_tokens": 400, "stream": True}).encode()
     req = urllib.request.Request(r + "/v1/chat/completions", data=body, method="POST",
                                  headers={"authorization": f"Bearer {KEY}", "content-type": "application/json"})
@@ -262,16 +263,22 @@ def main():
         rport, oport = free_port(), free_port()
         common = ["--fleet", f"interactive={fleet}", "--fleet", f"batch={fleet}", "--health-interval-ms", "1000"]
         router = start([args.bin, "route", "--port", str(rport), *common, "--api-key", KEY,
-                        "--upstream-timeout", str(UPSTREAM_TIMEOUT), "--header-read-timeout", "1",
-                        "--keep-alive-timeout", "1", "--body-read-timeout", "2", "--max-connections", "32"],
-                       "router")
+                        "--header-read-timeout", "1", "--keep-alive-timeout", "1", "--body-read-timeout", "2",
+                        "--max-connections", "32"], "router")
+        # A short upstream timeout only where a stopped replica is the point (on a
+        # busy machine a normal answer can take seconds).
+        fport = free_port()
+        fast_router = start([args.bin, "route", "--port", str(fport), *common, "--api-key", KEY,
+                             "--upstream-timeout", str(UPSTREAM_TIMEOUT)], "fast-router")
         open_router = start([args.bin, "route", "--port", str(oport), *common, "--policy", "round-robin"],
                             "open-router")
         for base, p in zip(replicas, procs):
             wait_ready(base, p)
         wait_ready(f"http://127.0.0.1:{rport}", router)
         wait_ready(f"http://127.0.0.1:{oport}", open_router)
-        env = {"router": f"http://127.0.0.1:{rport}", "router_port": rport, "open_router": f"http://127.0.0.1:{oport}",
+        wait_ready(f"http://127.0.0.1:{fport}", fast_router)
+        env = {"router": f"http://127.0.0.1:{rport}", "router_port": rport,
+               "fast_router": f"http://127.0.0.1:{fport}", "open_router": f"http://127.0.0.1:{oport}",
                "replicas": replicas, "replica_procs": procs}
         tests = [test_keys_are_checked_before_the_body, test_owner_map_learns_only_from_2xx,
                  test_oversize_bodies_eject_nobody, test_slowloris_and_idle_sockets_are_closed,
