@@ -205,7 +205,7 @@ fn the_upstream_timeout_fails_over_and_ends_a_stalled_stream() {
     let resp = post(r.addr, "/v1/completions", &json!({"prompt": "hi"}));
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert_eq!(resp.json()["backend"], "b", "a hung: failed over");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     assert_eq!(r.backend_metric("backend_healthy", &a.url()), 0.0);
     // Every replica hung: 504 within about two timeouts.
     set(&b.fake.hang, true);
@@ -218,12 +218,13 @@ fn the_upstream_timeout_fails_over_and_ends_a_stalled_stream() {
     let mut cfg = config(&[("interactive", &[c.url()])]);
     cfg.guard.upstream_timeout = Some(Duration::from_millis(500));
     let r = TestRouter::start(cfg);
-    let body = json!({"prompt": "hi", "stream": true, "fake_stall_ms": 5000}).to_string();
+    // (Bounds below are loose for a busy machine, and still under the fakes' stalls.)
+    let body = json!({"prompt": "hi", "stream": true, "fake_stall_ms": 8000}).to_string();
     let t0 = Instant::now();
     let mut s = send(r.addr, "POST", "/v1/completions", &[], body.as_bytes());
     assert_eq!(s.status, 200);
     let all = String::from_utf8_lossy(&s.read_all()).into_owned();
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     assert!(
         all.starts_with("data: {\"choices\":[{\"text\":\"Hel\"}]}"),
         "{all}"
@@ -260,8 +261,8 @@ fn slowloris_idle_and_slow_body_connections_are_cut() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(get(r.addr, "/health").status, 200);
     assert_eq!(get(r.addr, "/v1/models").status, 503);
-    assert!(time_to_close(&mut slow) < Duration::from_secs(2));
-    assert!(time_to_close(&mut idle) < Duration::from_secs(2));
+    assert!(time_to_close(&mut slow) < Duration::from_secs(4));
+    assert!(time_to_close(&mut idle) < Duration::from_secs(4));
     // A body that never arrives: 408, not a slot held forever.
     let mut body = TcpStream::connect(r.addr).unwrap();
     body.write_all(
@@ -276,6 +277,6 @@ fn slowloris_idle_and_slow_body_connections_are_cut() {
     let mut ka = TcpStream::connect(r.addr).unwrap();
     ka.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
         .unwrap();
-    assert!(time_to_close(&mut ka) < Duration::from_secs(2));
+    assert!(time_to_close(&mut ka) < Duration::from_secs(4));
     assert_eq!(a.fake.completions.load(Ordering::Acquire), 0);
 }
