@@ -56,8 +56,9 @@ fn uploads_are_checked_and_batches_run_and_survive_a_restart() {
         upload(&srv, Some("batch"), None).openai_error(400)["param"],
         "file"
     );
+    // The upload takes multipart only (a JSON body is refused before it is read).
     let r = request(srv.addr, "POST", "/v1/files", &[], b"{}");
-    assert_eq!(r.openai_error(400)["param"], "file");
+    assert_eq!(r.openai_error(415)["code"], "unsupported_media_type");
     request(srv.addr, "GET", "/v1/files/file-nope", &[], b"").openai_error(404);
     request(srv.addr, "GET", "/v1/batches/batch_nope", &[], b"").openai_error(404);
     request(srv.addr, "POST", "/v1/batches/batch_nope/cancel", &[], b"").openai_error(404);
