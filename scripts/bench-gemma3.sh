@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Gemma 3 270M Q4_K_M speed, sloserve beside llama.cpp on the same file in one sitting,
 # 2 threads: sloserve's forward bench (prefill 512, decode at batch 1, 8 and 32, fast
-# and int8 precision), then llama-bench (pp512, tg128) and llama-batched-bench (128+64 at B=1
+# precision), then llama-bench (pp512, tg128) and llama-batched-bench (128+64 at B=1
 # and 32) when llama.cpp's binaries are found, then (unless NO_SERVE=1) the servers
 # under ../shared/tools/slo_probe.py at concurrency 1 and 16 (scripts/bench-serve.sh;
 # completions only: the model has no chat template).
@@ -14,7 +14,7 @@ MODEL=models/gemma-3-270m-q4_k_m.gguf
 LLAMA_BIN=${LLAMA_BIN:-$HOME/.cache/sloserve-peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin}
 ./scripts/fetch-model.sh gemma3-270m
 echo "== sloserve forward bench ($MODEL, 2 threads)"
-RAYON_NUM_THREADS=2 cargo bench -p sloserve-model --bench forward -- --fast-only --int8 \
+RAYON_NUM_THREADS=2 cargo bench -p sloserve-model --bench forward -- --fast-only \
   --model "$MODEL" ${QUICK:+--quick}
 if [ -x "$LLAMA_BIN/llama-bench" ]; then
   echo "== llama-bench"

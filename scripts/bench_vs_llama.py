@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """sloserve's model core beside llama.cpp on the same GGUF file, in one sitting.
 
-Each round alternates, per case, sloserve's forward bench (`--fast-only --int8 --only CASE`,
-median of its 7 runs, both precisions) with llama.cpp's own bench for it: `llama-bench -n 128`
+Each round alternates, per case, sloserve's forward bench (`--fast-only --only CASE`,
+median of its 7 runs; saved runs from before stop 19 also hold an `int8` column) with llama.cpp's own bench for it: `llama-bench -n 128`
 (tg128) for decode batch 1, `llama-batched-bench -npp 128 -ntg 64 -npl 32` (S_TG) for batch 32
 (the forward bench then runs the same shape, `--decode 128:64`),
 `llama-bench -p 512` (pp512) for prefill. On the default model `cargo bench --bench peak` runs
@@ -58,14 +58,14 @@ def sloserve(fwd, model, case, threads):
     # Batch 32 at llama-batched-bench's shape (contexts 128 -> 192); batch 1 at the forward
     # bench's own 64 -> 96, against tg128's 0 -> 128 (a longer average context for sloserve).
     shape = ["--decode", "128:64"] if case == "decode_b32" else []
-    out = run([fwd, "--fast-only", "--int8", "--only", case, "--model", model] + shape,
+    out = run([fwd, "--fast-only", "--only", case, "--model", model] + shape,
               cwd=os.path.join(ROOT, "crates/model"), env={"RAYON_NUM_THREADS": str(threads)})
     got = {}
     for line in out.splitlines():
         f = line.split()
-        if len(f) >= 4 and f[0] in ("fast", "int8") and f[1] == case:
+        if len(f) >= 4 and f[0] == "fast" and f[1] == case:
             got[f[0]] = float(f[3])
-    if set(got) != {"fast", "int8"}:
+    if set(got) != {"fast"}:
         sys.exit(f"forward bench printed no figures for {case}:\n{out[-2000:]}")
     return got
 
@@ -98,23 +98,30 @@ def peak(threads):
     }
 
 
+def ours(figures):
+    """sloserve's columns in a case's figures: `fast`, and `int8` in runs before stop 19."""
+    return [k for k in ("fast", "int8") if k in figures]
+
+
 def summarize(rounds, cases):
     s = {}
     for c in cases:
-        col = {k: [r[c][k] for r in rounds] for k in ("fast", "int8", "llama")}
+        col = {k: [r[c][k] for r in rounds] for k in ours(rounds[0][c]) + ["llama"]}
         med = {k: statistics.median(v) for k, v in col.items()}
         s[c] = {
             "median": med,
             "range": {k: [min(v), max(v)] for k, v in col.items()},
-            "ratio": {k: med[k] / med["llama"] for k in ("fast", "int8")},
-            "ratio_per_round": {k: [r[c][k] / r[c]["llama"] for r in rounds] for k in ("fast", "int8")},
+            "ratio": {k: med[k] / med["llama"] for k in ours(med)},
+            "ratio_per_round": {k: [r[c][k] / r[c]["llama"] for r in rounds] for k in ours(med)},
         }
     return s
 
 
 def table(summary, ceilings):
-    print("| case | sloserve fast | sloserve int8 | llama.cpp | fast : llama.cpp | int8 : llama.cpp | ceiling |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    cols = ours(next(iter(summary.values()))["median"])
+    print("| case | " + " | ".join(f"sloserve {k}" for k in cols) + " | llama.cpp | "
+          + " | ".join(f"{k} : llama.cpp" for k in cols) + " | ceiling |")
+    print("| --- " * (2 * len(cols) + 3) + "|")
     for c, s in summary.items():
         m, r, rr = s["median"], s["range"], s["ratio_per_round"]
         cell = lambda k: f"{m[k]:.1f} ({r[k][0]:.1f}-{r[k][1]:.1f})"
@@ -123,8 +130,8 @@ def table(summary, ceilings):
         if ceilings:
             keys = ["decode_b1"] if c == "decode_b1" else ["f32", "int8"]
             ceil = "; ".join(f"{ceilings[k][0]} {ceilings[k][1]:.0f} tok/s" for k in keys if ceilings.get(k))
-        print(f"| {c} | {cell('fast')} | {cell('int8')} | {cell('llama')} {PEER[c]} | {ratio('fast')} | "
-              f"{ratio('int8')} | {ceil} |")
+        print(f"| {c} | " + " | ".join(cell(k) for k in cols) + f" | {cell('llama')} {PEER[c]} | "
+              + " | ".join(ratio(k) for k in cols) + f" | {ceil} |")
 
 
 def plot(summary, ceilings, title, path):
@@ -136,12 +143,13 @@ def plot(summary, ceilings, title, path):
     colors = {"fast": "#1f77b4", "int8": "#2ca02c", "llama": "#999999"}
     labels = {"fast": "sloserve fast", "int8": "sloserve int8", "llama": "llama.cpp"}
     for ax, (c, s) in zip(axes, summary.items()):
-        for i, k in enumerate(("fast", "int8", "llama")):
+        keys = ours(s["median"]) + ["llama"]
+        for i, k in enumerate(keys):
             m, (lo, hi) = s["median"][k], s["range"][k]
             ax.bar(i, m, color=colors[k], yerr=[[m - lo], [hi - m]], capsize=4)
             ax.text(i, hi, f"{m:.0f}" + (f"\n{s['ratio'][k]:.2f}x" if k != "llama" else ""),
                     ha="center", va="bottom", fontsize=9)
-        ax.set_xticks(range(3), [labels[k] for k in ("fast", "int8", "llama")], fontsize=8)
+        ax.set_xticks(range(len(keys)), [labels[k] for k in keys], fontsize=8)
         ax.set_title(f"{c} (llama.cpp: {PEER[c]})", fontsize=10)
         ax.set_ylabel("tok/s (median of rounds; bars: range)")
         top = max(s["range"][k][1] for k in s["range"]) * 1.25
@@ -203,7 +211,7 @@ def main():
             log(f"round {i + 1}/{a.rounds}: {c} (load {r['load']})")
             r[c] = sloserve(fwd, model, c, a.threads)
             r[c]["llama"] = llama(a.llama_bin, model, c, a.threads)
-            log(f"  fast {r[c]['fast']:.1f}  int8 {r[c]['int8']:.1f}  llama.cpp {r[c]['llama']:.1f} tok/s")
+            log(f"  fast {r[c]['fast']:.1f}  llama.cpp {r[c]['llama']:.1f} tok/s")
         rounds.append(r)
     summary = summarize(rounds, cases)
     result = {"model": a.model, "threads": a.threads, "started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -9,8 +9,7 @@
 //! measured for reference with fewer runs. Prints a table and writes
 //! `target/bench/forward.json`.
 //!
-//! Flags: `--quick` (fewer runs), `--fast-only`, `--int8` (also int8 precision:
-//! 8-bit activations for prompts too), `--only CASE` (e.g. `decode_b32`, for
+//! Flags: `--quick` (fewer runs), `--fast-only`, `--only CASE` (e.g. `decode_b32`, for
 //! profiling one case; `decode_bN` for any batch size N), `--model PATH` (another GGUF file, e.g.
 //! `models/gemma-3-270m-q4_k_m.gguf`; results go to `forward-<file stem>.json`),
 //! `--quantize q8_0|q4_0|q4_1|f16` (re-quantize the weights at load; the JSON name
@@ -250,7 +249,6 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let fast_only = args.iter().any(|a| a == "--fast-only");
-    let int8 = args.iter().any(|a| a == "--int8");
     let only = args
         .iter()
         .position(|a| a == "--only")
@@ -304,17 +302,6 @@ fn main() {
         quantize,
         decode,
     );
-    if int8 {
-        cases.extend(run_precision(
-            Precision::Int8,
-            "int8",
-            fast_runs,
-            only,
-            &path,
-            quantize,
-            decode,
-        ));
-    }
     if !fast_only {
         cases.extend(run_precision(
             Precision::Exact,

@@ -198,16 +198,21 @@ impl GgufFile {
             .ok_or_else(|| bad("data offset overflows".into()))?;
         let io_err = |e: std::io::Error| bad(e.to_string());
         self.reader.seek(SeekFrom::Start(start)).map_err(io_err)?;
-        let mut bytes = vec![0u8; nbytes];
-        self.reader.read_exact(&mut bytes).map_err(io_err)?;
-        let data = WeightData::from_bytes(dtype, &bytes).ok_or_else(|| {
-            ModelError::UnsupportedTensorType {
+        let mut data =
+            WeightData::zeroed(dtype, nbytes).ok_or_else(|| ModelError::UnsupportedTensorType {
                 path: self.path.clone(),
                 tensor: name.to_string(),
                 dtype: format!("{dtype:?}"),
                 supported: supported_dtypes_list(),
-            }
-        })?;
+            })?;
+        if data.as_bytes().len() != nbytes {
+            return Err(bad(format!(
+                "{nbytes} bytes are not whole {dtype:?} blocks"
+            )));
+        }
+        self.reader
+            .read_exact(data.as_bytes_mut())
+            .map_err(io_err)?;
         let data = match self
             .quantize
             .and_then(|ty| requantize::target(&self.content, ty, name, &dims))

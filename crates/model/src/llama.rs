@@ -16,7 +16,7 @@ use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::kernels::norm::rms_norm;
 use crate::kv_cache::KvCache;
-use crate::linear::{Linear, Tokens};
+use crate::linear::{HeldBytes, Linear, Tokens};
 use crate::rope::Rope;
 use crate::weights::{Precision, WeightData};
 
@@ -50,17 +50,22 @@ struct Step<'a> {
 
 pub struct Llama {
     pub config: ModelConfig,
-    token_embd: WeightData,
+    /// The token embedding, read by row in the file's form; `None` when it is the
+    /// output matrix (tied), held once there.
+    token_embd: Option<WeightData>,
     blocks: Vec<Block>,
     output_norm: Vec<f32>,
     output: Linear,
     ropes: Vec<Rope>,
+    held: HeldBytes,
 }
 
 /// Loads named tensors, checking their shapes against the config.
 struct Loader<'a> {
     file: &'a mut GgufFile,
     precision: Precision,
+    /// What the layers loaded so far hold, by form.
+    held: HeldBytes,
 }
 
 impl Loader<'_> {
@@ -77,7 +82,19 @@ impl Loader<'_> {
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
-        Ok(self.tensor(name, &[len])?.to_f32())
+        let v = self.tensor(name, &[len])?.to_f32();
+        self.held.f32 += v.len() * 4;
+        Ok(v)
+    }
+
+    /// A layer from loaded weights (its bias already counted by `vector`).
+    fn new_linear(&mut self, w: WeightData, n: usize, k: usize, b: Option<Vec<f32>>) -> Linear {
+        let bias_bytes = b.as_ref().map_or(0, |b| b.len() * 4);
+        let l = Linear::new(w, n, k, b, self.precision);
+        let mut held = l.held_bytes();
+        held.f32 -= bias_bytes;
+        self.held.add(held);
+        l
     }
 
     fn linear(&mut self, name: &str, n_out: usize, k: usize, bias: bool) -> Result<Linear> {
@@ -87,7 +104,7 @@ impl Loader<'_> {
         } else {
             None
         };
-        Ok(Linear::new(w, n_out, k, b, self.precision))
+        Ok(self.new_linear(w, n_out, k, b))
     }
 }
 
@@ -97,18 +114,27 @@ impl Llama {
     pub fn load(file: &mut GgufFile, precision: Precision, max_positions: usize) -> Result<Self> {
         file.check_dtypes()?;
         let c = ModelConfig::from_gguf(file)?;
-        let mut ld = Loader { file, precision };
+        let mut ld = Loader {
+            file,
+            precision,
+            held: HeldBytes::default(),
+        };
         let h = c.hidden_size;
         let token_embd = ld.tensor("token_embd.weight", &[c.vocab_size, h])?;
         let blocks = (0..c.num_layers)
             .map(|i| Block::new(&mut ld, i, &c))
             .collect::<Result<Vec<_>>>()?;
         let output_norm = ld.vector("output_norm.weight", h)?;
-        let output = if c.tied_embeddings {
-            Linear::new(token_embd.clone(), c.vocab_size, h, None, precision)
+        let (token_embd, output) = if c.tied_embeddings {
+            (None, ld.new_linear(token_embd, c.vocab_size, h, None))
         } else {
-            ld.linear("output", c.vocab_size, h, false)?
+            ld.held.quantized += token_embd.as_bytes().len();
+            (
+                Some(token_embd),
+                ld.linear("output", c.vocab_size, h, false)?,
+            )
         };
+        let held = ld.held;
         let max_pos = max_positions.min(c.context_length);
         let rope = |theta, scale| Rope::scaled(c.rope_style, c.head_dim, theta, scale, max_pos);
         let mut ropes = vec![rope(c.rope_theta, c.rope_freq_scale)];
@@ -122,7 +148,13 @@ impl Llama {
             output_norm,
             output,
             ropes,
+            held,
         })
+    }
+
+    /// The bytes the weights are held in, by form.
+    pub fn held_bytes(&self) -> HeldBytes {
+        self.held
     }
 
     /// The largest batch (tokens) that every block multiplies on its quantized
@@ -178,7 +210,10 @@ impl Llama {
     fn embed(&self, tokens: &[u32], x: &mut [f32]) {
         let h = self.config.hidden_size;
         for (row, &tok) in x.chunks_exact_mut(h).zip(tokens) {
-            self.token_embd.dequantize_rows(tok as usize, h, row);
+            match &self.token_embd {
+                Some(e) => e.dequantize_rows(tok as usize, h, row),
+                None => self.output.weight_row(tok as usize, row),
+            }
             if let Some(scale) = self.config.embed_scale {
                 row.iter_mut().for_each(|v| *v *= scale);
             }

@@ -57,7 +57,7 @@ impl LlamaRunner {
         let block_size = opts.block_size.max(1);
         let dtype = match opts.precision {
             Precision::Exact => KvDtype::F32,
-            Precision::Fast | Precision::Int8 => KvDtype::F16,
+            Precision::Fast => KvDtype::F16,
         };
         let kv_bytes_per_token = c.kv_bytes_per_token(dtype.size());
         let num_blocks =
@@ -77,6 +77,17 @@ impl LlamaRunner {
             weights = %WeightPlan::new(&file.content, opts.quantize).summary(),
             "effective weight types"
         );
+        let held = model.held_bytes();
+        let mb = |b: usize| format!("{:.1} MB", b as f64 / 1e6);
+        tracing::info!(
+            panels = %mb(held.panels),
+            file_blocks = %mb(held.quantized),
+            half = %mb(held.half),
+            f32 = %mb(held.f32),
+            total = %mb(held.total()),
+            kv_cache = %mb(num_blocks * block_size * kv_bytes_per_token),
+            "weights held"
+        );
         let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks, dtype);
         let info = RunnerInfo {
             block_size,
@@ -84,8 +95,8 @@ impl LlamaRunner {
             vocab_size: c.vocab_size,
             max_model_len,
             kv_bytes_per_token,
-            // Fast precision multiplies larger batches with the dense f32
-            // weights (a step's cost jumps there); exact never switches.
+            // Only f16/bf16 weights switch kernels with the batch (a step's cost
+            // jumps there); quantized and f32 weights never do.
             small_batch_max_tokens: model.small_batch_max_tokens().unwrap_or(0),
         };
         Ok(LlamaRunner {

@@ -47,37 +47,49 @@ macro_rules! with_blocks {
     };
 }
 
-/// Copies raw little-endian block bytes into a properly aligned typed vector.
-fn cast_blocks<T: GgmlType>(bytes: &[u8]) -> Vec<T> {
-    let size = std::mem::size_of::<T>();
-    let n = bytes.len() / size;
-    let mut out: Vec<T> = vec![T::zeros(); n];
-    // SAFETY: GGML block types are plain `repr(C)` structs of integers and halves,
-    // valid for any bit pattern; `out` has room for exactly n * size bytes.
-    unsafe {
-        std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.as_mut_ptr() as *mut u8, n * size);
-    }
-    out
-}
-
 impl WeightData {
+    /// The whole blocks of `bytes` (little-endian, the file's layout) as `dtype`.
     pub fn from_bytes(dtype: GgmlDType, bytes: &[u8]) -> Option<Self> {
+        let mut data = WeightData::zeroed(dtype, bytes.len())?;
+        let n = data.as_bytes().len();
+        data.as_bytes_mut().copy_from_slice(&bytes[..n]);
+        Some(data)
+    }
+
+    /// `nbytes` of zeroed blocks of `dtype`, to read a tensor into in place (no
+    /// second copy); `None` for a type sloserve does not hold.
+    pub fn zeroed(dtype: GgmlDType, nbytes: usize) -> Option<Self> {
+        fn z<T: GgmlType>(nbytes: usize) -> Vec<T> {
+            vec![T::zeros(); nbytes / std::mem::size_of::<T>()]
+        }
         Some(match dtype {
-            GgmlDType::F32 => WeightData::F32(cast_blocks(bytes)),
-            GgmlDType::F16 => WeightData::F16(cast_blocks(bytes)),
-            GgmlDType::BF16 => WeightData::BF16(cast_blocks(bytes)),
-            GgmlDType::Q4_0 => WeightData::Q4_0(cast_blocks(bytes)),
-            GgmlDType::Q4_1 => WeightData::Q4_1(cast_blocks(bytes)),
-            GgmlDType::Q5_0 => WeightData::Q5_0(cast_blocks(bytes)),
-            GgmlDType::Q5_1 => WeightData::Q5_1(cast_blocks(bytes)),
-            GgmlDType::Q8_0 => WeightData::Q8_0(cast_blocks(bytes)),
-            GgmlDType::Q2K => WeightData::Q2K(cast_blocks(bytes)),
-            GgmlDType::Q3K => WeightData::Q3K(cast_blocks(bytes)),
-            GgmlDType::Q4K => WeightData::Q4K(cast_blocks(bytes)),
-            GgmlDType::Q5K => WeightData::Q5K(cast_blocks(bytes)),
-            GgmlDType::Q6K => WeightData::Q6K(cast_blocks(bytes)),
+            GgmlDType::F32 => WeightData::F32(z(nbytes)),
+            GgmlDType::F16 => WeightData::F16(z(nbytes)),
+            GgmlDType::BF16 => WeightData::BF16(z(nbytes)),
+            GgmlDType::Q4_0 => WeightData::Q4_0(z(nbytes)),
+            GgmlDType::Q4_1 => WeightData::Q4_1(z(nbytes)),
+            GgmlDType::Q5_0 => WeightData::Q5_0(z(nbytes)),
+            GgmlDType::Q5_1 => WeightData::Q5_1(z(nbytes)),
+            GgmlDType::Q8_0 => WeightData::Q8_0(z(nbytes)),
+            GgmlDType::Q2K => WeightData::Q2K(z(nbytes)),
+            GgmlDType::Q3K => WeightData::Q3K(z(nbytes)),
+            GgmlDType::Q4K => WeightData::Q4K(z(nbytes)),
+            GgmlDType::Q5K => WeightData::Q5K(z(nbytes)),
+            GgmlDType::Q6K => WeightData::Q6K(z(nbytes)),
             _ => return None,
         })
+    }
+
+    /// The blocks' raw bytes, writable (to read the file into).
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        fn bytes<T>(v: &mut [T]) -> &mut [u8] {
+            // SAFETY: block types are plain `repr(C)` data valid for any bit
+            // pattern; the view covers exactly the vector's elements.
+            unsafe {
+                std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut u8, std::mem::size_of_val(v))
+            }
+        }
+        with_blocks!(self, v => bytes(v))
     }
 
     /// The blocks' raw bytes (the file's layout).
@@ -98,8 +110,15 @@ impl WeightData {
         if parts.iter().any(|p| p.dtype() != dtype) {
             return None;
         }
-        let bytes: Vec<u8> = parts.iter().flat_map(|p| p.as_bytes()).copied().collect();
-        WeightData::from_bytes(dtype, &bytes)
+        let total = parts.iter().map(|p| p.as_bytes().len()).sum();
+        let mut out = WeightData::zeroed(dtype, total)?;
+        let mut at = 0;
+        for p in parts {
+            let b = p.as_bytes();
+            out.as_bytes_mut()[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        }
+        Some(out)
     }
 
     pub fn dtype(&self) -> GgmlDType {
@@ -143,15 +162,13 @@ impl WeightData {
 /// How a model's weights are computed with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Precision {
-    /// Quantized weights; decode steps take 8-bit activations (llama.cpp's
-    /// arithmetic), prompts f32 products on dequantized weights (more accurate:
-    /// the prompt's states and the first token's logits about twice as close to
-    /// the exact reference as llama.cpp's).
+    /// Quantized weights held once (8-bit panels or the file's blocks), every
+    /// product on activations rounded to 8 bits a block (llama.cpp's arithmetic),
+    /// decode rows and prompts alike: batch-invariant. `int8` is another name for it
+    /// (until stop 18 it was a separate mode: fast precision then kept an f32 copy
+    /// of the weights for prompts).
     #[default]
     Fast,
-    /// As `Fast`, with prompts on 8-bit activations too (llama.cpp's arithmetic
-    /// throughout): faster prefill and no f32 copy of the weights.
-    Int8,
     /// Weights dequantized to f32 and every product in f32: matches the exact reference.
     Exact,
 }
@@ -160,8 +177,7 @@ impl std::str::FromStr for Precision {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
-            "fast" => Ok(Precision::Fast),
-            "int8" => Ok(Precision::Int8),
+            "fast" | "int8" => Ok(Precision::Fast),
             "exact" => Ok(Precision::Exact),
             _ => Err(format!(
                 "unknown precision '{s}' (expected fast, int8 or exact)"

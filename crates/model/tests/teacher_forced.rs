@@ -79,31 +79,21 @@ fn llamacpp() -> Error {
     }
 }
 
-/// Fast precision (f32 products for prompts) is clearly more accurate than
-/// llama.cpp's fast path; int8 precision (llama.cpp's arithmetic) is as accurate
-/// within the 8-bit rounding noise: mean error within 10% and argmax agreement
-/// within 2 points.
+/// Fast precision (llama.cpp's arithmetic: 8-bit activations for prompts and
+/// decode alike) is as accurate as llama.cpp's fast path within the 8-bit rounding
+/// noise: mean error within 10% and argmax agreement within 2 points.
 #[test]
-fn each_precision_against_llamacpp_at_every_step() {
+fn fast_precision_against_llamacpp_at_every_step() {
     let theirs = llamacpp();
     let fast = ours(Precision::Fast);
-    let int8 = ours(Precision::Int8);
-    println!("llama.cpp fast path: {theirs:?}\nfast: {fast:?}\nint8: {int8:?}");
+    println!("llama.cpp fast path: {theirs:?}\nfast: {fast:?}");
     assert!(theirs.steps >= 100, "{theirs:?}");
     assert!(
-        fast.mean_top5 <= 0.75 * theirs.mean_top5,
+        fast.mean_top5 <= 1.1 * theirs.mean_top5,
         "{fast:?} vs {theirs:?}"
     );
     assert!(
-        fast.argmax_share() >= theirs.argmax_share(),
+        fast.argmax_share() >= theirs.argmax_share() - 0.02,
         "{fast:?} vs {theirs:?}"
-    );
-    assert!(
-        int8.mean_top5 <= 1.1 * theirs.mean_top5,
-        "{int8:?} vs {theirs:?}"
-    );
-    assert!(
-        int8.argmax_share() >= theirs.argmax_share() - 0.02,
-        "{int8:?} vs {theirs:?}"
     );
 }

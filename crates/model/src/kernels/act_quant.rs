@@ -31,6 +31,9 @@ pub struct QuantActs {
     pub d: Vec<f32>,
     /// Each block's exact sum of its 8-bit values.
     pub sum: Vec<i32>,
+    /// The sum of each block's first 16 values (what a Q6_K half's zero point
+    /// multiplies).
+    pub sum_lo: Vec<i32>,
     /// `d · sum` (f32 product): what a block's minimum multiplies.
     pub dsum: Vec<f32>,
     /// Blocks of the last `quantize`.
@@ -51,6 +54,7 @@ impl QuantActs {
             self.qs.resize(blocks, Block([0; 32]));
             self.d.resize(blocks, 0.0);
             self.sum.resize(blocks, 0);
+            self.sum_lo.resize(blocks, 0);
             self.dsum.resize(blocks, 0.0);
         }
         const PER_TASK: usize = 512;
@@ -59,6 +63,7 @@ impl QuantActs {
             qs: self.qs.as_mut_ptr(),
             d: self.d.as_mut_ptr(),
             sum: self.sum.as_mut_ptr(),
+            sum_lo: self.sum_lo.as_mut_ptr(),
             dsum: self.dsum.as_mut_ptr(),
         };
         let run = |t: usize| {
@@ -103,6 +108,7 @@ struct BlockOut {
     qs: *mut Block,
     d: *mut f32,
     sum: *mut i32,
+    sum_lo: *mut i32,
     dsum: *mut f32,
 }
 // SAFETY: tasks write disjoint indices (see `quantize`).
@@ -115,10 +121,12 @@ impl BlockOut {
     /// # Safety
     /// `i` is in bounds of every vector and no other thread touches index `i`.
     unsafe fn write(self, i: usize, xb: &[f32]) {
-        let (d, sum) = quantize_block(xb, &mut *self.qs.add(i));
+        let q = &mut *self.qs.add(i);
+        let (d, sum) = quantize_block(xb, q);
         let d = f16::from_f32(d).to_f32();
         *self.d.add(i) = d;
         *self.sum.add(i) = sum;
+        *self.sum_lo.add(i) = q.0[..16].iter().map(|&v| v as i32).sum();
         *self.dsum.add(i) = d * sum as f32;
     }
 }

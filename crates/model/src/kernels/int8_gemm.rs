@@ -126,17 +126,25 @@ unsafe fn tile(
                 _ => unreachable!("tile rows"),
             }
         };
+        ($kernel:ident, $c1:tt, $c2:tt, $c3:tt; $($r:literal)*) => {
+            match rows {
+                $($r => $kernel::<$r, $c1, $c2, $c3>(w, p, a, r0, c, ldc, cols),)*
+                _ => unreachable!("tile rows"),
+            }
+        };
     }
     match isa {
-        Isa::Avx512Vnni if w.nibbles => run!(tile_vnni, true; 1 2 3 4 5 6 7 8),
-        Isa::Avx512Vnni => run!(tile_vnni, false; 1 2 3 4 5 6 7 8),
+        Isa::Avx512Vnni if w.nibbles => run!(tile_vnni, true, false; 1 2 3 4 5 6 7 8),
+        Isa::Avx512Vnni if w.sub => run!(tile_vnni, false, true; 1 2 3 4 5 6 7 8),
+        Isa::Avx512Vnni => run!(tile_vnni, false, false; 1 2 3 4 5 6 7 8),
         Isa::Avx2 => {
             let v = avx2_values(w);
             macro_rules! avx2 {
                 ($($v:ident: $($r:literal)*;)*) => {
-                    match (v, w.has_min) {
-                        $(($v, true) => run!(tile_avx2, $v, true; $($r)*),
-                          ($v, false) => run!(tile_avx2, $v, false; $($r)*),)*
+                    match (v, w.has_min, w.sub) {
+                        (BYTES, false, true) => run!(tile_avx2, BYTES, false, true; 1 2 3 4),
+                        $(($v, true, false) => run!(tile_avx2, $v, true, false; $($r)*),
+                          ($v, false, false) => run!(tile_avx2, $v, false, false; $($r)*),)*
                         _ => unreachable!("value kinds"),
                     }
                 };
@@ -148,10 +156,11 @@ unsafe fn tile(
 
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI. `NIB`: the panel's
 /// 4-bit values are packed (each 64-byte vector holds groups `g` and `g + 4`, split
-/// with a mask and a shift), else one byte each.
+/// with a mask and a shift), else one byte each. `SUB`: two scales per block (Q6_K),
+/// each half's integer sums scaled apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_vnni<const R: usize, const NIB: bool>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -170,12 +179,41 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
             s.as_ptr().add(p * kb * lpb + i) as *const __m256i
         )),
         Scales::F32(s) => _mm512_load_ps(s.as_ptr().add(p * kb * lpb + i) as *const f32),
+        Scales::Factored {
+            outer,
+            inner,
+            signed,
+        } => {
+            let (b, j) = (i / lpb, i % lpb);
+            let o = if w.has_min { j } else { 0 };
+            let at = (p * (kb / 8) + b / 8) * 2 + o;
+            let d = _mm512_cvtph_ps(_mm256_load_si256(outer.as_ptr().add(at) as *const __m256i));
+            let raw = _mm_load_si128(inner.as_ptr().add(p * kb * lpb + i) as *const __m128i);
+            let q = match signed {
+                true => _mm512_cvtepi8_epi32(raw),
+                false => _mm512_cvtepu8_epi32(raw),
+            };
+            let v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+            match w.has_min && j == 1 {
+                // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
+                true => _mm512_castsi512_ps(_mm512_xor_si512(
+                    _mm512_castps_si512(v),
+                    _mm512_set1_epi32(i32::MIN),
+                )),
+                false => v,
+            }
+        }
     };
     let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..kb {
         let mut s = [_mm512_setzero_si512(); R];
+        let mut s_lo = [_mm512_setzero_si512(); R];
         for v in 0..per {
+            if SUB && v == 4 {
+                s_lo = s;
+                s = [_mm512_setzero_si512(); R];
+            }
             let raw = _mm512_load_si512(gp.add(b * per + v));
             // Group `g`'s weights times every row's 4 activations at 4g.
             let mut dot = |wv: __m512i, g: usize| {
@@ -193,6 +231,19 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
             }
         }
         let d = lanes(b * lpb);
+        if SUB {
+            let d_hi = lanes(b * lpb + 1);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let i = (r0 + r) * kb + b;
+                let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
+                let da = _mm512_set1_ps(*a.d.get_unchecked(i));
+                let t_lo = _mm512_sub_epi32(s_lo[r], _mm512_set1_epi32(w.zero * lo));
+                let t_hi = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * (sum - lo)));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_lo), _mm512_mul_ps(d, da), *acc);
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_hi), _mm512_mul_ps(d_hi, da), *acc);
+            }
+            continue;
+        }
         let m = if w.has_min {
             lanes(b * lpb + 1)
         } else {
@@ -220,7 +271,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
 
 /// How the AVX2 tile reads a panel's values (its `V` parameter).
 const NIBBLES: u8 = 0;
-/// One byte each, at most 31: pairs of products sum in 16 bits.
+/// One byte each, at most 63: pairs of products sum in 16 bits.
 const BYTES: u8 = 1;
 /// One byte each, up to 255 (Q8_0's shifted values): the weights are read back as
 /// signed bytes (`stored ^ 0x80`) and multiply the activations' `Halves` (each in
@@ -232,18 +283,19 @@ const WIDE: u8 = 2;
 fn avx2_values(w: &Int8Panels) -> u8 {
     match (w.nibbles, w.qmax) {
         (true, _) => NIBBLES,
-        (false, ..=31) => BYTES,
+        (false, ..=63) => BYTES,
         _ => WIDE,
     }
 }
 
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX2, 8 columns at a time.
-/// `vpmaddubsw` sums pairs of products in 16 bits: four groups' sums fit for 5-bit
-/// values (`2 · 31 · 127` each), a whole block's for 4-bit ones. `MIN`: the panel
-/// has minimums and no zero point (asymmetric types), else a zero point.
+/// `vpmaddubsw` sums pairs of products in 16 bits: two groups' sums fit for 6-bit
+/// values (`2 · 63 · 127` each), four for 5-bit, a whole block's for 4-bit ones.
+/// `MIN`: the panel has minimums and no zero point (asymmetric types), else a zero
+/// point. `SUB`: two scales per block (Q6_K), each half's sums scaled apart.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
+unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -264,8 +316,13 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
             _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
         )
     };
-    // Groups summed in 16 bits before widening (BYTES): 8 for 4-bit, 4 for 5-bit.
-    let run = if w.qmax <= 15 { 8 } else { 4 };
+    // Groups summed in 16 bits before widening (BYTES): 8 for 4-bit, 4 for 5-bit,
+    // 2 for 6-bit.
+    let run = match w.qmax {
+        ..=15 => 8,
+        ..=31 => 4,
+        _ => 2,
+    };
     for half in 0..2 {
         if half * 8 >= cols {
             break;
@@ -280,6 +337,32 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
             Scales::F32(s) => {
                 _mm256_load_ps((s.as_ptr().add(p * kb * lpb + i) as *const f32).add(half * 8))
             }
+            Scales::Factored {
+                outer,
+                inner,
+                signed,
+            } => {
+                let (b, j) = (i / lpb, i % lpb);
+                let o = if w.has_min { j } else { 0 };
+                let at = (p * (kb / 8) + b / 8) * 2 + o;
+                let d = _mm256_cvtph_ps(_mm_load_si128(
+                    (outer.as_ptr().add(at) as *const u16).add(half * 8) as *const __m128i,
+                ));
+                let raw = _mm_loadl_epi64(
+                    (inner.as_ptr().add(p * kb * lpb + i) as *const u8).add(half * 8)
+                        as *const __m128i,
+                );
+                let q = match signed {
+                    true => _mm256_cvtepi8_epi32(raw),
+                    false => _mm256_cvtepu8_epi32(raw),
+                };
+                let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
+                match w.has_min && j == 1 {
+                    // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
+                    true => _mm256_xor_ps(v, _mm256_set1_ps(-0.0)),
+                    false => v,
+                }
+            }
         };
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..kb {
@@ -289,6 +372,7 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
                 _mm256_set1_epi32((q as *const i32).read_unaligned())
             };
             let mut s = [_mm256_setzero_si256(); R];
+            let mut s_lo = [_mm256_setzero_si256(); R];
             if V == NIBBLES {
                 let mut s16 = [_mm256_setzero_si256(); R];
                 for v in 0..4 {
@@ -326,6 +410,10 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
                 }
             } else {
                 for g0 in (0..8).step_by(run) {
+                    if SUB && g0 == 4 {
+                        s_lo = s;
+                        s = [_mm256_setzero_si256(); R];
+                    }
                     let mut s16 = [_mm256_setzero_si256(); R];
                     for g in g0..g0 + run {
                         let wv = _mm256_load_si256(gp.add((b * 8 + g) * 2));
@@ -339,6 +427,19 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
                 }
             }
             let d = lanes(b * lpb);
+            if SUB {
+                let d_hi = lanes(b * lpb + 1);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let i = (r0 + r) * kb + b;
+                    let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
+                    let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
+                    let t_lo = _mm256_sub_epi32(s_lo[r], _mm256_set1_epi32(w.zero * lo));
+                    let t_hi = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * (sum - lo)));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_lo), _mm256_mul_ps(d, da), *acc);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_hi), _mm256_mul_ps(d_hi, da), *acc);
+                }
+                continue;
+            }
             let m = if MIN {
                 lanes(b * lpb + 1)
             } else {
@@ -382,7 +483,7 @@ unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_vnni<const R: usize, const NIB: bool>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -391,11 +492,11 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool>(
     ldc: usize,
     cols: usize,
 ) {
-    tile_avx2::<R, 0, false>(w, p, a, r0, c, ldc, cols)
+    tile_avx2::<R, 0, false, false>(w, p, a, r0, c, ldc, cols)
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool>(
+unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
     _: &Int8Panels,
     _: usize,
     _: &QuantActs,
@@ -413,7 +514,7 @@ mod tests {
     use crate::kernels::cpu::test_data;
     use crate::weights::WeightData;
     use candle_core::quantized::k_quants::{
-        BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, GgmlType,
+        BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType,
     };
 
     fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
@@ -478,6 +579,7 @@ mod tests {
                 WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
                 WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
                 WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
+                WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
             ];
             for w in &types {
                 for (isa, nibbles) in [
@@ -495,18 +597,23 @@ mod tests {
     #[test]
     fn rows_do_not_depend_on_the_batch() {
         let (k, n) = (512, 48);
-        let w = WeightData::Q4_1(quantized::<BlockQ4_1>(n, k));
-        let panels = Int8Panels::pack(&w, n, k).unwrap();
         let Some(isa) = Isa::best() else {
             return eprintln!("skipped: no AVX2");
         };
-        let x = test_data(40 * k, 5);
-        let mut all = vec![0f32; 40 * n];
-        matmul(&panels, isa, &x, 40, &mut all);
-        for r in [0, 6, 17, 39] {
-            let mut one = vec![0f32; n];
-            matmul(&panels, isa, &x[r * k..(r + 1) * k], 1, &mut one);
-            assert_eq!(one, all[r * n..(r + 1) * n], "row {r}");
+        let types = [
+            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+            WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
+        ];
+        for w in &types {
+            let panels = Int8Panels::pack(w, n, k).unwrap();
+            let x = test_data(40 * k, 5);
+            let mut all = vec![0f32; 40 * n];
+            matmul(&panels, isa, &x, 40, &mut all);
+            for r in [0, 6, 17, 39] {
+                let mut one = vec![0f32; n];
+                matmul(&panels, isa, &x[r * k..(r + 1) * k], 1, &mut one);
+                assert_eq!(one, all[r * n..(r + 1) * n], "{:?} row {r}", w.dtype());
+            }
         }
     }
 }

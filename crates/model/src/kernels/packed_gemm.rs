@@ -48,6 +48,19 @@ impl PackedMatrix {
         PackedMatrix { n, k, rows }
     }
 
+    /// Bytes held.
+    pub fn held_bytes(&self) -> usize {
+        std::mem::size_of_val(self.rows.as_slice())
+    }
+
+    /// Row `r` of W (`k` values).
+    pub fn row(&self, r: usize, out: &mut [f32]) {
+        let (p, j) = (r / NR, r % NR);
+        for (o, row) in out[..self.k].iter_mut().zip(&self.rows[p * self.k..]) {
+            *o = row.0[j];
+        }
+    }
+
     /// `out[m, n] = x[m, k] · Wᵀ`. Callers check `cpu::has_avx2()` first.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
         let (n, k) = (self.n, self.k);

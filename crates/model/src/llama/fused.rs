@@ -43,20 +43,14 @@ impl FusedLinear {
         let kind = match WeightData::concat_rows(&refs) {
             Some(w) => {
                 let b = bias.then(|| biases.concat());
-                Kind::Stacked(Box::new(Linear::new(
-                    w,
-                    widths.iter().sum(),
-                    k,
-                    b,
-                    ld.precision,
-                )))
+                Kind::Stacked(Box::new(ld.new_linear(w, widths.iter().sum(), k, b)))
             }
             None => {
                 let mut biases = biases.into_iter();
                 let linears = weights
                     .into_iter()
                     .zip(&widths)
-                    .map(|(w, &n)| Linear::new(w, n, k, biases.next(), ld.precision))
+                    .map(|(w, &n)| ld.new_linear(w, n, k, biases.next()))
                     .collect();
                 Kind::Separate(linears)
             }
