@@ -25,17 +25,23 @@ impl Default for ClassLimits {
     }
 }
 
-/// Admission control: bounded waiting queues per class and TTFT-based refusal.
+/// Admission control: bounded waiting queues per class, and latency-based
+/// refusal of interactive requests only. A batch request is refused only past
+/// its class's queue bound (`batch`) or its own deadline (`Request::deadline`):
+/// a batch client expects to wait, so it queues whatever its predicted wait.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdmissionConfig {
     pub interactive: ClassLimits,
+    /// The batch queue bound: large (16384 requests, 16 Mi prompt tokens, about
+    /// 64 MiB of prompt ids), the only limit on how much batch work may wait.
     pub batch: ClassLimits,
     /// An interactive request whose predicted TTFT exceeds `ttft_slo_ms` times this
     /// factor is refused at submit. 0 disables the check.
     pub ttft_reject_factor: f64,
-    /// A request predicted to wait longer than this many seconds before it starts
-    /// is refused at submit (either class). 0 disables the check.
+    /// An interactive request predicted to wait longer than this many seconds
+    /// before it starts is refused at submit (and one waiting twice this is shed).
+    /// Batch requests are exempt. 0 disables the check.
     pub max_queue_wait_s: f64,
 }
 

@@ -153,7 +153,7 @@ impl EngineCore {
         stop.max_tokens = Some(admitted.max_tokens);
         let max_len = (req.prompt.len() + admitted.max_tokens).min(self.info.max_model_len);
         let sampler = Sampler::new(req.sampling, self.info.vocab_size);
-        let salt = req.cache_salt;
+        let (salt, deadline) = (req.cache_salt, req.deadline);
         let mut seq = Sequence::new(
             id,
             admitted.class,
@@ -167,6 +167,7 @@ impl EngineCore {
             self.sched.new_block_table(),
         );
         seq.cache_salt = salt;
+        seq.deadline = deadline;
         seq
     }
 

@@ -150,6 +150,7 @@ impl EngineHandle {
             class,
             prompt_len,
             admitted.targets.ttft_ms,
+            req.deadline.map(|d| d.as_secs_f64()),
         )?;
         let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = unbounded_channel();

@@ -10,9 +10,9 @@ pub enum EngineError {
     /// with `Retry-After: retry_after_s`.
     #[error("the {class} waiting queue is full; retry after {retry_after_s} s")]
     QueueFull { class: SloClass, retry_after_s: u64 },
-    /// A request predicted to wait `predicted_s` before it starts (the requests
-    /// ahead of it at its class's measured drain rate), more than
-    /// `max_queue_wait_s`: HTTP 429.
+    /// An interactive request predicted to wait `predicted_s` before it starts
+    /// (the requests ahead of it at its class's measured drain rate), more than
+    /// `max_queue_wait_s`: HTTP 429. Never sent for batch requests (they queue).
     #[error(
         "the {class} queue is predicted to take {predicted_s:.0} s to reach this request; retry after {retry_after_s} s"
     )]
@@ -30,6 +30,17 @@ pub enum EngineError {
     TtftUnreachable {
         predicted_ms: f64,
         target_ms: f64,
+        retry_after_s: u64,
+    },
+    /// A batch request predicted to wait `predicted_s` before it starts, past the
+    /// deadline the client set itself (`deadline_s`, `Request::deadline`): HTTP 429.
+    #[error(
+        "the {class} queue is predicted to take {predicted_s:.0} s to reach this request, past its own deadline of {deadline_s:.1} s; retry after {retry_after_s} s"
+    )]
+    DeadlineUnreachable {
+        class: SloClass,
+        predicted_s: f64,
+        deadline_s: f64,
         retry_after_s: u64,
     },
     /// The prompt has no tokens.
@@ -74,6 +85,7 @@ impl EngineError {
         match self {
             EngineError::QueueFull { retry_after_s, .. }
             | EngineError::QueueWaitTooLong { retry_after_s, .. }
+            | EngineError::DeadlineUnreachable { retry_after_s, .. }
             | EngineError::TtftUnreachable { retry_after_s, .. } => Some(*retry_after_s),
             EngineError::EngineStopped => Some(1),
             _ => None,

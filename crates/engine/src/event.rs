@@ -43,8 +43,9 @@ pub enum FinishReason {
     /// The client stopped reading its stream for longer than the write timeout.
     ClientStalled,
     /// It could no longer start in time (an interactive request past its TTFT
-    /// target times `ttft_reject_factor`, another past twice `max_queue_wait_s`):
-    /// shed from the queue under overload (the server answers 503 + `Retry-After`).
+    /// target times `ttft_reject_factor`, another interactive one past twice
+    /// `max_queue_wait_s`; batch requests are never shed): shed from the queue
+    /// under overload (the server answers 503 + `Retry-After`).
     Shed,
     /// Every request was ended at once ([`crate::EngineHandle::abort`], e.g. a forced
     /// shutdown).

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +123,12 @@ pub struct Request {
     /// under the same salt (vLLM's `cache_salt`, mixed with the API key's scope by
     /// the server). 0: the shared cache.
     pub cache_salt: u64,
+    /// The client's own deadline for this request, from its arrival (the server's
+    /// `x-request-timeout-ms`). A batch request, which is never refused for its
+    /// predicted latency, is refused at submit only when it is predicted to start
+    /// after this (`DeadlineUnreachable`), and finishes `TimedOut` if it is still
+    /// waiting when it passes. `None`: no deadline of its own.
+    pub deadline: Option<Duration>,
 }
 
 impl Request {
@@ -136,6 +143,7 @@ impl Request {
             ttft_slo_ms: None,
             tpot_slo_ms: None,
             cache_salt: 0,
+            deadline: None,
         }
     }
 
@@ -151,6 +159,11 @@ impl Request {
 
     pub fn with_tpot_slo_ms(mut self, ms: f64) -> Self {
         self.tpot_slo_ms = Some(ms);
+        self
+    }
+
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 }

@@ -43,6 +43,9 @@ pub(crate) struct Sequence {
     pub cached_prompt_tokens: usize,
     /// Which prefix-cache trie it reads and feeds (0: the shared one).
     pub cache_salt: u64,
+    /// The client's own deadline, from arrival (`Request::deadline`): a batch
+    /// sequence still waiting to start when it passes finishes `TimedOut`.
+    pub deadline: Option<std::time::Duration>,
     /// Admitted at least once (it left the admission-bounded waiting queue).
     pub started: bool,
     /// Order of its latest admission to the running set ("most recently started").
@@ -91,6 +94,7 @@ impl Sequence {
             timings: RequestTimings::new(arrival),
             cached_prompt_tokens: 0,
             cache_salt: 0,
+            deadline: None,
             started: false,
             start_order: 0,
             scheduled: 0,

@@ -103,7 +103,8 @@ pub struct ServeArgs {
     /// Refuse an interactive request whose predicted TTFT exceeds its SLO times this (0: never).
     #[arg(long)]
     pub ttft_reject_factor: Option<f64>,
-    /// Refuse a request predicted to wait longer than this to start (seconds; 0: never).
+    /// Refuse an interactive request predicted to wait longer than this to start
+    /// (seconds; 0: never). Batch requests queue whatever their wait.
     #[arg(long)]
     pub max_queue_wait: Option<f64>,
     /// Waiting-queue bound (requests) of both classes.
@@ -112,6 +113,14 @@ pub struct ServeArgs {
     /// Waiting-queue bound (prompt tokens) of both classes.
     #[arg(long)]
     pub max_waiting_prompt_tokens: Option<usize>,
+    /// Waiting-queue bound (requests) of the batch class alone (after
+    /// `--max-waiting-requests`; default 16384): the only bound, with the next, a
+    /// batch request is refused for, besides its own deadline.
+    #[arg(long)]
+    pub batch_max_waiting_requests: Option<usize>,
+    /// Waiting-queue bound (prompt tokens) of the batch class alone (default 16 Mi).
+    #[arg(long)]
+    pub batch_max_waiting_prompt_tokens: Option<usize>,
     /// Seconds in-flight requests get to finish after SIGTERM / ctrl-c.
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
@@ -218,6 +227,8 @@ impl ServeArgs {
                 limits.max_waiting_prompt_tokens = n;
             }
         }
+        set!(batch_max_waiting_requests => admission.batch.max_waiting_requests);
+        set!(batch_max_waiting_prompt_tokens => admission.batch.max_waiting_prompt_tokens);
     }
 
     pub fn runner_options(&self, cfg: &EngineConfig) -> RunnerOptions {

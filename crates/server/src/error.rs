@@ -155,6 +155,14 @@ fn engine_error(e: &EngineError, prompt_param: &str) -> ApiError {
         } => ApiError::overloaded(format!(
             "the server is overloaded for {class} requests: this request would wait about {predicted_s:.0} s to start; retry after {retry_after_s} s"
         )),
+        EngineError::DeadlineUnreachable {
+            class,
+            predicted_s,
+            deadline_s,
+            retry_after_s,
+        } => ApiError::overloaded(format!(
+            "the server is overloaded for {class} requests: this request would wait about {predicted_s:.0} s to start, past its own deadline ({deadline_s:.1} s, x-request-timeout-ms); retry after {retry_after_s} s"
+        )),
         EngineError::TtftUnreachable {
             predicted_ms,
             target_ms,
@@ -247,8 +255,18 @@ mod tests {
             ),
             (
                 EngineError::QueueWaitTooLong {
+                    class: SloClass::Interactive,
+                    predicted_s: 75.0,
+                    retry_after_s: 60,
+                },
+                429,
+                Some(60),
+            ),
+            (
+                EngineError::DeadlineUnreachable {
                     class: SloClass::Batch,
                     predicted_s: 75.0,
+                    deadline_s: 30.0,
                     retry_after_s: 60,
                 },
                 429,

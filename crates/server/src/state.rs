@@ -347,6 +347,9 @@ impl AppState {
             ttft_slo_ms,
             tpot_slo_ms,
             cache_salt: self.cache_salt(params.cache_salt.as_deref(), caller),
+            // The client's own deadline (the header alone, not the server's
+            // `--request-timeout`): the only latency a batch request is refused for.
+            deadline: crate::limits::request_timeout(headers, None)?,
         })
     }
 

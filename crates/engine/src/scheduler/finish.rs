@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::Scheduler;
 use crate::event::{Event, FinishReason};
+use crate::request::SloClass;
 use crate::runner::{Batch, Logits};
 use crate::sequence::Sequence;
 use crate::stats::Counters;
@@ -105,29 +106,37 @@ impl Scheduler {
         }
     }
 
-    /// Sheds requests that can no longer start in time (admission predicted they
-    /// would, but bursts and a starving low class can make waits longer): an
-    /// interactive request with a TTFT target once it has waited that target
-    /// times `ttft_reject_factor`, any other after twice `max_queue_wait_s`. A
-    /// clear refusal the client can retry elsewhere beats a late answer.
+    /// Sheds interactive requests that can no longer start in time (admission
+    /// predicted they would, but bursts can make waits longer): one with a TTFT
+    /// target once it has waited that target times `ttft_reject_factor`, any
+    /// other after twice `max_queue_wait_s`. A clear refusal the client can retry
+    /// elsewhere beats a late answer. Batch requests are never shed for their
+    /// wait: one still waiting when its own deadline passes finishes `TimedOut`.
     pub(super) fn shed_overdue(&mut self, now: Instant) {
         let adm = &self.cfg.admission;
         let queue_limit = adm.max_queue_wait_s * 2.0;
-        let limit = |s: &Sequence| match s.targets.ttft_ms {
-            Some(ms) if adm.ttft_reject_factor > 0.0 => ms / 1e3 * adm.ttft_reject_factor,
-            _ if queue_limit > 0.0 => queue_limit,
-            _ => f64::INFINITY,
+        let limit = |s: &Sequence| match (s.class, s.targets.ttft_ms) {
+            (SloClass::Batch, _) => (
+                s.deadline.map_or(f64::INFINITY, |d| d.as_secs_f64()),
+                FinishReason::TimedOut,
+            ),
+            (SloClass::Interactive, Some(ms)) if adm.ttft_reject_factor > 0.0 => {
+                (ms / 1e3 * adm.ttft_reject_factor, FinishReason::Shed)
+            }
+            _ if queue_limit > 0.0 => (queue_limit, FinishReason::Shed),
+            _ => (f64::INFINITY, FinishReason::Shed),
         };
         let (counters, released) = (&mut self.counters, &mut self.released);
         for (_, q) in self.waiting.iter_mut() {
             q.retain_mut(|s| {
                 let waited = now.saturating_duration_since(s.timings.arrival);
-                if s.started || waited.as_secs_f64() <= limit(s) {
+                let (limit_s, reason) = limit(s);
+                if s.started || waited.as_secs_f64() <= limit_s {
                     return true;
                 }
                 released[s.class].record(s, None);
-                count_finish(counters, &FinishReason::Shed);
-                s.send_finished(FinishReason::Shed, now, &mut counters.slo[s.class]);
+                count_finish(counters, &reason);
+                s.send_finished(reason, now, &mut counters.slo[s.class]);
                 false
             });
         }

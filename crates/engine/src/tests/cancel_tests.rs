@@ -82,29 +82,68 @@ fn cancelling_a_waiting_request_removes_it_from_its_queue() {
 }
 
 #[test]
-fn a_request_waiting_past_twice_the_queue_wait_bound_is_shed() {
+fn an_interactive_request_waiting_past_twice_the_queue_wait_bound_is_shed() {
     let mut c = cfg(64);
     c.max_num_seqs = 1;
+    c.enable_preemption = false; // the interactive request waits behind `a`
     c.admission.max_queue_wait_s = 0.001;
     let (mut core, _) = new_core(c);
     let mut a = submit(&mut core, 1, greedy(prompt(1, 10), 30, SloClass::Batch));
-    let mut b = submit(&mut core, 2, greedy(prompt(2, 12), 30, SloClass::Batch));
     core.step();
+    let mut b = submit(
+        &mut core,
+        2,
+        greedy(prompt(2, 12), 30, SloClass::Interactive),
+    );
+    let mut q = submit(&mut core, 3, greedy(prompt(3, 14), 30, SloClass::Batch));
     std::thread::sleep(Duration::from_millis(5));
-    let left = core.step().released.batch;
+    let left = core.step().released;
     assert!(b.done());
     let f = b.finish.as_ref().unwrap();
     assert_eq!(
         (f.reason.clone(), f.completion_tokens),
         (FinishReason::Shed, 0)
     );
-    assert_eq!((left.requests, left.prompt_tokens), (1, 12));
-    assert_eq!(core.sched().waiting(SloClass::Batch).len(), 0);
+    assert_eq!(
+        (left.interactive.requests, left.interactive.prompt_tokens),
+        (1, 12)
+    );
+    // A batch request is never shed for its wait: it queues until it runs.
+    assert!(!q.done());
+    assert_eq!(core.sched().waiting(SloClass::Batch).len(), 1);
     // A running request is never shed, however long it has been in the engine.
-    run_to_idle(&mut core, 100);
-    assert!(a.done());
+    run_to_idle(&mut core, 200);
+    assert!(a.done() && q.done());
     assert_eq!(a.finish.as_ref().unwrap().reason, FinishReason::Length);
     assert_eq!(a.tokens.len(), 30);
+    assert_eq!(q.finish.as_ref().unwrap().reason, FinishReason::Length);
+    assert_eq!(core.sched().counters().requests_cancelled, 1);
+}
+
+#[test]
+fn a_batch_request_still_waiting_at_its_own_deadline_times_out() {
+    let mut c = cfg(64);
+    c.max_num_seqs = 1;
+    let (mut core, _) = new_core(c);
+    let mut a = submit(&mut core, 1, greedy(prompt(1, 10), 30, SloClass::Batch));
+    let own = greedy(prompt(2, 12), 30, SloClass::Batch).with_deadline(Duration::from_millis(3));
+    let mut b = submit(&mut core, 2, own);
+    let mut c = submit(&mut core, 3, greedy(prompt(3, 12), 30, SloClass::Batch));
+    core.step();
+    std::thread::sleep(Duration::from_millis(5));
+    let left = core.step().released.batch;
+    assert!(b.done() && !c.done());
+    let f = b.finish.as_ref().unwrap();
+    assert_eq!(
+        (f.reason.clone(), f.completion_tokens),
+        (FinishReason::TimedOut, 0)
+    );
+    assert_eq!((left.requests, left.prompt_tokens), (1, 12));
+    run_to_idle(&mut core, 200);
+    assert!(a.done() && c.done());
+    assert_eq!(a.finish.as_ref().unwrap().reason, FinishReason::Length);
+    assert_eq!(c.finish.as_ref().unwrap().reason, FinishReason::Length);
+    assert_all_blocks_return(&mut core);
 }
 
 #[test]

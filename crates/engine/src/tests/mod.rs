@@ -2,6 +2,7 @@
 //! `MockRunner`, and seeded randomized invariant tests of the block pool and prefix
 //! cache.
 
+mod batch_admission_tests;
 mod cancel_tests;
 mod engine_tests;
 mod invariants;
