@@ -139,9 +139,12 @@ pub struct EngineConfig {
     /// it (an interactive client's next request does not wait behind a full batch
     /// step). 0: full batch steps at once.
     pub interactive_linger_ms: u64,
-    /// With `step_budget = "time"`: the longest a step without interactive work
-    /// may be predicted to take (ms), so an interactive arrival never waits
-    /// behind a longer one. `None`: as large as the token budget allows.
+    /// With `step_budget = "time"`: how long the batch prefill of a step without
+    /// interactive work may be predicted to take (ms), on top of its running
+    /// batch decode rows, which all join (as in the interactive class alone), so
+    /// an interactive arrival never waits behind a step of long prefill. Within
+    /// `interactive_linger_ms` of interactive work it bounds the whole step.
+    /// `None`: as large as the token budget allows.
     pub max_step_ms: Option<f64>,
     /// Reuse cached KV of shared prompt prefixes.
     pub enable_prefix_cache: bool,

@@ -66,7 +66,16 @@ impl Scheduler {
                 let cap = self.cfg.max_step_ms.map(|ms| ms / 1e3);
                 self.step_bound = match (self.linger_limit(now), cap) {
                     (Some(l), Some(c)) => Some(l.min(c)),
-                    (l, c) => l.or(c),
+                    (None, Some(c)) => {
+                        // No interactive work, none lately: every running batch
+                        // decode row joins (as in a step of the interactive class
+                        // alone, so the batch class alone gets the same
+                        // throughput); `max_step_ms` bounds the prefill added on
+                        // top, the part that makes a step long.
+                        self.plan_batch_decodes(budget);
+                        Some(self.cost.predict(budget.shape()) + c)
+                    }
+                    (l, None) => l,
                 };
                 self.step_bound
             }

@@ -3,6 +3,7 @@
 //! cache.
 
 mod batch_admission_tests;
+mod batch_alone_steps_tests;
 mod cancel_tests;
 mod engine_tests;
 mod invariants;
