@@ -42,6 +42,17 @@ pub enum ModelError {
         tensor: String,
         reason: String,
     },
+    #[error(
+        "{path}: does not fit in memory: the weights need about {weights_mb} MB ({precision}) and the KV cache asked for {kv_mb} MB, but the machine has {available_mb} MB available; lower --kv-cache-memory (at most about {fit_mb} MB would fit) or free memory"
+    )]
+    DoesNotFit {
+        path: PathBuf,
+        precision: String,
+        weights_mb: u64,
+        kv_mb: u64,
+        available_mb: u64,
+        fit_mb: u64,
+    },
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error("chat template: {0}")]

@@ -60,6 +60,42 @@ pub struct Llama {
     held: HeldBytes,
 }
 
+/// A one-line progress bar on stderr while the layers load, when it is a terminal.
+struct Progress {
+    layers: usize,
+    tty: bool,
+}
+
+impl Progress {
+    fn new(layers: usize) -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            layers,
+            tty: std::io::stderr().is_terminal(),
+        }
+    }
+
+    fn show(&self, done: usize, held: usize) {
+        if self.tty {
+            let width = 30;
+            let filled = width * done / self.layers.max(1);
+            eprint!(
+                "\rloading [{}{}] {done}/{} layers, {:.0} MB",
+                "#".repeat(filled),
+                " ".repeat(width - filled),
+                self.layers,
+                held as f64 / 1e6
+            );
+        }
+    }
+
+    fn done(&self) {
+        if self.tty {
+            eprintln!();
+        }
+    }
+}
+
 /// Loads named tensors, checking their shapes against the config.
 struct Loader<'a> {
     file: &'a mut GgufFile,
@@ -121,9 +157,15 @@ impl Llama {
         };
         let h = c.hidden_size;
         let token_embd = ld.tensor("token_embd.weight", &[c.vocab_size, h])?;
+        let progress = Progress::new(c.num_layers);
         let blocks = (0..c.num_layers)
-            .map(|i| Block::new(&mut ld, i, &c))
+            .map(|i| {
+                let b = Block::new(&mut ld, i, &c);
+                progress.show(i + 1, ld.held.total());
+                b
+            })
             .collect::<Result<Vec<_>>>()?;
+        progress.done();
         let output_norm = ld.vector("output_norm.weight", h)?;
         let (token_embd, output) = if c.tied_embeddings {
             (None, ld.new_linear(token_embd, c.vocab_size, h, None))

@@ -6,7 +6,7 @@ use std::path::Path;
 use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
 
 use crate::config::ModelConfig;
-use crate::error::Result;
+use crate::error::{ModelError, Result};
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvDtype};
 use crate::llama::{Llama, Scratch};
@@ -54,6 +54,7 @@ impl LlamaRunner {
 
     pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
         let c = &ModelConfig::from_gguf(file)?;
+        check_fits(file, opts)?;
         let block_size = opts.block_size.max(1);
         let dtype = match opts.precision {
             Precision::Exact => KvDtype::F32,
@@ -107,6 +108,7 @@ impl LlamaRunner {
         })
     }
 
+    /// The model.
     pub fn model(&self) -> &Llama {
         &self.model
     }
@@ -181,4 +183,65 @@ impl ModelRunner for LlamaRunner {
             .forward(batch, &mut self.cache, &mut self.scratch, out);
         Ok(())
     }
+}
+
+/// Bytes a tensor of `dtype` is held in, per weight, by precision (`linear.rs`'s
+/// forms: panels one byte a value, nibbles for 4-bit types, the file's blocks for
+/// Q2_K/Q3_K; exact precision f32). An estimate for the load-time memory check.
+fn held_bytes_per_weight(dtype: candle_core::quantized::GgmlDType, precision: Precision) -> f64 {
+    use candle_core::quantized::GgmlDType as D;
+    if precision == Precision::Exact {
+        return 4.0;
+    }
+    match dtype {
+        D::F32 => 4.0,
+        D::F16 | D::BF16 => 6.0,
+        D::Q4_0 => 0.5625,
+        D::Q4_1 => 0.625,
+        D::Q4K => 0.58,
+        D::Q5_0 => 1.0625,
+        D::Q5_1 => 1.125,
+        D::Q5K | D::Q6K => 1.08,
+        D::Q8_0 => 1.1875,
+        D::Q2K => 84.0 / 256.0,
+        D::Q3K => 110.0 / 256.0,
+        _ => 4.0,
+    }
+}
+
+/// MemAvailable from /proc/meminfo, in bytes (`None` where there is none).
+fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+/// Refuses, before anything is allocated, a model whose weights (as this precision
+/// holds them) and the KV cache asked for do not fit in the memory available, so
+/// the server says why at start instead of being killed by the kernel later.
+fn check_fits(file: &GgufFile, opts: &RunnerOptions) -> Result<()> {
+    let Some(available) = mem_available() else {
+        return Ok(());
+    };
+    let weights: f64 = file
+        .content
+        .tensor_infos
+        .values()
+        .map(|t| t.shape.elem_count() as f64 * held_bytes_per_weight(t.ggml_dtype, opts.precision))
+        .sum();
+    let kv = opts.kv_cache_memory as f64;
+    // What the process needs beside them: activations, tokenizer, the server.
+    let margin = 200e6;
+    if weights + kv + margin <= available as f64 {
+        return Ok(());
+    }
+    let mb = |b: f64| (b.max(0.0) / 1e6) as u64;
+    Err(ModelError::DoesNotFit {
+        path: file.path.clone(),
+        precision: format!("{:?} precision", opts.precision).to_lowercase(),
+        weights_mb: mb(weights),
+        kv_mb: mb(kv),
+        available_mb: mb(available as f64),
+        fit_mb: mb(available as f64 - weights - margin),
+    })
 }

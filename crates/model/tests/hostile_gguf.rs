@@ -194,6 +194,30 @@ fn the_valid_file_loads() {
     assert_eq!(r.model().config.vocab_size, VOCAB as usize);
 }
 
+/// A KV cache that cannot fit beside the weights is refused before anything is
+/// allocated, with the sizes and what to lower.
+#[test]
+fn a_kv_cache_past_the_machines_memory_is_refused_at_load() {
+    let path = dir().join("too-big.gguf");
+    std::fs::write(&path, Gguf::valid().bytes()).unwrap();
+    let opts = RunnerOptions {
+        kv_cache_memory: usize::MAX / 4,
+        ..Default::default()
+    };
+    let e = LlamaRunner::load(&path, &opts)
+        .err()
+        .expect("refused")
+        .to_string();
+    for want in [
+        "too-big.gguf",
+        "does not fit in memory",
+        "--kv-cache-memory",
+        "available",
+    ] {
+        assert!(e.contains(want), "wanted {want:?} in: {e}");
+    }
+}
+
 #[test]
 fn each_malformed_header_field_is_a_clear_error() {
     let mut cases: Vec<(&str, Gguf, Vec<&str>)> = Vec::new();

@@ -26,6 +26,7 @@
 use candle_core::quantized::GgmlDType;
 use half::f16;
 
+use crate::kernels::block_values::stored_values;
 use crate::weights::WeightData;
 
 /// Output columns per panel.
@@ -209,8 +210,7 @@ impl Affine {
 
 impl Int8Panels {
     /// Re-lays a row-major `[n, k]` matrix; `None` for a type whose blocks are not
-    /// `d·q + m` with one `(d, m)` per 32 weights, or if any weight disagrees with
-    /// its recovered `q` (never for a well-formed file).
+    /// `d·q + m` with one `(d, m)` per 32 weights (per 16 for Q6_K).
     pub fn pack(w: &WeightData, n: usize, k: usize) -> Option<Self> {
         use rayon::prelude::*;
         let a = Affine::of(w.dtype())?;
@@ -225,15 +225,16 @@ impl Int8Panels {
         let mut groups = vec![Group([0; 64]); panels * kb * 8];
         let per = if a.has_min || a.sub { 2 } else { 1 };
         let mut scales = vec![Lanes([0.0; NR]); panels * kb * per];
-        // Panels in parallel (load time): each writes only its own groups and scales.
-        let ok = groups
+        // Panels in parallel (load time): each writes only its own groups and
+        // scales, from the file's bits (no dequantization).
+        let dtype = w.dtype();
+        groups
             .par_chunks_mut(kb * 8)
             .zip(scales.par_chunks_mut(kb * per))
             .enumerate()
-            .all(|(p, (groups, scales))| {
-                let mut row = vec![0f32; k];
+            .for_each(|(p, (groups, scales))| {
+                let mut vals = [0u8; 32];
                 for c in p * NR..((p + 1) * NR).min(n) {
-                    w.dequantize_rows(c, k, &mut row);
                     let j = c % NR;
                     for b in 0..kb {
                         let halves = a.dm(bytes, c * kb + b);
@@ -243,28 +244,14 @@ impl Int8Panels {
                         } else if a.has_min {
                             scales[b * per + 1].0[j] = halves[0].1;
                         }
-                        if !a.has_min && halves.iter().any(|h| h.1 != 0.0) {
-                            return false;
-                        }
-                        for (i, &v) in row[b * 32..][..32].iter().enumerate() {
-                            let (d, m) = halves[i / 16];
-                            let q = if d == 0.0 { 0.0 } else { ((v - m) / d).round() };
-                            let stored = q + a.zero as f32;
-                            let off = (d * q + m - v).abs();
-                            if !(0.0..=a.qmax as f32).contains(&stored)
-                                || off > 1e-6 * v.abs() + 1e-30
-                            {
-                                return false;
-                            }
-                            groups[b * 8 + i / 4].0[j * 4 + i % 4] = stored as u8;
+                        let known = stored_values(dtype, bytes, c * kb + b, &mut vals);
+                        debug_assert!(known, "{dtype:?} has an affine layout");
+                        for (i, &v) in vals.iter().enumerate() {
+                            groups[b * 8 + i / 4].0[j * 4 + i % 4] = v;
                         }
                     }
                 }
-                true
             });
-        if !ok {
-            return None;
-        }
         let wsum128 = if a.qmax == 255 {
             (0..panels * kb)
                 .map(|at| {

@@ -4,6 +4,7 @@
 
 pub mod act_quant;
 pub mod activation;
+pub mod block_values;
 pub mod attention;
 mod attention_f16;
 pub mod cpu;
