@@ -56,6 +56,7 @@ test-python: model $(VENV)/.requirements-installed
 	$(VENV)/bin/python tests/python/test_hostile_server.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_router.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_batch.py --bin "$(TARGET_DIR)/debug/sloserve"
+	$(VENV)/bin/python tests/python/test_batch_queueing.py --bin "$(TARGET_DIR)/debug/sloserve"
 
 # A 1,000-line batch job on the server against `sloserve batch run` on the same file (minutes; not in `make test`).
 test-batch-large: model $(VENV)/.requirements-installed
