@@ -4,9 +4,9 @@
 
 pub mod act_quant;
 pub mod activation;
-pub mod block_values;
 pub mod attention;
 mod attention_f16;
+pub mod block_values;
 pub mod cpu;
 pub mod exp;
 pub mod gemm_f32;
