@@ -1,0 +1,231 @@
+//! The AVX2 tile of the 8-bit GEMM (`int8_gemm`): 8 columns at a time, `vpmaddubsw`
+//! pair sums in 16 bits, by how a panel stores its values (`avx2_values`).
+
+use crate::kernels::act_quant::QuantActs;
+use crate::kernels::int8_panels::{Int8Panels, Scales};
+
+/// How the AVX2 tile reads a panel's values (its `V` parameter).
+pub(super) const NIBBLES: u8 = 0;
+/// One byte each, at most 63: pairs of products sum in 16 bits.
+pub(super) const BYTES: u8 = 1;
+/// One byte each, up to 255 (Q8_0's shifted values): the weights are read back as
+/// signed bytes (`stored ^ 0x80`) and multiply the activations' `Halves` (each in
+/// `0..16`, shifted by 128, split once per row for every column), two products per
+/// 32-weight group; the shift's `128 · Σ q` per column comes from the panels.
+pub(super) const WIDE: u8 = 2;
+
+/// Which of the above the AVX2 tile takes for `w`.
+pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
+    match (w.nibbles, w.qmax) {
+        (true, _) => NIBBLES,
+        (false, ..=63) => BYTES,
+        _ => WIDE,
+    }
+}
+
+/// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX2, 8 columns at a time.
+/// `vpmaddubsw` sums pairs of products in 16 bits: two groups' sums fit for 6-bit
+/// values (`2 · 63 · 127` each), four for 5-bit, a whole block's for 4-bit ones.
+/// `MIN`: the panel has minimums and no zero point (asymmetric types), else a zero
+/// point. `SUB`: two scales per block (Q6_K), each half's sums scaled apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
+    w: &Int8Panels,
+    p: usize,
+    a: &QuantActs,
+    r0: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+) {
+    use std::arch::x86_64::*;
+    let (kb, per) = (w.kb, w.groups_per_block());
+    let ones = _mm256_set1_epi16(1);
+    let sixteen = _mm256_set1_epi16(16);
+    // Each byte's low and high 4 bits, as bytes.
+    let nibbles = |raw: __m256i| {
+        let low = _mm256_set1_epi8(0x0F);
+        (
+            _mm256_and_si256(raw, low),
+            _mm256_and_si256(_mm256_srli_epi16(raw, 4), low),
+        )
+    };
+    // Groups summed in 16 bits before widening (BYTES): 8 for 4-bit, 4 for 5-bit,
+    // 2 for 6-bit.
+    let run = match w.qmax {
+        ..=15 => 8,
+        ..=31 => 4,
+        _ => 2,
+    };
+    for half in 0..2 {
+        if half * 8 >= cols {
+            break;
+        }
+        let gp = (w.groups.as_ptr().add(p * kb * per) as *const __m256i).add(half);
+        let lpb = w.lanes_per_block();
+        // This half's 8 columns of lane row `i` of the panel's scales.
+        let lanes = |i: usize| match &w.scales {
+            Scales::F16(s) => _mm256_cvtph_ps(_mm_load_si128(
+                (s.as_ptr().add(p * kb * lpb + i) as *const u16).add(half * 8) as *const __m128i,
+            )),
+            Scales::F32(s) => {
+                _mm256_load_ps((s.as_ptr().add(p * kb * lpb + i) as *const f32).add(half * 8))
+            }
+            Scales::Factored {
+                outer,
+                inner,
+                signed,
+            } => {
+                let (b, j) = (i / lpb, i % lpb);
+                let o = if w.has_min { j } else { 0 };
+                let at = (p * (kb / 8) + b / 8) * 2 + o;
+                let d = _mm256_cvtph_ps(_mm_load_si128(
+                    (outer.as_ptr().add(at) as *const u16).add(half * 8) as *const __m128i,
+                ));
+                let raw = _mm_loadl_epi64(
+                    (inner.as_ptr().add(p * kb * lpb + i) as *const u8).add(half * 8)
+                        as *const __m128i,
+                );
+                let q = match signed {
+                    true => _mm256_cvtepi8_epi32(raw),
+                    false => _mm256_cvtepu8_epi32(raw),
+                };
+                let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
+                match w.has_min && j == 1 {
+                    // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
+                    true => _mm256_xor_ps(v, _mm256_set1_ps(-0.0)),
+                    false => v,
+                }
+            }
+        };
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..kb {
+            // Row r's 4 activations of group g, in every 32-bit lane.
+            let act = |r: usize, g: usize| {
+                let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
+                _mm256_set1_epi32((q as *const i32).read_unaligned())
+            };
+            let mut s = [_mm256_setzero_si256(); R];
+            let mut s_lo = [_mm256_setzero_si256(); R];
+            if V == NIBBLES {
+                let mut s16 = [_mm256_setzero_si256(); R];
+                for v in 0..4 {
+                    let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 4 + v) * 2)));
+                    for (r, s16) in s16.iter_mut().enumerate() {
+                        *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(lo, act(r, v)));
+                        *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(hi, act(r, v + 4)));
+                    }
+                }
+                for (s, s16) in s.iter_mut().zip(&s16) {
+                    *s = _mm256_madd_epi16(*s16, ones);
+                }
+            } else if V == WIDE {
+                // Σ (q_a + 128)·q_w = Σ lo·q_w + 16·Σ hi·q_w: each pair at most
+                // 2·15·128, eight groups' sums within 16 bits.
+                let flip = _mm256_set1_epi8(-128);
+                let (mut lo16, mut hi16) =
+                    ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+                for g in 0..8 {
+                    let wv = _mm256_xor_si256(_mm256_load_si256(gp.add((b * 8 + g) * 2)), flip);
+                    for r in 0..R {
+                        let h = a.halves.get_unchecked((r0 + r) * kb + b);
+                        let lo = (h.lo.as_ptr().add(4 * g) as *const i32).read_unaligned();
+                        let hi = (h.hi.as_ptr().add(4 * g) as *const i32).read_unaligned();
+                        let (lo, hi) = (_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
+                        lo16[r] = _mm256_add_epi16(lo16[r], _mm256_maddubs_epi16(lo, wv));
+                        hi16[r] = _mm256_add_epi16(hi16[r], _mm256_maddubs_epi16(hi, wv));
+                    }
+                }
+                for r in 0..R {
+                    s[r] = _mm256_add_epi32(
+                        _mm256_madd_epi16(lo16[r], ones),
+                        _mm256_madd_epi16(hi16[r], sixteen),
+                    );
+                }
+            } else {
+                for g0 in (0..8).step_by(run) {
+                    if SUB && g0 == 4 {
+                        s_lo = s;
+                        s = [_mm256_setzero_si256(); R];
+                    }
+                    let mut s16 = [_mm256_setzero_si256(); R];
+                    for g in g0..g0 + run {
+                        let wv = _mm256_load_si256(gp.add((b * 8 + g) * 2));
+                        for (r, s16) in s16.iter_mut().enumerate() {
+                            *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(wv, act(r, g)));
+                        }
+                    }
+                    for (s, s16) in s.iter_mut().zip(&s16) {
+                        *s = _mm256_add_epi32(*s, _mm256_madd_epi16(*s16, ones));
+                    }
+                }
+            }
+            let d = lanes(b * lpb);
+            if SUB {
+                let d_hi = lanes(b * lpb + 1);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let i = (r0 + r) * kb + b;
+                    let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
+                    let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
+                    let t_lo = _mm256_sub_epi32(s_lo[r], _mm256_set1_epi32(w.zero * lo));
+                    let t_hi = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * (sum - lo)));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_lo), _mm256_mul_ps(d, da), *acc);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_hi), _mm256_mul_ps(d_hi, da), *acc);
+                }
+                continue;
+            }
+            let m = if MIN {
+                lanes(b * lpb + 1)
+            } else {
+                _mm256_setzero_ps()
+            };
+            let wsum = if V == WIDE {
+                let ws = w.wsum128.get_unchecked(p * kb + b).as_ptr().add(half * 8);
+                _mm256_loadu_si256(ws as *const __m256i)
+            } else {
+                _mm256_setzero_si256()
+            };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let i = (r0 + r) * kb + b;
+                let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(a.d.get_unchecked(i)));
+                if V == WIDE {
+                    let t = _mm256_sub_epi32(s[r], wsum);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
+                } else if MIN {
+                    let dsum = _mm256_broadcast_ss(a.dsum.get_unchecked(i));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), scale, *acc);
+                    *acc = _mm256_fmadd_ps(m, dsum, *acc);
+                } else {
+                    let zs = _mm256_set1_epi32(w.zero * *a.sum.get_unchecked(i));
+                    let t = _mm256_sub_epi32(s[r], zs);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
+                }
+            }
+        }
+        let n8 = (cols - half * 8).min(8);
+        for (r, acc) in acc.iter().enumerate() {
+            let dst = c.add(r * ldc + half * 8);
+            if n8 == 8 {
+                _mm256_storeu_ps(dst, *acc);
+            } else {
+                let mut tmp = [0f32; 8];
+                _mm256_storeu_ps(tmp.as_mut_ptr(), *acc);
+                std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, n8);
+            }
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
+    _: &Int8Panels,
+    _: usize,
+    _: &QuantActs,
+    _: usize,
+    _: *mut f32,
+    _: usize,
+    _: usize,
+) {
+    unreachable!("guarded by Isa::best")
+}
