@@ -152,7 +152,8 @@ impl EngineCore {
         let mut stop = req.stop;
         stop.max_tokens = Some(admitted.max_tokens);
         let max_len = (req.prompt.len() + admitted.max_tokens).min(self.info.max_model_len);
-        let sampler = Sampler::new(req.sampling, self.info.vocab_size);
+        let sampler = Sampler::new(req.sampling, self.info.vocab_size)
+            .with_constraint(req.constraint.map(|c| c.matcher()));
         let (salt, deadline) = (req.cache_salt, req.deadline);
         let mut seq = Sequence::new(
             id,

@@ -129,6 +129,8 @@ pub struct Request {
     /// after this (`DeadlineUnreachable`), and finishes `TimedOut` if it is still
     /// waiting when it passes. `None`: no deadline of its own.
     pub deadline: Option<Duration>,
+    /// Constrained decoding: a compiled grammar; each sequence gets a fresh matcher.
+    pub constraint: Option<crate::sampler::constraint::SharedConstraint>,
 }
 
 impl Request {
@@ -144,6 +146,7 @@ impl Request {
             tpot_slo_ms: None,
             cache_salt: 0,
             deadline: None,
+            constraint: None,
         }
     }
 

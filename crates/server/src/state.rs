@@ -350,6 +350,7 @@ impl AppState {
             // The client's own deadline (the header alone, not the server's
             // `--request-timeout`): the only latency a batch request is refused for.
             deadline: crate::limits::request_timeout(headers, None)?,
+            constraint: None,
         })
     }
 

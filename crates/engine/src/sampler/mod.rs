@@ -10,6 +10,8 @@
 //!    were asked: the draw below never needs the normaliser);
 //! 2. on a copy, only when they apply: presence / frequency penalties over the
 //!    tokens generated so far (see [`Sampler::observe`]);
+//! 2b. with a constraint ([`Sampler::with_constraint`], see [`constraint`]): the
+//!    tokens it disallows get `-inf` on that copy first; `logprob` stays raw;
 //! 3. temperature < 1e-5 → greedy argmax (ties → lowest id); otherwise divide by the
 //!    temperature, then top-k, top-p (nucleus), min-p, renormalise and draw.
 //!
@@ -29,6 +31,8 @@ use std::collections::HashMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
+
+use crate::event::FinishReason;
 
 /// Sampling parameters of one request (OpenAI / vLLM semantics).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,6 +129,8 @@ pub struct Sampler {
     rng: StdRng,
     /// Output token id -> times generated. Sparse: O(distinct output tokens).
     counts: HashMap<u32, u32>,
+    /// The grammar the draw is masked by (see [`constraint`]), with its mask buffer.
+    constraint: Option<Constrained>,
 }
 
 /// Reusable buffers of one sampling step.
@@ -152,6 +158,7 @@ impl std::fmt::Debug for Sampler {
             .field("params", &self.params)
             .field("vocab_size", &self.vocab_size)
             .field("distinct_output_tokens", &self.counts.len())
+            .field("constrained", &self.constraint.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -195,8 +202,33 @@ impl Sampler {
             num_top_logprobs: params.logprobs.map(|n| n.min(MAX_TOP_LOGPROBS)),
             rng,
             counts: HashMap::new(),
+            constraint: None,
             params,
         }
+    }
+
+    /// Masks every draw by `constraint` (see [`constraint`]): only tokens it allows
+    /// are drawn (greedy included), each drawn token is committed to it. `None`: as
+    /// [`Sampler::new`].
+    pub fn with_constraint(mut self, constraint: Option<Box<dyn TokenConstraint>>) -> Self {
+        self.constraint = constraint.map(Constrained::new);
+        self
+    }
+
+    /// Whether the draw is constrained.
+    pub fn is_constrained(&self) -> bool {
+        self.constraint.is_some()
+    }
+
+    /// How the constraint ended the sequence, once it did: `Stop` when the grammar
+    /// is complete, `Error` when it failed (mask error, nothing allowed, token refused).
+    pub fn constraint_end(&self) -> Option<FinishReason> {
+        self.constraint.as_ref().and_then(|c| c.end.clone())
+    }
+
+    /// The constraint's matcher (forced tokens, rollback), if any.
+    pub fn constraint_mut(&mut self) -> Option<&mut (dyn TokenConstraint + 'static)> {
+        self.constraint.as_mut().map(|c| &mut *c.matcher)
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -277,12 +309,25 @@ impl Sampler {
             _ => Vec::new(),
         };
 
-        // 2. Penalties over the tokens generated so far, on a sanitised copy.
+        // 2. The grammar's mask, then penalties over the tokens generated so far, on
+        // a sanitised copy.
+        let masked = match &mut self.constraint {
+            Some(c) => {
+                let usable = c.fill(n);
+                if usable {
+                    masked_copy(&mut sc.pen, logits, &c.mask);
+                }
+                usable
+            }
+            None => false,
+        };
         let penalised = (self.presence != 0.0 || self.frequency != 0.0) && !self.counts.is_empty();
-        let (row, max) = if penalised {
-            sc.pen.clear();
-            sc.pen.extend(logits.iter().map(|&x| sanitize(x)));
-            for (&id, &c) in &self.counts {
+        let (row, max) = if penalised || masked {
+            if !masked {
+                sc.pen.clear();
+                sc.pen.extend(logits.iter().map(|&x| sanitize(x)));
+            }
+            for (&id, &c) in self.counts.iter().filter(|_| penalised) {
                 if let Some(x) = sc.pen.get_mut(id as usize) {
                     if c > 0 {
                         let y = *x - (self.presence + self.frequency * c as f32);
@@ -320,6 +365,9 @@ impl Sampler {
         };
 
         self.observe(id);
+        if let Some(c) = &mut self.constraint {
+            c.commit(id);
+        }
         SampledToken {
             id,
             logprob: norm.map_or(f32::NAN, |nm| nm.logprob(sanitize(logits[id as usize]))),
@@ -328,11 +376,15 @@ impl Sampler {
     }
 }
 
+pub mod constraint;
+use constraint::{masked_copy, Constrained, TokenConstraint};
 mod draw;
 use draw::Bufs;
 mod kernels;
 use kernels::*;
 
+#[cfg(test)]
+mod constraint_tests;
 #[cfg(test)]
 mod kernel_tests;
 #[cfg(test)]

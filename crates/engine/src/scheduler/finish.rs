@@ -62,6 +62,8 @@ impl Scheduler {
             };
             if s.tx.send(ev).is_err() {
                 s.finish = Some(FinishReason::Cancelled);
+            } else if let Some(end) = s.sampler.constraint_end() {
+                s.finish = Some(end);
             } else if s.stop.is_stop_token(id) {
                 s.finish = Some(FinishReason::Stop);
             } else if s.num_generated() >= s.max_tokens() || s.tokens.len() >= s.max_len {
