@@ -368,28 +368,30 @@ impl Metrics {
         );
         let waiting = (st.waiting.interactive + st.waiting.batch) as f64;
         let running = (st.running.interactive + st.running.batch) as f64;
+        // The four families llm-d's endpoint picker (EPP) reads from every replica, by
+        // vLLM's names and meanings (see docs/gateway.md): one series each, no class split.
         family(
             "vllm:num_requests_waiting",
             "gauge",
-            "Requests waiting (vLLM name, for inference gateways).",
+            "Requests admitted and waiting to start, preempted ones included, both SLO classes (vLLM's name and meaning).",
             one(waiting),
         );
         family(
             "vllm:num_requests_running",
             "gauge",
-            "Requests running (vLLM name, for inference gateways).",
+            "Requests in the engine's running set (prefill or decode), both SLO classes (vLLM's name and meaning).",
             one(running),
         );
         family(
             "vllm:kv_cache_usage_perc",
             "gauge",
-            "KV cache usage, 0-1 (vLLM name, for inference gateways).",
+            "KV-cache usage, 0-1: blocks held by running requests over all blocks; blocks only the prefix cache holds count as free (vLLM's name and meaning).",
             one(st.kv_usage),
         );
         family(
             "vllm:cache_config_info",
             "gauge",
-            "The KV cache's configuration (vLLM name and labels, for inference gateways).",
+            "The KV cache's configuration as labels: block_size (tokens per block), num_gpu_blocks (blocks in the pool); value 1 (vLLM's info gauge).",
             vec![(
                 format!(
                     "{m},block_size=\"{}\",num_gpu_blocks=\"{}\"",
@@ -403,89 +405,5 @@ impl Metrics {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use sloserve_engine::RequestTimings;
-    use std::time::Instant;
-
-    #[test]
-    fn concurrent_observations_are_all_counted() {
-        let m = Metrics::new("smol");
-        let (threads, each) = (4u64, 5_000u64);
-        std::thread::scope(|s| {
-            for t in 0..threads {
-                let m = &m;
-                s.spawn(move || {
-                    for i in 0..each {
-                        // 1 ms or 40 ms: buckets 0.005 and 0.05, exact f64 sums.
-                        let ms = if (i + t) % 2 == 0 { 1 } else { 40 };
-                        m.observe_itl(SloClass::Interactive, Duration::from_millis(ms));
-                    }
-                    m.observe_disconnect(SloClass::Batch);
-                });
-            }
-        });
-        let h = m.hist[H::Itl as usize][SloClass::Interactive.index()].snapshot();
-        let n = threads * each;
-        assert_eq!(h.count, n);
-        assert_eq!(h.counts[0], n / 2);
-        assert_eq!(h.counts[4], n / 2);
-        assert!((h.sum - (n / 2) as f64 * 0.041).abs() < 1e-6, "{}", h.sum);
-        let s = m.render(&EngineStats::default());
-        let itl = "sloserve:inter_token_latency_seconds_bucket{model_name=\"smol\",slo_class=\"interactive\"";
-        assert!(s.contains(&format!("{itl},le=\"0.03\"}} {}", n / 2)), "{s}");
-        assert!(s.contains(&format!("{itl},le=\"+Inf\"}} {n}")), "{s}");
-        assert!(s.contains(&format!(
-            "slo_class=\"batch\",finished_reason=\"abort\"}} {threads}"
-        )));
-    }
-
-    #[test]
-    fn exposition_has_buckets_and_gauges() {
-        let m = Metrics::new("smol");
-        let t0 = Instant::now();
-        let mut t = RequestTimings::new(t0);
-        t.first_scheduled = Some(t0 + Duration::from_millis(2));
-        t.first_token = Some(t0 + Duration::from_millis(80));
-        t.last_token = Some(t0 + Duration::from_millis(180));
-        t.finish = t.last_token;
-        m.observe_finished(
-            SloClass::Interactive,
-            &FinishInfo {
-                reason: FinishReason::Length,
-                prompt_tokens: 5,
-                completion_tokens: 11,
-                cached_prompt_tokens: 0,
-                timings: t,
-                slo: Default::default(),
-            },
-        );
-        m.observe_itl(SloClass::Batch, Duration::from_millis(7));
-        let st = EngineStats {
-            kv_usage: 0.25,
-            kv_block_size: 16,
-            kv_blocks_total: 300,
-            ..Default::default()
-        };
-        let s = m.render(&st);
-        let ttft = "sloserve:time_to_first_token_seconds_bucket{model_name=\"smol\",slo_class=\"interactive\"";
-        assert!(s.contains(&format!("{ttft},le=\"0.075\"}} 0")), "{s}");
-        assert!(s.contains(&format!("{ttft},le=\"0.1\"}} 1")), "{s}");
-        assert!(s.contains(&format!("{ttft},le=\"+Inf\"}} 1")), "{s}");
-        assert!(s.contains(
-            "sloserve:inter_token_latency_seconds_count{model_name=\"smol\",slo_class=\"batch\"} 1"
-        ));
-        assert!(
-            s.contains("vllm:kv_cache_usage_perc{model_name=\"smol\"} 0.25"),
-            "{s}"
-        );
-        assert!(s.contains("# TYPE sloserve:requests_rejected_total counter"));
-        assert!(
-            s.contains(
-                "vllm:cache_config_info{model_name=\"smol\",block_size=\"16\",num_gpu_blocks=\"300\"} 1"
-            ),
-            "{s}"
-        );
-        assert!(s.contains("finished_reason=\"length\"} 1"));
-    }
-}
+#[path = "metrics_tests.rs"]
+mod tests;
