@@ -23,6 +23,9 @@ import time
 import urllib.request
 
 
+SERVER = None
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -46,6 +49,26 @@ def generate_forever(host, port, stop, i, counts):
             conn.close()
 
 
+def freshness(host, port, seconds=3.0):
+    """How old a scrape's vllm:* gauges can be: they come from the engine's snapshot,
+    published after each step, so they change once a step. Polls /metrics every ~2 ms
+    and returns the intervals (ms) between changes of sloserve:generation_tokens_total."""
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    changes, last = [], None
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        conn.request("GET", "/metrics")
+        for line in conn.getresponse().read().decode().splitlines():
+            if line.startswith("sloserve:generation_tokens_total{"):
+                v = line.rsplit(" ", 1)[1]
+                if v != last:
+                    changes.append(time.perf_counter())
+                    last = v
+        time.sleep(0.002)
+    conn.close()
+    return [(b - a) * 1000 for a, b in zip(changes[1:], changes[2:])]
+
+
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -67,7 +90,8 @@ def main():
         port = int(port)
     else:
         host, port = "127.0.0.1", free_port()
-        proc = subprocess.Popen([args.bin, "serve", "--model", args.model, "--host", host, "--port", str(port),
+        global SERVER
+        proc = SERVER = subprocess.Popen([args.bin, "serve", "--model", args.model, "--host", host, "--port", str(port),
                                  *args.serve_arg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t0 = time.time()
         while True:
@@ -99,6 +123,8 @@ def main():
             if line.startswith("vllm:num_requests_running{"):
                 running.append(float(line.rsplit(" ", 1)[1]))
         time.sleep(max(0.0, args.interval - (time.perf_counter() - t0)))
+    conn.close()
+    lags = freshness(host, port)
     stop.set()
     load = os.getloadavg()[0]
     print(f"/metrics under {args.concurrency} streaming generations, {len(lat)} scrapes every "
@@ -107,11 +133,15 @@ def main():
           f"body {size} bytes")
     print(f"  vllm:num_requests_running seen: min {min(running):.0f}, max {max(running):.0f}; "
           f"generations finished meanwhile: {sum(counts)}")
-    if proc:
-        proc.terminate()
-        proc.wait(timeout=30)
+    print(f"  freshness: the gauges changed every p50 {pct(lags, 0.5):.0f} ms, p99 {pct(lags, 0.99):.0f} ms, "
+          f"max {max(lags):.0f} ms (once per engine step, {len(lags)} steps seen)")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        if SERVER:
+            SERVER.terminate()
+            SERVER.wait(timeout=30)
