@@ -159,7 +159,7 @@ def up(args):
     ports = plan_ports(args.base_port, args.replicas)
     roles = ["interactive", "batch"]
     stack = {
-        "mode": mode, "run_dir": run_dir, "log_dir": log_dir, "ports": ports, "procs": [],
+        "mode": mode, "run_dir": run_dir, "epp_config": os.path.abspath(args.epp_config), "log_dir": log_dir, "ports": ports, "procs": [],
         "model": os.path.splitext(os.path.basename(args.model))[0],
         "replicas": [
             {"name": f"replica-{i}", "port": p, "role": roles[i % 2]}
@@ -241,6 +241,8 @@ def main():
     u.add_argument("--base-port", type=int, default=18000)
     u.add_argument("--mode", choices=["auto", "epp", "direct"], default="auto")
     u.add_argument("--epp-verbosity", type=int, default=2)
+    u.add_argument("--epp-config", default=os.path.join(gwconfig.HERE, "epp-config.yaml"),
+                   help="EndpointPickerConfig template (default deploy/local/epp-config.yaml)")
     u.add_argument("--foreground", action="store_true", help="stay until Ctrl-C, then stop the stack")
     for name in ("up", "down", "status"):
         (u if name == "up" else sub.add_parser(name)).add_argument("--run-dir", default=DEFAULT_RUN)

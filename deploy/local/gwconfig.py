@@ -15,10 +15,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def render(template, values):
-    """`${NAME}` replaced from `values`. A value that is a list of lines replaces a
+    """`template` (a path, or a name in deploy/local) with `${NAME}` replaced from `values`. A value that is a list of lines replaces a
     placeholder standing alone on its line, each line at the placeholder's indent."""
     out = []
-    with open(os.path.join(HERE, template)) as f:
+    with open(os.path.join(HERE, template)) as f:  # an absolute `template` stays as is
         for line in f:
             m = re.fullmatch(r"(\s*)\$\{(\w+)\}\s*", line)
             if m and isinstance(values.get(m.group(2)), list):
@@ -75,7 +75,7 @@ def render_all(stack):
     reps = stack["replicas"]
     if stack["mode"] == "epp":
         write_atomic(os.path.join(run, "endpoints.yaml"), endpoints_yaml(reps))
-        write_atomic(os.path.join(run, "epp-config.yaml"), render("epp-config.yaml", values))
+        write_atomic(os.path.join(run, "epp-config.yaml"), render(stack.get("epp_config", "epp-config.yaml"), values))
         write_atomic(os.path.join(run, "envoy.yaml"), render("envoy-epp.yaml", values))
     else:
         batch = [r for r in reps if r["role"] == "batch"]

@@ -17,6 +17,7 @@ Ends with 'gateway: N passed, M failed'; exits non-zero on any failure.
 import argparse
 import concurrent.futures as cf
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -179,8 +180,10 @@ def main():
     else:
         print(f"PASS down: all {len(stack['procs'])} processes stopped")
         passed += 1
-    if failed:
+    if failed or args.keep:
         print(f"logs kept in {run_dir}/logs")
+    else:
+        shutil.rmtree(run_dir, ignore_errors=True)
     print(f"gateway: {passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
     return 1 if failed else 0
 
