@@ -172,7 +172,8 @@ def up(args):
         reps = []
         for r in stack["replicas"]:
             argv = [args.bin, "serve", "--model", args.model, "--host", "127.0.0.1", "--port", str(r["port"]),
-                    "--profile", args.profile, "--threads", str(args.threads), *args.serve_arg]
+                    "--profile", args.profile, "--threads", str(args.threads),
+                    "--config", os.path.abspath(args.replica_config), *args.serve_arg]
             reps.append(spawn(stack, r["name"], argv))
         for r, p in zip(stack["replicas"], reps):
             wait_until(r["name"], lambda r=r: gwconfig.is_ready(r["port"]), 180, [p])
@@ -237,6 +238,8 @@ def main():
     u.add_argument("--replicas", type=int, default=2)
     u.add_argument("--profile", default="mixed", help="every replica's profile (default mixed)")
     u.add_argument("--threads", type=int, default=1, help="threads per replica (default 1)")
+    u.add_argument("--replica-config", default=os.path.join(gwconfig.HERE, "replica.toml"),
+                   help="TOML laid over the profile (default deploy/local/replica.toml: objectives)")
     u.add_argument("--serve-arg", action="append", default=[], help="one more `serve` argument (repeatable)")
     u.add_argument("--base-port", type=int, default=18000)
     u.add_argument("--mode", choices=["auto", "epp", "direct"], default="auto")

@@ -45,16 +45,16 @@ def fifty_requests(stack, model, ports):
 
 def slo_headers(stack, model, ports):
     """The gateway's headers pass through Envoy (and the EPP) and reach the replica: SLO
-    targets, and the class (in direct mode the class also picks the batch replica)."""
+    targets, the class and the objective (in direct mode they also pick the batch replica)."""
     c = g.client(stack)
     r = g.chat(c, model, "Say hi.", extra_headers={"x-llm-d-slo-ttft-ms": "4321", "x-llm-d-slo-tpot-ms": "987"})
     slo = (r.usage.model_extra or {}).get("sloserve", {})
     assert slo.get("ttft_target_ms") == 4321 and slo.get("tpot_target_ms") == 987, slo
     g.wait_idle(ports)
     before = [g.served(p) for p in ports]
-    for _ in range(3):
-        r = g.completion(c, model, "Batch work:", extra_headers={"x-slo-class": "batch"})
-        assert r.usage.model_extra["sloserve"]["slo_class"] == "batch", r.usage
+    for h in [{"x-slo-class": "batch"}, {"x-llm-d-inference-objective": "batch"}, {"x-slo-class": "batch"}]:
+        r = g.completion(c, model, "Batch work:", extra_headers=h)
+        assert r.usage.model_extra["sloserve"]["slo_class"] == "batch", (h, r.usage)
     delta = [g.served(p) - b for p, b in zip(ports, before)]
     if stack["mode"] == "direct":
         assert delta == [0, 3], f"batch requests not on the batch replica (replica-1): {delta}"
