@@ -101,7 +101,10 @@ def save(stack):
 
 
 def load(run_dir):
-    with open(os.path.join(run_dir, "stack.json")) as f:
+    path = os.path.join(run_dir, "stack.json")
+    if not os.path.exists(path):
+        raise SystemExit(f"[gateway] no stack in {run_dir} (no stack.json)")
+    with open(path) as f:
         return json.load(f)
 
 
@@ -150,7 +153,7 @@ def up(args):
     log_dir = os.path.join(run_dir, "logs")
     os.makedirs(log_dir, exist_ok=True)
     envoy = gwinstall.envoy_binary()
-    epp = gwinstall.epp_binary(build=args.mode != "direct") if args.mode != "direct" else None
+    epp = gwinstall.epp_binary() if args.mode != "direct" else None
     if args.mode == "epp" and not epp:
         raise SystemExit("[gateway] --mode epp: no EPP binary (see above)")
     mode = "epp" if epp else "direct"
@@ -159,7 +162,8 @@ def up(args):
     ports = plan_ports(args.base_port, args.replicas)
     roles = ["interactive", "batch"]
     stack = {
-        "mode": mode, "run_dir": run_dir, "epp_config": os.path.abspath(args.epp_config), "log_dir": log_dir, "ports": ports, "procs": [],
+        "mode": mode, "run_dir": run_dir, "log_dir": log_dir, "ports": ports, "procs": [],
+        "epp_config": os.path.abspath(args.epp_config),
         "model": os.path.splitext(os.path.basename(args.model))[0],
         "replicas": [
             {"name": f"replica-{i}", "port": p, "role": roles[i % 2]}
