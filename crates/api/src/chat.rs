@@ -4,8 +4,9 @@
 
 use serde::{Deserialize, Deserializer, Serialize};
 
-use crate::common::{check_logprobs, GenParams, RawCommon, StopSpec, StreamOptions, Usage};
+use crate::common::{check_logprobs, GenParams, RequestFields, Usage};
 use crate::error::ApiError;
+use crate::sampling::SamplingFields;
 
 /// Roles a message may have.
 pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
@@ -59,63 +60,17 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
     pub messages: Vec<ChatMessage>,
-    #[serde(default)]
-    pub max_tokens: Option<i64>,
-    #[serde(default)]
-    pub max_completion_tokens: Option<i64>,
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    #[serde(default)]
-    pub top_p: Option<f64>,
-    #[serde(default)]
-    pub top_k: Option<i64>,
-    #[serde(default)]
-    pub min_p: Option<f64>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub stop: Option<StopSpec>,
-    #[serde(default)]
-    pub presence_penalty: Option<f64>,
-    #[serde(default)]
-    pub frequency_penalty: Option<f64>,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    #[serde(flatten)]
+    pub fields: RequestFields,
     #[serde(default)]
     pub logprobs: Option<bool>,
     #[serde(default)]
     pub top_logprobs: Option<i64>,
-    #[serde(default)]
-    pub n: Option<i64>,
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    pub user: Option<String>,
     /// Append the assistant header to the rendered prompt (default true).
     #[serde(default)]
     pub add_generation_prompt: Option<bool>,
-    /// sloserve: "interactive" or "batch".
-    #[serde(default)]
-    pub slo_class: Option<String>,
-    /// sloserve: this request's TTFT target.
-    #[serde(default)]
-    pub ttft_slo_ms: Option<f64>,
-    /// sloserve: this request's TPOT target (time per output token).
-    #[serde(default)]
-    pub tpot_slo_ms: Option<f64>,
-    /// vLLM's scheduling priority (an integer; accepted for compatibility, SLO
-    /// classes decide the order here).
-    #[serde(default)]
-    pub priority: Option<i64>,
-    /// vLLM's prefix-cache salt: cached prompt blocks are reused only by requests
-    /// with the same salt.
-    #[serde(default)]
-    pub cache_salt: Option<String>,
 }
 
 impl ChatCompletionRequest {
@@ -130,34 +85,12 @@ impl ChatCompletionRequest {
             }
             _ => None,
         };
-        let (max_tokens, param) = match (self.max_completion_tokens, self.max_tokens) {
+        let f = &self.fields;
+        let max_tokens = match (f.max_completion_tokens, f.max_tokens) {
             (Some(m), _) => (Some(m), "max_completion_tokens"),
             (None, m) => (m, "max_tokens"),
         };
-        RawCommon {
-            max_tokens,
-            max_tokens_param: param,
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            min_p: self.min_p,
-            seed: self.seed,
-            stop: self.stop.as_ref(),
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            n: self.n,
-            best_of: None,
-            ignore_eos: self.ignore_eos,
-            slo_class: self.slo_class.as_ref(),
-            ttft_slo_ms: self.ttft_slo_ms,
-            tpot_slo_ms: self.tpot_slo_ms,
-            stream: self.stream,
-            stream_options: self.stream_options.as_ref(),
-            user: self.user.as_ref(),
-            logit_bias: self.logit_bias.as_ref(),
-            cache_salt: self.cache_salt.as_ref(),
-        }
-        .validate(logprobs)
+        f.params(&self.sampling, max_tokens, logprobs)
     }
 
     /// The messages as (role, text) pairs, text parts joined by newlines.

@@ -1,10 +1,14 @@
 //! Pieces shared by completions and chat: `stop`, `stream_options`, `Usage` with
-//! sloserve's per-request timings, and [`GenParams`], the validated generation
-//! parameters both request kinds reduce to.
+//! sloserve's per-request timings, [`RequestFields`] (the non-sampling body fields
+//! both request kinds flatten in) and [`GenParams`], the validated generation
+//! parameters both reduce to.
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use sloserve_slo::{Asked, SloClass};
+
 use crate::error::ApiError;
+use crate::sampling::{Sampling, SamplingFields};
 
 /// Most stop strings per request.
 pub const MAX_STOP_STRINGS: usize = 16;
@@ -103,27 +107,51 @@ pub struct Usage {
     pub sloserve: Option<SloTimings>,
 }
 
+/// The body fields chat and completions share besides sampling: length,
+/// streaming, the request's SLO fields and its cache isolation.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, utoipa::ToSchema)]
+pub struct RequestFields {
+    #[serde(default)]
+    pub max_tokens: Option<i64>,
+    #[serde(default)]
+    pub max_completion_tokens: Option<i64>,
+    #[serde(default)]
+    pub stream: Option<bool>,
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    pub user: Option<String>,
+    /// sloserve: "interactive" or "batch".
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub slo_class: Option<SloClass>,
+    /// sloserve: this request's TTFT target.
+    #[serde(default)]
+    pub ttft_slo_ms: Option<f64>,
+    /// sloserve: this request's TPOT target (time per output token).
+    #[serde(default)]
+    pub tpot_slo_ms: Option<f64>,
+    /// vLLM's scheduling priority (an integer; accepted for compatibility, SLO
+    /// classes decide the order here).
+    #[serde(default)]
+    pub priority: Option<i64>,
+    /// vLLM's prefix-cache salt: cached prompt blocks are reused only by requests
+    /// with the same salt.
+    #[serde(default)]
+    pub cache_salt: Option<String>,
+}
+
 /// Validated generation parameters of one request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenParams {
+    pub sampling: Sampling,
     /// `None`: as many as the context leaves.
     pub max_tokens: Option<u32>,
-    pub temperature: f32,
-    pub top_p: f32,
-    /// 0: disabled.
-    pub top_k: usize,
-    pub min_p: f32,
-    pub seed: Option<u64>,
-    pub stop: Vec<String>,
-    pub presence_penalty: f32,
-    pub frequency_penalty: f32,
     /// `Some(n)`: return each token's logprob and its `n` best alternatives.
     pub logprobs: Option<usize>,
-    pub ignore_eos: bool,
-    /// "interactive" or "batch" when given.
-    pub slo_class: Option<String>,
-    pub ttft_slo_ms: Option<f64>,
-    pub tpot_slo_ms: Option<f64>,
+    /// The body's side of the SLO contract (class and targets, validated); the
+    /// server adds the headers' side (`sloserve_slo::Asked::read`).
+    pub slo: Asked,
     pub stream: bool,
     pub include_usage: bool,
     pub user: Option<String>,
@@ -132,146 +160,34 @@ pub struct GenParams {
     pub cache_salt: Option<String>,
 }
 
-/// The sampling fields common to both request kinds, before validation.
-pub(crate) struct RawCommon<'a> {
-    pub max_tokens: Option<i64>,
-    pub max_tokens_param: &'static str,
-    pub temperature: Option<f64>,
-    pub top_p: Option<f64>,
-    pub top_k: Option<i64>,
-    pub min_p: Option<f64>,
-    pub seed: Option<i64>,
-    pub stop: Option<&'a StopSpec>,
-    pub presence_penalty: Option<f64>,
-    pub frequency_penalty: Option<f64>,
-    pub n: Option<i64>,
-    pub best_of: Option<i64>,
-    pub ignore_eos: Option<bool>,
-    pub slo_class: Option<&'a String>,
-    pub ttft_slo_ms: Option<f64>,
-    pub tpot_slo_ms: Option<f64>,
-    pub stream: Option<bool>,
-    pub stream_options: Option<&'a StreamOptions>,
-    pub user: Option<&'a String>,
-    pub logit_bias: Option<&'a serde_json::Map<String, serde_json::Value>>,
-    pub cache_salt: Option<&'a String>,
-}
-
-/// A latency target must be a positive, finite number of milliseconds.
-pub fn check_target_ms(param: &str, t: f64) -> Result<(), ApiError> {
-    if t.is_finite() && t > 0.0 {
-        Ok(())
-    } else {
-        Err(ApiError::invalid(
-            param,
-            format!("{param} must be a positive number of milliseconds, got {t}"),
-        ))
-    }
-}
-
-fn in_range(param: &str, v: Option<f64>, lo: f64, hi: f64, default: f64) -> Result<f32, ApiError> {
-    match v {
-        None => Ok(default as f32),
-        Some(x) if x.is_finite() && x >= lo && x <= hi => Ok(x as f32),
-        Some(x) => Err(ApiError::invalid(
-            param,
-            format!("{param} must be between {lo} and {hi}, got {x}"),
-        )),
-    }
-}
-
-impl RawCommon<'_> {
-    pub(crate) fn validate(&self, logprobs: Option<usize>) -> Result<GenParams, ApiError> {
-        let max_tokens = match self.max_tokens {
-            None => None,
-            Some(m) if m >= 1 && m <= u32::MAX as i64 => Some(m as u32),
-            Some(m) => {
-                let p = self.max_tokens_param;
+impl RequestFields {
+    /// Validates these fields with the sampling ones. `max_tokens` is the length
+    /// field that applies (its value and name: the two request kinds differ).
+    pub(crate) fn params(
+        &self,
+        sampling: &SamplingFields,
+        max_tokens: (Option<i64>, &'static str),
+        logprobs: Option<usize>,
+    ) -> Result<GenParams, ApiError> {
+        let max_tokens = match max_tokens {
+            (None, _) => None,
+            (Some(m), _) if m >= 1 && m <= u32::MAX as i64 => Some(m as u32),
+            (Some(m), p) => {
                 return Err(ApiError::invalid(
                     p,
                     format!("{p} must be at least 1, got {m}"),
                 ));
             }
         };
-        let temperature = in_range("temperature", self.temperature, 0.0, 2.0, 1.0)?;
-        let top_p = in_range("top_p", self.top_p, 0.0, 1.0, 1.0)?;
-        if top_p <= 0.0 {
-            return Err(ApiError::invalid("top_p", "top_p must be in (0, 1], got 0"));
-        }
-        let top_k = match self.top_k {
-            None | Some(-1) | Some(0) => 0,
-            Some(k) if k > 0 => k as usize,
-            Some(k) => {
-                return Err(ApiError::invalid(
-                    "top_k",
-                    format!("top_k must be -1 (disabled) or at least 1, got {k}"),
-                ))
-            }
+        let sampling = sampling.validate()?;
+        let slo = Asked {
+            class: self.slo_class,
+            objective: None,
+            ttft_ms: self.ttft_slo_ms,
+            tpot_ms: self.tpot_slo_ms,
         };
-        let min_p = in_range("min_p", self.min_p, 0.0, 1.0, 0.0)?;
-        let presence_penalty = in_range("presence_penalty", self.presence_penalty, -2.0, 2.0, 0.0)?;
-        let frequency_penalty =
-            in_range("frequency_penalty", self.frequency_penalty, -2.0, 2.0, 0.0)?;
-        if let Some(n) = self.n {
-            if n != 1 {
-                return Err(ApiError::invalid(
-                    "n",
-                    format!("n must be 1 (several choices per request are not supported), got {n}"),
-                ));
-            }
-        }
-        if let Some(b) = self.best_of {
-            if b != 1 {
-                return Err(ApiError::invalid(
-                    "best_of",
-                    format!("best_of must be 1 (not supported), got {b}"),
-                ));
-            }
-        }
-        let stop = self.stop.map(StopSpec::to_vec).unwrap_or_default();
-        if stop.len() > MAX_STOP_STRINGS {
-            return Err(ApiError::invalid(
-                "stop",
-                format!(
-                    "stop: at most {MAX_STOP_STRINGS} stop strings, got {}",
-                    stop.len()
-                ),
-            ));
-        }
-        if stop.iter().any(String::is_empty) {
-            return Err(ApiError::invalid(
-                "stop",
-                "stop: stop strings must not be empty",
-            ));
-        }
-        let slo_class = match self.slo_class {
-            None => None,
-            Some(c) => {
-                let l = c.trim().to_ascii_lowercase();
-                if l != "interactive" && l != "batch" {
-                    return Err(ApiError::invalid(
-                        "slo_class",
-                        format!("slo_class must be 'interactive' or 'batch', got '{c}'"),
-                    ));
-                }
-                Some(l)
-            }
-        };
-        for (param, v) in [
-            ("ttft_slo_ms", self.ttft_slo_ms),
-            ("tpot_slo_ms", self.tpot_slo_ms),
-        ] {
-            if let Some(t) = v {
-                check_target_ms(param, t)?;
-            }
-        }
-        if self.logit_bias.is_some_and(|m| !m.is_empty()) {
-            return Err(ApiError::invalid(
-                "logit_bias",
-                "logit_bias is not supported",
-            ));
-        }
-        if self.cache_salt.is_some_and(|s| s.is_empty()) {
+        slo.validate()?;
+        if self.cache_salt.as_ref().is_some_and(|s| s.is_empty()) {
             return Err(ApiError::invalid(
                 "cache_salt",
                 "cache_salt must be a non-empty string",
@@ -279,28 +195,19 @@ impl RawCommon<'_> {
         }
         let stream = self.stream.unwrap_or(false);
         Ok(GenParams {
+            sampling,
             max_tokens,
-            temperature,
-            top_p,
-            top_k,
-            min_p,
-            seed: self.seed.map(|s| s as u64),
-            stop,
-            presence_penalty,
-            frequency_penalty,
             logprobs,
-            ignore_eos: self.ignore_eos.unwrap_or(false),
-            slo_class,
-            ttft_slo_ms: self.ttft_slo_ms,
-            tpot_slo_ms: self.tpot_slo_ms,
+            slo,
             stream,
             include_usage: stream
                 && self
                     .stream_options
+                    .as_ref()
                     .and_then(|o| o.include_usage)
                     .unwrap_or(false),
-            user: self.user.cloned(),
-            cache_salt: self.cache_salt.cloned(),
+            user: self.user.clone(),
+            cache_salt: self.cache_salt.clone(),
         })
     }
 }

@@ -5,8 +5,9 @@
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::common::{check_logprobs, GenParams, RawCommon, StopSpec, StreamOptions, Usage};
+use crate::common::{check_logprobs, GenParams, RequestFields, Usage};
 use crate::error::ApiError;
+use crate::sampling::SamplingFields;
 
 /// `prompt`: a string or a list of token ids (a list holding one string or one
 /// list of ids is accepted too; several prompts per request are not).
@@ -77,70 +78,22 @@ pub struct CompletionRequest {
     #[serde(default)]
     pub model: Option<String>,
     pub prompt: Prompt,
-    #[serde(default)]
-    pub max_tokens: Option<i64>,
-    #[serde(default)]
-    pub max_completion_tokens: Option<i64>,
-    #[serde(default)]
-    pub temperature: Option<f64>,
-    #[serde(default)]
-    pub top_p: Option<f64>,
-    #[serde(default)]
-    pub top_k: Option<i64>,
-    #[serde(default)]
-    pub min_p: Option<f64>,
-    #[serde(default)]
-    pub seed: Option<i64>,
-    #[serde(default)]
-    pub stop: Option<StopSpec>,
-    #[serde(default)]
-    pub presence_penalty: Option<f64>,
-    #[serde(default)]
-    pub frequency_penalty: Option<f64>,
+    #[serde(flatten)]
+    pub sampling: SamplingFields,
+    #[serde(flatten)]
+    pub fields: RequestFields,
     /// Number of alternatives per token (0-20); `null`: no logprobs.
     #[serde(default)]
     pub logprobs: Option<i64>,
     #[serde(default)]
-    pub n: Option<i64>,
-    #[serde(default)]
-    pub best_of: Option<i64>,
-    #[serde(default)]
     pub echo: Option<bool>,
     #[serde(default)]
     pub suffix: Option<String>,
-    #[serde(default)]
-    #[schema(value_type = Option<Object>)]
-    pub logit_bias: Option<serde_json::Map<String, serde_json::Value>>,
-    #[serde(default)]
-    pub ignore_eos: Option<bool>,
-    #[serde(default)]
-    pub stream: Option<bool>,
-    #[serde(default)]
-    pub stream_options: Option<StreamOptions>,
-    #[serde(default)]
-    pub user: Option<String>,
-    /// sloserve: "interactive" or "batch".
-    #[serde(default)]
-    pub slo_class: Option<String>,
-    /// sloserve: this request's TTFT target.
-    #[serde(default)]
-    pub ttft_slo_ms: Option<f64>,
-    /// sloserve: this request's TPOT target (time per output token).
-    #[serde(default)]
-    pub tpot_slo_ms: Option<f64>,
     /// Control-token texts in a text prompt (`<|im_start|>`) are tokenized as plain
     /// text when true; by default they become their ids, as in vLLM and llama-server
     /// (the name is Hugging Face tokenizers' `split_special_tokens`).
     #[serde(default)]
     pub split_special_tokens: Option<bool>,
-    /// vLLM's scheduling priority (an integer; accepted for compatibility, SLO
-    /// classes decide the order here).
-    #[serde(default)]
-    pub priority: Option<i64>,
-    /// vLLM's prefix-cache salt: cached prompt blocks are reused only by requests
-    /// with the same salt.
-    #[serde(default)]
-    pub cache_salt: Option<String>,
 }
 
 /// OpenAI's default `max_tokens` for legacy completions.
@@ -166,35 +119,13 @@ impl CompletionRequest {
             .logprobs
             .map(|n| check_logprobs("logprobs", n))
             .transpose()?;
-        let (max_tokens, param) = match (self.max_tokens, self.max_completion_tokens) {
+        let f = &self.fields;
+        let max_tokens = match (f.max_tokens, f.max_completion_tokens) {
             (Some(m), _) => (Some(m), "max_tokens"),
             (None, Some(m)) => (Some(m), "max_completion_tokens"),
             (None, None) => (Some(DEFAULT_COMPLETION_MAX_TOKENS as i64), "max_tokens"),
         };
-        RawCommon {
-            max_tokens,
-            max_tokens_param: param,
-            temperature: self.temperature,
-            top_p: self.top_p,
-            top_k: self.top_k,
-            min_p: self.min_p,
-            seed: self.seed,
-            stop: self.stop.as_ref(),
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            n: self.n,
-            best_of: self.best_of,
-            ignore_eos: self.ignore_eos,
-            slo_class: self.slo_class.as_ref(),
-            ttft_slo_ms: self.ttft_slo_ms,
-            tpot_slo_ms: self.tpot_slo_ms,
-            stream: self.stream,
-            stream_options: self.stream_options.as_ref(),
-            user: self.user.as_ref(),
-            logit_bias: self.logit_bias.as_ref(),
-            cache_salt: self.cache_salt.as_ref(),
-        }
-        .validate(logprobs)
+        f.params(&self.sampling, max_tokens, logprobs)
     }
 }
 
@@ -324,14 +255,17 @@ mod tests {
     fn params_defaults_and_ranges() {
         let p = req(r#"{"prompt":"a"}"#).params().unwrap();
         assert_eq!(p.max_tokens, Some(16));
-        assert_eq!(p.temperature, 1.0);
+        assert_eq!(p.sampling.temperature, 1.0);
         assert!(p.logprobs.is_none() && !p.stream && !p.include_usage);
         let p = req(r#"{"prompt":"a","stop":"x","logprobs":2,"stream":true,
                        "stream_options":{"include_usage":true},"seed":7,"top_k":-1}"#)
         .params()
         .unwrap();
-        assert_eq!(p.stop, vec!["x".to_string()]);
-        assert_eq!((p.logprobs, p.seed, p.top_k), (Some(2), Some(7), 0));
+        assert_eq!(p.sampling.stop, vec!["x".to_string()]);
+        assert_eq!(
+            (p.logprobs, p.sampling.seed, p.sampling.top_k),
+            (Some(2), Some(7), 0)
+        );
         assert!(p.include_usage);
         for (body, param) in [
             (r#"{"prompt":"a","temperature":2.5}"#, "temperature"),
@@ -353,7 +287,6 @@ mod tests {
             (r#"{"prompt":"a","n":2}"#, "n"),
             (r#"{"prompt":"a","logprobs":21}"#, "logprobs"),
             (r#"{"prompt":"a","stop":["a",""]}"#, "stop"),
-            (r#"{"prompt":"a","slo_class":"bulk"}"#, "slo_class"),
             (r#"{"prompt":"a","ttft_slo_ms":0}"#, "ttft_slo_ms"),
             (r#"{"prompt":"a","echo":true}"#, "echo"),
         ] {
@@ -362,6 +295,25 @@ mod tests {
             assert_eq!(e.param.as_deref(), Some(param), "{body}");
             assert!(e.message.contains(param), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn flattened_fields_are_named_in_parse_errors() {
+        for (body, param) in [
+            (r#"{"prompt":"a","slo_class":"bulk"}"#, "slo_class"),
+            (r#"{"prompt":"a","temperature":"hot"}"#, "temperature"),
+            (r#"{"prompt":"a","stream":1}"#, "stream"),
+            (r#"{"prompt":"a","stop":[1]}"#, "stop"),
+        ] {
+            let e = parse_json::<CompletionRequest>(body.as_bytes()).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref()), (400, Some(param)), "{body}");
+            assert!(e.message.contains(param), "{}", e.message);
+        }
+        let p = req(r#"{"prompt":"a","slo_class":" Batch","ttft_slo_ms":50}"#)
+            .params()
+            .unwrap();
+        assert_eq!(p.slo.class, Some(sloserve_slo::SloClass::Batch));
+        assert_eq!(p.slo.ttft_ms, Some(50.0));
     }
 
     #[test]

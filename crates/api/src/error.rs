@@ -161,6 +161,17 @@ impl ApiError {
     }
 }
 
+/// A refused SLO field: 400 naming the field or header, or 403 for a class the
+/// key may not use.
+impl From<sloserve_slo::SloError> for ApiError {
+    fn from(e: sloserve_slo::SloError) -> Self {
+        match e.status() {
+            403 => ApiError::forbidden(e.param(), e.to_string()),
+            _ => ApiError::invalid(e.param(), e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

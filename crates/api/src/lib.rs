@@ -9,6 +9,7 @@ pub mod common;
 pub mod completion;
 pub mod error;
 pub mod parse;
+pub mod sampling;
 pub mod tokenize;
 
 pub use chat::{
@@ -17,7 +18,7 @@ pub use chat::{
     MessageContent, ResponseMessage, TopLogprob,
 };
 pub use common::{
-    check_target_ms, GenParams, PromptTokensDetails, SloTimings, StopSpec, StreamOptions, Usage,
+    GenParams, PromptTokensDetails, RequestFields, SloTimings, StopSpec, StreamOptions, Usage,
     MAX_LOGPROBS, MAX_STOP_STRINGS,
 };
 pub use completion::{
@@ -26,6 +27,8 @@ pub use completion::{
 };
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use parse::parse_json;
+pub use sampling::{Sampling, SamplingFields};
+pub use sloserve_slo::{Asked, SloClass};
 pub use tokenize::{
     DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
 };

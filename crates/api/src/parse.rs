@@ -46,6 +46,9 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let res: Result<T, _> = serde_path_to_error::deserialize(&mut de);
     let value = match res {
         Ok(v) => v,
+        Err(e) if e.path().to_string() == "." => {
+            return Err(locate_flattened(body).unwrap_or_else(|| convert(e)))
+        }
         Err(e) => return Err(convert(e)),
     };
     if let Err(e) = de.end() {
@@ -54,6 +57,18 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         )));
     }
     Ok(value)
+}
+
+/// serde loses the path of an error inside a `#[serde(flatten)]`ed struct (it
+/// reports the body's root); the shared request fields are flattened, so a root
+/// error is looked for again in each of them alone, which names the field.
+fn locate_flattened(body: &[u8]) -> Option<ApiError> {
+    fn field_error<T: DeserializeOwned>(body: &[u8]) -> Option<ApiError> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let e = serde_path_to_error::deserialize::<_, T>(&mut de).err()?;
+        (e.path().to_string() != ".").then(|| convert(e))
+    }
+    field_error::<crate::SamplingFields>(body).or_else(|| field_error::<crate::RequestFields>(body))
 }
 
 fn convert(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {

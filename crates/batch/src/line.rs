@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use rand::Rng;
 use serde_json::{json, Value};
+use sloserve_slo::SloClass;
 
 use crate::owner::Owner;
 use crate::store::LineUsage;
@@ -77,7 +78,7 @@ pub async fn run_line(dispatch: &dyn Dispatch, owner: &Owner, line: &ParsedLine)
         );
     }
     if let Some(obj) = body.as_object_mut() {
-        obj.insert("slo_class".into(), json!("batch"));
+        obj.insert("slo_class".into(), json!(SloClass::Batch.as_str()));
     }
     let reply = dispatch.call(owner, &line.url, body).await;
     match reply.status {

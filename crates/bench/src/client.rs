@@ -174,7 +174,7 @@ impl Client {
             .header("content-type", "application/json")
             .header("accept", "text/event-stream");
         if let Some(c) = &spec.class {
-            req = req.header("x-slo-class", c.as_str());
+            req = req.header(sloserve_slo::headers::CLASS, c.as_str());
         }
         let resp = self
             .http

@@ -9,7 +9,7 @@ use std::time::Instant;
 use crate::config::{AdmissionConfig, EngineConfig};
 use crate::departures::Departures;
 use crate::error::EngineError;
-use crate::request::{Admitted, Request, SloClass, SloTargets};
+use crate::request::{Admitted, Request, SloClass};
 use crate::scheduler::{QueueExits, Released};
 use crate::stats::PerClass;
 
@@ -72,14 +72,9 @@ impl RequestLimits {
                 vocab_size: self.vocab_size,
             });
         }
-        for (field, v) in [
-            ("ttft_slo_ms", req.ttft_slo_ms),
-            ("tpot_slo_ms", req.tpot_slo_ms),
-        ] {
-            if v.is_some_and(|ms| !ms.is_finite() || ms <= 0.0) {
-                return Err(EngineError::InvalidTarget { field });
-            }
-        }
+        req.slo
+            .validate()
+            .map_err(|e| EngineError::InvalidTarget { field: e.param() })?;
         Ok(max_tokens)
     }
 
@@ -87,18 +82,7 @@ impl RequestLimits {
     /// checks above, its class and its targets. The one place these are decided.
     pub fn decide(&self, cfg: &EngineConfig, req: &Request) -> Result<Admitted, EngineError> {
         let max_tokens = self.validate(req)?;
-        let objective = req.objective.as_ref().and_then(|o| cfg.objectives.get(o));
-        let class = match (cfg.slo_classes, req.slo_class.or(objective.copied())) {
-            (true, Some(c)) => c,
-            _ => cfg.default_slo_class,
-        };
-        let targets = match class {
-            SloClass::Interactive => SloTargets {
-                ttft_ms: req.ttft_slo_ms.or(cfg.default_ttft_slo_ms),
-                tpot_ms: req.tpot_slo_ms.or(cfg.default_tpot_slo_ms),
-            },
-            SloClass::Batch => SloTargets::default(),
-        };
+        let (class, targets) = sloserve_slo::resolve(&req.slo, &cfg.slo_policy());
         Ok(Admitted {
             class,
             targets,
@@ -143,11 +127,27 @@ impl AdmissionState {
     /// (`ttft_slo_ms` times `ttft_reject_factor`); a batch request never is, it
     /// queues, unless it carries its own `deadline_s` and is predicted to start
     /// after it (`DeadlineUnreachable`).
+    #[cfg(test)]
     pub fn try_admit(
         &mut self,
         cfg: &AdmissionConfig,
         class: SloClass,
         prompt_len: usize,
+        ttft_slo_ms: Option<f64>,
+        deadline_s: Option<f64>,
+    ) -> Result<(), EngineError> {
+        self.try_admit_cached(cfg, class, prompt_len, 0, ttft_slo_ms, deadline_s)
+    }
+
+    /// [`Self::try_admit`] for a prompt whose first `cached` tokens the prefix
+    /// cache holds: its own prefill in the TTFT prediction is the uncached rest
+    /// (the queue bounds still count the whole prompt).
+    pub fn try_admit_cached(
+        &mut self,
+        cfg: &AdmissionConfig,
+        class: SloClass,
+        prompt_len: usize,
+        cached: usize,
         ttft_slo_ms: Option<f64>,
         deadline_s: Option<f64>,
     ) -> Result<(), EngineError> {
@@ -170,7 +170,8 @@ impl AdmissionState {
         }
         let refusal = match class {
             SloClass::Interactive => {
-                self.interactive_refusal(cfg, prompt_len, ttft_slo_ms, wait_s, retry_after_s)
+                let uncached = prompt_len.saturating_sub(cached).max(1);
+                self.interactive_refusal(cfg, uncached, ttft_slo_ms, wait_s, retry_after_s)
             }
             SloClass::Batch => {
                 deadline_s
@@ -193,12 +194,12 @@ impl AdmissionState {
 
     /// Why an interactive request predicted to wait `wait_s` would be refused
     /// for its latency, if it would: its wait past `max_queue_wait_s`, or its
-    /// predicted TTFT (the wait, its own prefill and one step) past its target
-    /// times `ttft_reject_factor`.
+    /// predicted TTFT (the wait, its own prefill of `prefill_tokens` and one step)
+    /// past its target times `ttft_reject_factor`.
     fn interactive_refusal(
         &self,
         cfg: &AdmissionConfig,
-        prompt_len: usize,
+        prefill_tokens: usize,
         ttft_slo_ms: Option<f64>,
         wait_s: f64,
         retry_after_s: u64,
@@ -212,7 +213,7 @@ impl AdmissionState {
         }
         let slo = ttft_slo_ms.filter(|_| cfg.ttft_reject_factor > 0.0)?;
         let own_prefill_s = if self.prefill_rate > 0.0 {
-            prompt_len as f64 / self.prefill_rate
+            prefill_tokens as f64 / self.prefill_rate
         } else {
             0.0
         };

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::config::{ClassLimits, EngineConfig};
+use crate::request::SloTargets;
 
 #[test]
 fn validation_errors_are_specific() {
@@ -75,12 +76,12 @@ fn decide_resolves_class_and_targets_once() {
     // The gateway's objective maps to a class; a class named outright wins.
     cfg.objectives.insert("offline".into(), SloClass::Batch);
     let mut o = Request::greedy(vec![1; 4], 3);
-    o.objective = Some("offline".into());
+    o.slo.objective = Some("offline".into());
     assert_eq!(l.decide(&cfg, &o).unwrap().class, SloClass::Batch);
-    o.objective = Some("unknown".into());
+    o.slo.objective = Some("unknown".into());
     assert_eq!(l.decide(&cfg, &o).unwrap().class, SloClass::Interactive);
-    o.objective = Some("offline".into());
-    o.slo_class = Some(SloClass::Interactive);
+    o.slo.objective = Some("offline".into());
+    o.slo.class = Some(SloClass::Interactive);
     assert_eq!(l.decide(&cfg, &o).unwrap().class, SloClass::Interactive);
     cfg.slo_classes = false;
     cfg.default_slo_class = SloClass::Batch;

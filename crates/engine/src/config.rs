@@ -225,6 +225,17 @@ pub(crate) fn merge_toml(base: &mut toml::Table, over: toml::Table) {
 }
 
 impl EngineConfig {
+    /// The profile's side of the SLO contract (`sloserve_slo::resolve`).
+    pub fn slo_policy(&self) -> sloserve_slo::Policy<'_> {
+        sloserve_slo::Policy {
+            classes: self.slo_classes,
+            default_class: self.default_slo_class,
+            objectives: &self.objectives,
+            default_ttft_ms: self.default_ttft_slo_ms,
+            default_tpot_ms: self.default_tpot_slo_ms,
+        }
+    }
+
     /// A full configuration from TOML (missing keys default).
     pub fn from_toml_str(s: &str) -> Result<Self, EngineError> {
         toml::from_str(s).map_err(|e| bad(e.to_string()))

@@ -11,6 +11,7 @@ use crate::admission::RequestLimits;
 use crate::config::EngineConfig;
 use crate::error::EngineError;
 use crate::event::{Event, FinishReason};
+use crate::prefix_cache::CacheChange;
 use crate::request::{Admitted, Request};
 use crate::runner::{Batch, Logits, ModelRunner, RunnerInfo};
 use crate::sampler::Sampler;
@@ -153,6 +154,7 @@ impl EngineCore {
         stop.max_tokens = Some(admitted.max_tokens);
         let max_len = (req.prompt.len() + admitted.max_tokens).min(self.info.max_model_len);
         let sampler = Sampler::new(req.sampling, self.info.vocab_size)
+            .with_prompt(&req.prompt)
             .with_constraint(req.constraint.map(|c| c.matcher()));
         let (salt, deadline) = (req.cache_salt, req.deadline);
         let mut seq = Sequence::new(
@@ -224,6 +226,12 @@ impl EngineCore {
     }
 
     /// The scheduler's view of the engine's gauges and counters.
+    /// Moves the prefix cache's changes since the last call into `out` (none
+    /// when the cache is off).
+    pub fn take_cache_changes(&mut self, out: &mut Vec<CacheChange>) {
+        self.sched.take_cache_changes(out);
+    }
+
     pub fn snapshot(&self) -> EngineStats {
         self.sched.snapshot()
     }

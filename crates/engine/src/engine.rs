@@ -12,10 +12,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 use crate::admission::{AdmissionState, RequestLimits};
+use crate::cached_index::CachedIndex;
 use crate::config::EngineConfig;
 use crate::core::{EngineCore, StepReport};
 use crate::error::EngineError;
 use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTimings, SloReport};
+use crate::prefix_cache::CacheChange;
 use crate::request::{Admitted, Request};
 use crate::runner::{ModelRunner, RunnerInfo};
 use crate::stats::EngineStats;
@@ -44,6 +46,8 @@ struct NewRequest {
 
 struct Shared {
     admission: Mutex<AdmissionState>,
+    /// The prefix cache's blocks, for admission at submit.
+    cached: CachedIndex,
     stats: Mutex<EngineStats>,
     stopping: AtomicBool,
     alive: AtomicBool,
@@ -86,6 +90,7 @@ impl Engine {
     ) -> Result<EngineHandle, EngineError> {
         let shared = Arc::new(Shared {
             admission: Mutex::new(AdmissionState::default()),
+            cached: CachedIndex::default(),
             stats: Mutex::new(EngineStats::default()),
             stopping: AtomicBool::new(false),
             alive: AtomicBool::new(true),
@@ -145,10 +150,18 @@ impl EngineHandle {
         let admitted = inner.limits.decide(&inner.cfg, &req)?;
         let class = admitted.class;
         let prompt_len = req.prompt.len();
-        lock(&sh.admission).try_admit(
+        let cached = match inner.cfg.enable_prefix_cache {
+            true => {
+                sh.cached
+                    .cached_prefix_tokens(req.cache_salt, &req.prompt, inner.info.block_size)
+            }
+            false => 0,
+        };
+        lock(&sh.admission).try_admit_cached(
             &inner.cfg.admission,
             class,
             prompt_len,
+            cached,
             admitted.targets.ttft_ms,
             req.deadline.map(|d| d.as_secs_f64()),
         )?;
@@ -252,6 +265,8 @@ enum Turn {
 struct LoopState {
     disconnected: bool,
     last_log: Instant,
+    /// The prefix cache's changes of one turn (reused).
+    cache_changes: Vec<CacheChange>,
 }
 
 /// The engine thread's loop: turns under `catch_unwind`; a panic fails the
@@ -260,6 +275,7 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
     let mut st = LoopState {
         disconnected: false,
         last_log: Instant::now(),
+        cache_changes: Vec::new(),
     };
     let mut panics_in_a_row = 0;
     loop {
@@ -351,6 +367,7 @@ fn turn(core: &mut EngineCore, rx: &Receiver<Command>, sh: &Shared, st: &mut Loo
     if !core.has_work() {
         if handled {
             // A cancel or abort freed blocks with no step to follow: publish now.
+            sync_cache_index(core, sh, st);
             publish_idle(core, sh);
         }
         if st.disconnected || sh.stopping.load(Ordering::Acquire) {
@@ -359,6 +376,7 @@ fn turn(core: &mut EngineCore, rx: &Receiver<Command>, sh: &Shared, st: &mut Loo
         return Turn::Idle;
     }
     let report = core.step();
+    sync_cache_index(core, sh, st);
     publish(core, sh, &report);
     if st.last_log.elapsed() >= COST_LOG_EVERY {
         st.last_log = Instant::now();
@@ -385,6 +403,13 @@ fn log_step_cost(st: &EngineStats) {
         batch_rows_deferred = st.counters.batch_rows_deferred,
         "step-time model"
     );
+}
+
+/// Brings the shared index of cached blocks up to date with the prefix cache.
+fn sync_cache_index(core: &mut EngineCore, sh: &Shared, st: &mut LoopState) {
+    core.take_cache_changes(&mut st.cache_changes);
+    sh.cached.apply(&st.cache_changes);
+    st.cache_changes.clear();
 }
 
 /// Publishes what commands changed while no step runs (the last step's time stays).

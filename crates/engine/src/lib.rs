@@ -12,6 +12,7 @@ pub mod sampler;
 pub mod admission;
 pub mod block_pool;
 mod budget;
+mod cached_index;
 pub mod config;
 mod core;
 mod departures;
@@ -46,6 +47,6 @@ pub use event::{
 };
 pub use prefix_cache::PrefixCache;
 pub use profile::{Profile, BUILTIN_PROFILES};
-pub use request::{Admitted, Request, SloClass, SloTargets, StopConditions};
+pub use request::{Admitted, Asked, Request, SloClass, SloTargets, StopConditions};
 pub use stats::{Counters, EngineStats, PerClass, SloAttainment};
 pub use step_cost::{StepCostFigures, StepCostModel, StepShape};

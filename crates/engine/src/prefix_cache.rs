@@ -11,6 +11,11 @@
 //! tries: blocks cached under one salt are never reachable with another; salt 0
 //! is the shared trie. A salted trie's root goes when its last block does.
 //!
+//! Each cached block has a chain hash (its tokens, its parent's hash, the salt at
+//! the root: [`chain_hash`]); what was stored and removed is logged as
+//! [`CacheChange`]s, drained once per step ([`PrefixCache::take_changes`]) into the
+//! index other threads read (`cached_index.rs`).
+//!
 //! Eviction is least-recently-used among leaves no sequence holds, and happens only
 //! when the pool runs out of free blocks. Candidates sit in a lazily validated
 //! min-heap keyed by last access, fed by the pool's "became idle" notifications, so
@@ -34,6 +39,43 @@ struct Node {
     alive: bool,
     /// The salt of a root node (roots have no parent and no block).
     salt: u64,
+    /// Chain hash: the root's is [`root_hash`] of its salt, a block's
+    /// [`chain_hash`] of its parent's and its tokens.
+    hash: u64,
+}
+
+/// What changed in the cache since the last [`PrefixCache::take_changes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheChange {
+    /// The cache is new and empty (engine start or restart).
+    Cleared,
+    /// A block was cached: its chain hash and its parent's.
+    Stored { hash: u64, parent: u64 },
+    /// A cached block was evicted.
+    Removed { hash: u64 },
+}
+
+/// The chain hash of the root of `salt`'s trie.
+pub fn root_hash(salt: u64) -> u64 {
+    mix(0x9e37_79b9_7f4a_7c15 ^ salt)
+}
+
+/// The chain hash of a full block of `tokens` under a parent of hash `parent`.
+pub fn chain_hash(parent: u64, tokens: &[u32]) -> u64 {
+    let mut h = mix(parent ^ 0x5851_f42d_4c95_7f2d);
+    for &t in tokens {
+        h = mix(h ^ t as u64);
+    }
+    h
+}
+
+/// A 64-bit finalizer (splitmix64): every input bit reaches every output bit.
+#[inline]
+fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// The radix prefix cache. See the module docs.
@@ -51,6 +93,8 @@ pub struct PrefixCache {
     idle_buf: Vec<u32>,
     tick: u64,
     num_cached: usize,
+    /// Stored and removed blocks since the last `take_changes`.
+    changes: Vec<CacheChange>,
 }
 
 impl PrefixCache {
@@ -63,6 +107,7 @@ impl PrefixCache {
             last_access: 0,
             alive: true,
             salt: 0,
+            hash: root_hash(0),
         };
         PrefixCache {
             roots: HashMap::from([(0, ROOT)]),
@@ -75,7 +120,13 @@ impl PrefixCache {
             idle_buf: Vec::new(),
             tick: 0,
             num_cached: 0,
+            changes: vec![CacheChange::Cleared],
         }
+    }
+
+    /// Moves the changes since the last call into `out` (appended).
+    pub fn take_changes(&mut self, out: &mut Vec<CacheChange>) {
+        out.append(&mut self.changes);
     }
 
     /// Number of cached blocks.
@@ -145,6 +196,7 @@ impl PrefixCache {
             None => {
                 let r = self.new_node(NONE, NONE, &[]);
                 self.nodes[r as usize].salt = salt;
+                self.nodes[r as usize].hash = root_hash(salt);
                 self.roots.insert(salt, r);
                 r
             }
@@ -168,6 +220,10 @@ impl PrefixCache {
                 break;
             }
             let id = self.new_node(node, block, chunk);
+            let parent = self.nodes[node as usize].hash;
+            let hash = chain_hash(parent, chunk);
+            self.nodes[id as usize].hash = hash;
+            self.changes.push(CacheChange::Stored { hash, parent });
             self.nodes[node as usize].children.insert(chunk.into(), id);
             self.pool.mark_cached(block);
             self.block_node[block as usize] = id;
@@ -257,6 +313,7 @@ impl PrefixCache {
             last_access: self.tick,
             alive: true,
             salt: 0,
+            hash: 0,
         };
         match self.free_nodes.pop() {
             Some(id) => {
@@ -280,6 +337,7 @@ impl PrefixCache {
         let n = &mut self.nodes[id as usize];
         n.alive = false;
         let (parent, block) = (n.parent, n.block);
+        self.changes.push(CacheChange::Removed { hash: n.hash });
         let key = std::mem::take(&mut n.key);
         self.nodes[parent as usize].children.remove(&key);
         self.pool.evict(block);
@@ -393,6 +451,61 @@ mod tests {
         assert_eq!(pool.ref_count(m[0]), 2);
         pool.check_invariants().unwrap();
         cache.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn changes_log_chain_hashes_of_stored_and_removed_blocks() {
+        let pool = BlockPool::new(8, 2);
+        let mut cache = PrefixCache::new(pool.clone());
+        let mut log = Vec::new();
+        cache.take_changes(&mut log);
+        assert_eq!(log, vec![CacheChange::Cleared]);
+        let a = seq(&pool, &mut cache, &[1, 2, 3, 4]);
+        let mut t = pool.new_table();
+        t.push_new().unwrap();
+        cache.insert_salted(9, &[1, 2], &mut t);
+        log.clear();
+        cache.take_changes(&mut log);
+        let h1 = chain_hash(root_hash(0), &[1, 2]);
+        let h2 = chain_hash(h1, &[3, 4]);
+        let s1 = chain_hash(root_hash(9), &[1, 2]);
+        assert_eq!(
+            log,
+            vec![
+                CacheChange::Stored {
+                    hash: h1,
+                    parent: root_hash(0)
+                },
+                CacheChange::Stored {
+                    hash: h2,
+                    parent: h1
+                },
+                CacheChange::Stored {
+                    hash: s1,
+                    parent: root_hash(9)
+                },
+            ]
+        );
+        assert!(h1 != s1 && h1 != h2, "salt and position change the hash");
+        // A second copy of the same tokens is deduplicated: nothing new.
+        let b = seq(&pool, &mut cache, &[1, 2, 3, 4]);
+        log.clear();
+        cache.take_changes(&mut log);
+        assert!(log.is_empty(), "{log:?}");
+        drop((a, b, t));
+        assert_eq!(cache.flush(), 3);
+        cache.take_changes(&mut log);
+        let mut removed: Vec<u64> = log
+            .iter()
+            .filter_map(|c| match c {
+                CacheChange::Removed { hash } => Some(*hash),
+                _ => None,
+            })
+            .collect();
+        removed.sort_unstable();
+        let mut want = vec![h1, h2, s1];
+        want.sort_unstable();
+        assert_eq!(removed, want);
     }
 
     #[test]

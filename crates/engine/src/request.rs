@@ -1,65 +1,12 @@
 //! What a client asks the engine for: prompt tokens, sampling, stop conditions and
 //! the SLO class with its optional targets.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::sampler::SamplingParams;
-
-/// Service class of a request. `Interactive` requests are admitted and prefilled
-/// before `Batch` ones and may preempt them; when no batch work runs at all, a batch
-/// request that waited `batch_aging_ms` ages into interactive priority, so batch
-/// work never starves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SloClass {
-    #[default]
-    Interactive,
-    Batch,
-}
-
-impl SloClass {
-    /// Both classes, highest priority first.
-    pub const ALL: [SloClass; 2] = [SloClass::Interactive, SloClass::Batch];
-
-    /// Dense index (0 interactive, 1 batch) for per-class arrays.
-    #[inline]
-    pub fn index(self) -> usize {
-        match self {
-            SloClass::Interactive => 0,
-            SloClass::Batch => 1,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SloClass::Interactive => "interactive",
-            SloClass::Batch => "batch",
-        }
-    }
-}
-
-impl fmt::Display for SloClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SloClass {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.trim().to_ascii_lowercase().as_str() {
-            "interactive" => Ok(SloClass::Interactive),
-            "batch" => Ok(SloClass::Batch),
-            other => Err(format!(
-                "unknown SLO class '{other}' (expected 'interactive' or 'batch')"
-            )),
-        }
-    }
-}
+pub use sloserve_slo::{Asked, SloClass, SloTargets};
 
 /// When generation stops. The first condition met wins; `Length` is also reported
 /// when the sequence reaches the model's context length.
@@ -104,21 +51,13 @@ pub struct Request {
     pub prompt: Vec<u32>,
     pub sampling: SamplingParams,
     pub stop: StopConditions,
-    /// `None`: the engine's `default_slo_class`. Ignored (everything is the default
-    /// class, served first-come first-served) when the engine runs without SLO classes.
-    pub slo_class: Option<SloClass>,
-    /// The inference objective the request came with (a gateway header); mapped
-    /// to a class by the config's `objectives` when `slo_class` is `None`.
-    pub objective: Option<String>,
-    /// Target time to first token; an interactive request whose predicted TTFT
-    /// exceeds it by `ttft_reject_factor` is refused at submit, and the scheduler
-    /// sizes steps so that it is met. `None`: the engine's `default_ttft_slo_ms`.
-    pub ttft_slo_ms: Option<f64>,
-    /// Target time per output token after the first: steps that carry this
-    /// request's decodes take at most this long (batch work is left out to keep
-    /// it). `None`: the engine's `default_tpot_slo_ms`, else the relative bound
-    /// `max_batch_interference`.
-    pub tpot_slo_ms: Option<f64>,
+    /// The SLO fields it came with (class, objective, targets), read once at the
+    /// edge; the engine resolves them against its profile at submit
+    /// (`sloserve_slo::resolve`): an interactive request whose predicted TTFT
+    /// exceeds its target by `ttft_reject_factor` is refused, and steps carrying its
+    /// decodes are sized to its TPOT target (else the relative bound
+    /// `max_batch_interference`).
+    pub slo: Asked,
     /// Prefix-cache isolation: the request reuses (and adds to) only blocks cached
     /// under the same salt (vLLM's `cache_salt`, mixed with the API key's scope by
     /// the server). 0: the shared cache.
@@ -140,10 +79,7 @@ impl Request {
             prompt,
             sampling: SamplingParams::greedy(),
             stop: StopConditions::max_tokens(max_tokens),
-            slo_class: None,
-            objective: None,
-            ttft_slo_ms: None,
-            tpot_slo_ms: None,
+            slo: Asked::default(),
             cache_salt: 0,
             deadline: None,
             constraint: None,
@@ -151,17 +87,17 @@ impl Request {
     }
 
     pub fn with_class(mut self, class: SloClass) -> Self {
-        self.slo_class = Some(class);
+        self.slo.class = Some(class);
         self
     }
 
     pub fn with_ttft_slo_ms(mut self, ms: f64) -> Self {
-        self.ttft_slo_ms = Some(ms);
+        self.slo.ttft_ms = Some(ms);
         self
     }
 
     pub fn with_tpot_slo_ms(mut self, ms: f64) -> Self {
-        self.tpot_slo_ms = Some(ms);
+        self.slo.tpot_ms = Some(ms);
         self
     }
 
@@ -169,17 +105,6 @@ impl Request {
         self.deadline = Some(deadline);
         self
     }
-}
-
-/// The latency targets a request runs under, as the engine resolved them at submit
-/// (interactive requests only; batch requests have none).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct SloTargets {
-    /// Time to first token, milliseconds.
-    pub ttft_ms: Option<f64>,
-    /// Time per output token, milliseconds. `None` for an interactive request: the
-    /// relative bound (`max_batch_interference`) keeps its pace.
-    pub tpot_ms: Option<f64>,
 }
 
 /// What the engine decided for an accepted request (returned on its stream).

@@ -14,7 +14,7 @@ use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sloserve_api::ApiError;
-use sloserve_engine::SloClass;
+use sloserve_slo::SloClass;
 
 use crate::error::RouterError;
 use crate::state::RouterState;
@@ -85,19 +85,6 @@ pub struct Caller {
 
 impl Caller {
     pub const OPEN: Caller = Caller { ceiling: None };
-
-    /// The class a request is routed as, given the one it was decided to ask for:
-    /// `interactive` under a `batch` ceiling is a 403 (as on a replica).
-    pub fn limit_class(&self, asked: SloClass, explicit: bool) -> Result<SloClass, ApiError> {
-        match (self.ceiling, asked) {
-            (Some(SloClass::Batch), SloClass::Interactive) if explicit => Err(ApiError::forbidden(
-                "slo_class",
-                "this API key may only make batch requests (slo_class 'interactive' is not allowed)",
-            )),
-            (Some(SloClass::Batch), _) => Ok(SloClass::Batch),
-            _ => Ok(asked),
-        }
-    }
 }
 
 /// The configured keys (empty: the router is open).
@@ -204,16 +191,6 @@ mod tests {
         h.insert("authorization", "Bearer k2".parse().unwrap());
         let c = keys.identify(&h).unwrap();
         assert_eq!(c.ceiling, Some(SloClass::Batch));
-        assert_eq!(
-            c.limit_class(SloClass::Interactive, true)
-                .unwrap_err()
-                .status,
-            403
-        );
-        assert_eq!(
-            c.limit_class(SloClass::Interactive, false).unwrap(),
-            SloClass::Batch
-        );
         let mut h = HeaderMap::new();
         h.insert("x-api-key", "k1".parse().unwrap());
         assert_eq!(keys.identify(&h).unwrap().ceiling, None);

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use sloserve_engine::SloClass;
+use sloserve_slo::SloClass;
 
 use crate::config::FleetConfig;
 use crate::metrics::Histogram;

@@ -12,7 +12,7 @@ use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{json, Value};
-use sloserve_engine::SloClass;
+use sloserve_slo::SloClass;
 
 use crate::backend::{Backend, Fleet};
 use crate::error::RouterError;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
-use sloserve_engine::SloClass;
+use sloserve_slo::SloClass;
 
 use crate::guard::{GuardArgs, GuardConfig};
 

@@ -133,7 +133,7 @@ pub fn render(picker: &Picker, spilled: u64) -> String {
 mod tests {
     use super::*;
     use crate::config::RouterConfig;
-    use sloserve_engine::SloClass;
+    use sloserve_slo::SloClass;
 
     #[test]
     fn renders_every_family_per_backend_and_fleet() {

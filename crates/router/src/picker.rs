@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use sloserve_engine::SloClass;
+use sloserve_slo::SloClass;
 
 use crate::backend::{Backend, Fleet};
 use crate::config::{Policy, RouterConfig};

@@ -77,7 +77,7 @@ pub async fn forward_to(
     out: &Outgoing<'_>,
     t0: Instant,
 ) -> Result<Started, Response> {
-    let lease = backend.lease(out.body.len() as u64 / 4, sloserve_engine::SloClass::Batch);
+    let lease = backend.lease(out.body.len() as u64 / 4, sloserve_slo::SloClass::Batch);
     let a = upstream::attempt(&state.client, backend, out, limit(state)).await;
     match a {
         Attempt::Started { head, first, body } => {

@@ -6,19 +6,13 @@
 use axum::http::HeaderMap;
 use serde_json::Value;
 use sloserve_api::ApiError;
-use sloserve_engine::SloClass;
+use sloserve_slo::{resolve, Asked, Policy, SloClass};
 
 use crate::auth::Caller;
 use crate::backend::hash_str;
 use crate::config::RouterConfig;
 use crate::picker::Demand;
 
-/// Gateway headers naming the inference objective (llm-d's, then the older name).
-pub const OBJECTIVE_HEADERS: [&str; 2] = [
-    "x-llm-d-inference-objective",
-    "x-gateway-inference-objective",
-];
-pub const CLASS_HEADER: &str = "x-slo-class";
 /// Work assumed for a request that gives no `max_tokens`.
 const DEFAULT_MAX_TOKENS: u64 = 256;
 /// Characters per token assumed for the work estimate.
@@ -44,8 +38,7 @@ pub fn classify(
     if !v.is_object() {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     }
-    let (class, explicit) = class_of(cfg, headers, &v)?;
-    let class = caller.limit_class(class, explicit)?;
+    let class = class_of(cfg, caller, headers, &v)?;
     let text = prompt_text(&v);
     let aligned = aligned_prefix(&text, cfg.prefix_chars, cfg.prefix_align);
     let key = (!aligned.is_empty()).then(|| hash_str(aligned));
@@ -60,35 +53,37 @@ pub fn classify(
     })
 }
 
-/// The body's `slo_class`, else `X-SLO-Class` (both asked explicitly), else the
-/// objective header mapped through the config, else the default class.
+/// The class the request is routed as: the SLO contract's rule
+/// (`sloserve_slo::resolve`) over the body's `slo_class` and the headers, with the
+/// router's `[objectives]` and default class, capped by the caller's key.
 fn class_of(
     cfg: &RouterConfig,
+    caller: Caller,
     headers: &HeaderMap,
     v: &Value,
-) -> Result<(SloClass, bool), ApiError> {
-    if let Some(c) = v.get("slo_class").filter(|c| !c.is_null()) {
-        return c
-            .as_str()
-            .ok_or_else(|| "must be a string".to_string())
-            .and_then(str::parse)
-            .map(|c| (c, true))
-            .map_err(|e| ApiError::invalid("slo_class", format!("slo_class: {e}")));
-    }
-    if let Some(h) = headers.get(CLASS_HEADER) {
-        return h
-            .to_str()
-            .map_err(|_| "not ASCII".to_string())
-            .and_then(str::parse)
-            .map(|c| (c, true))
-            .map_err(|e| ApiError::invalid("X-SLO-Class", format!("X-SLO-Class header: {e}")));
-    }
-    let objective = OBJECTIVE_HEADERS
-        .iter()
-        .find_map(|h| headers.get(*h))
-        .and_then(|h| h.to_str().ok())
-        .and_then(|o| cfg.objectives.get(o.trim()));
-    Ok((objective.copied().unwrap_or(cfg.default_class), false))
+) -> Result<SloClass, ApiError> {
+    let class = match v.get("slo_class").filter(|c| !c.is_null()) {
+        None => None,
+        Some(c) => Some(
+            c.as_str()
+                .ok_or_else(|| "must be a string".to_string())
+                .and_then(str::parse)
+                .map_err(|e| ApiError::invalid("slo_class", format!("slo_class: {e}")))?,
+        ),
+    };
+    let body = Asked {
+        class,
+        ..Asked::default()
+    };
+    let asked = Asked::read(body, |n| headers.get(n).map(|h| h.as_bytes()))?.cap(caller.ceiling)?;
+    let policy = Policy {
+        classes: true,
+        default_class: cfg.default_class,
+        objectives: &cfg.objectives,
+        default_ttft_ms: None,
+        default_tpot_ms: None,
+    };
+    Ok(resolve(&asked, &policy).0)
 }
 
 /// The text a prefix cache would see first: a completion's prompt, or a chat's

@@ -13,10 +13,10 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use sloserve_engine::SloClass;
+use sloserve_slo::headers::CLASS as CLASS_HEADER;
+use sloserve_slo::SloClass;
 
 use crate::backend::Backend;
-use crate::request::CLASS_HEADER;
 
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 

@@ -16,7 +16,7 @@ fn router(fleets: &[(&str, &[String])]) -> TestRouter {
     let mut cfg = RouterConfig::with_fleets(fleets).unwrap();
     cfg.health_interval = Duration::from_millis(100);
     cfg.objectives
-        .insert("offline".into(), sloserve_engine::SloClass::Batch);
+        .insert("offline".into(), sloserve_slo::SloClass::Batch);
     TestRouter::start(cfg)
 }
 

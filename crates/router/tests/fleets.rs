@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use common::*;
 use serde_json::{json, Value};
-use sloserve_engine::SloClass;
+use sloserve_slo::SloClass;
 use sloserve_router::RouterConfig;
 
 struct Setup {

@@ -55,20 +55,6 @@ impl Caller {
         key_index: None,
         ceiling: None,
     };
-
-    /// The class a request runs as given what it asked (`None`: not asked): asking
-    /// above the ceiling is a 403; not asking under a `batch` ceiling is batch.
-    pub fn limit_class(&self, asked: Option<SloClass>) -> Result<Option<SloClass>, ServerError> {
-        match (self.ceiling, asked) {
-            (Some(SloClass::Batch), Some(SloClass::Interactive)) => Err(ApiError::forbidden(
-                "slo_class",
-                "this API key may only make batch requests (slo_class 'interactive' is not allowed)",
-            )
-            .into()),
-            (Some(SloClass::Batch), None) => Ok(Some(SloClass::Batch)),
-            _ => Ok(asked),
-        }
-    }
 }
 
 /// Equal in time independent of where `a` and `b` differ (only of their lengths).
@@ -197,8 +183,6 @@ mod tests {
         h.insert("authorization", "Bearer k2".parse().unwrap());
         let c = keys.identify(&h).unwrap();
         assert_eq!((c.key_index, c.ceiling), (Some(1), Some(SloClass::Batch)));
-        assert!(c.limit_class(Some(SloClass::Interactive)).is_err());
-        assert_eq!(c.limit_class(None).unwrap(), Some(SloClass::Batch));
         let mut h = HeaderMap::new();
         h.insert("x-api-key", "k1".parse().unwrap());
         assert_eq!(keys.identify(&h).unwrap().key_index, Some(0));

@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::body::{to_bytes, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap};
 use axum::response::IntoResponse;
 use axum::Extension;
 use clap::Args;
@@ -110,8 +110,8 @@ impl Dispatch for HandlerDispatch {
             let Some(caller) = caller else {
                 return owner_gone();
             };
-            let mut headers = HeaderMap::new();
-            headers.insert("x-slo-class", HeaderValue::from_static("batch"));
+            // The line itself asks for the batch class (`sloserve_batch::line`).
+            let headers = HeaderMap::new();
             let body = Ok(Bytes::from(body.to_string()));
             let caller = Some(Extension(caller));
             let resp = match url {

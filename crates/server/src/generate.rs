@@ -38,12 +38,11 @@ pub async fn generate(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
-    let timeout = crate::limits::request_timeout(headers, state.request_timeout)?;
-    let req = state.build_request(prompt, &params, headers, caller)?;
+    let ingress = crate::ingress::build(&state, prompt, &params, headers, caller, None)?;
     state.check_accepting()?;
     let stream = state
         .engine
-        .submit(req)
+        .submit(ingress.request)
         .map_err(|e| ServerError::engine(e, prompt_param))?;
     let class = stream.admitted().class;
     let id = state.new_id(match kind {
@@ -56,10 +55,10 @@ pub async fn generate(
         stream,
         class,
         prompt_len,
-        params.stop.clone(),
+        params.sampling.stop.clone(),
         params.logprobs.is_some(),
     )
-    .with_timeout(timeout);
+    .with_timeout(ingress.timeout);
     let out = Out {
         kind,
         created: unix_now(),

@@ -18,6 +18,7 @@ pub mod error;
 pub mod generate;
 pub mod generation;
 pub mod guard_args;
+pub mod ingress;
 pub mod limits;
 pub mod listen;
 pub mod metrics;

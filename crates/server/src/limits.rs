@@ -1,21 +1,17 @@
 //! Request limits: the in-flight request limit (503 + Retry-After at once past
-//! it, probes exempt), counters held until a response body ends, and a request's
-//! deadline (`--request-timeout`, shortened by `x-request-timeout-ms`).
+//! it, probes exempt) and counters held until a response body ends.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
-use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 use sloserve_api::ApiError;
 
-use crate::error::ServerError;
 use crate::state::AppState;
 
 /// Liveness and readiness probes: always answered, never counted.
@@ -119,57 +115,12 @@ pub async fn limit_inflight(
     attach_guard(next.run(req).await, guard)
 }
 
-/// The header naming a request's own deadline in milliseconds.
-pub const TIMEOUT_HEADER: &str = "x-request-timeout-ms";
-
-/// The request's deadline: `x-request-timeout-ms` if given (a positive number of
-/// milliseconds, at most the server's limit), else the server's `--request-timeout`.
-pub fn request_timeout(
-    headers: &HeaderMap,
-    server: Option<Duration>,
-) -> Result<Option<Duration>, ServerError> {
-    let Some(v) = headers.get(TIMEOUT_HEADER) else {
-        return Ok(server);
-    };
-    let ms = v
-        .to_str()
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .filter(|ms| ms.is_finite() && *ms > 0.0)
-        .ok_or_else(|| {
-            ApiError::invalid(
-                TIMEOUT_HEADER,
-                format!("{TIMEOUT_HEADER} header: expected a positive number of milliseconds, got {v:?}"),
-            )
-        })?;
-    let own = Duration::from_secs_f64(ms / 1e3);
-    Ok(Some(server.map_or(own, |s| s.min(own))))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn deadlines_and_counters() {
-        let mut h = HeaderMap::new();
-        let s = Some(Duration::from_secs(10));
-        assert_eq!(request_timeout(&h, s).unwrap(), s);
-        h.insert(TIMEOUT_HEADER, "250".parse().unwrap());
-        assert_eq!(
-            request_timeout(&h, s).unwrap(),
-            Some(Duration::from_millis(250))
-        );
-        assert_eq!(
-            request_timeout(&h, None).unwrap(),
-            Some(Duration::from_millis(250))
-        );
-        h.insert(TIMEOUT_HEADER, "99999".parse().unwrap());
-        assert_eq!(request_timeout(&h, s).unwrap(), s);
-        for bad in ["0", "-1", "x", "NaN"] {
-            h.insert(TIMEOUT_HEADER, bad.parse().unwrap());
-            assert!(request_timeout(&h, s).is_err(), "{bad}");
-        }
+    fn counters() {
         let c = Arc::new(AtomicUsize::new(0));
         let a = CountGuard::new(&c);
         let b = CountGuard::new(&c);

@@ -180,11 +180,22 @@ mod tests {
             assert!(v["paths"][p].is_object(), "{p}");
         }
         let s = &v["components"]["schemas"];
+        // The shared fields are declared once and referenced by both requests.
+        for req in ["CompletionRequest", "ChatCompletionRequest"] {
+            let parts = s[req]["allOf"].to_string();
+            for shared in ["SamplingFields", "RequestFields"] {
+                assert!(
+                    parts.contains(&format!("schemas/{shared}")),
+                    "{req}: {parts}"
+                );
+            }
+        }
         assert!(
-            s["CompletionRequest"]["properties"]["cache_salt"].is_object(),
+            s["RequestFields"]["properties"]["cache_salt"].is_object(),
             "{s}"
         );
-        assert!(s["ChatCompletionRequest"]["properties"]["messages"].is_object());
+        assert!(s["SamplingFields"]["properties"]["temperature"].is_object());
+        assert!(s["ChatCompletionRequest"]["allOf"][2]["properties"]["messages"].is_object());
         assert!(s["ErrorBody"].is_object() && s["Usage"].is_object());
     }
 }

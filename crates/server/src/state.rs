@@ -1,27 +1,22 @@
 //! `AppState`: what every handler shares — the engine handle, tokenizer and chat
 //! template, names, limits, metrics, the draining flag and the in-flight count —
-//! and the steps common to both generation endpoints (model name check, prompt
-//! encoding, SLO class, building and submitting the engine `Request`).
+//! and the checks common to both generation endpoints (model name, prompt
+//! encoding, token ids). The engine request itself is built in [`crate::ingress`].
 
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use axum::http::HeaderMap;
-use sloserve_api::{ApiError, GenParams};
+use sloserve_api::ApiError;
 use sloserve_batch::BatchService;
-use sloserve_engine::{
-    Engine, EngineConfig, EngineHandle, ModelRunner, Request, SamplingParams, SloClass,
-    StopConditions,
-};
+use sloserve_engine::{Engine, EngineConfig, EngineHandle, ModelRunner};
 use sloserve_model::chat_template::ChatTemplate;
 use sloserve_model::tokenizer::Tokenizer;
 use sloserve_model::LoadedModel;
 
 use crate::args::ServeArgs;
-use crate::auth::{ApiKeys, Caller};
+use crate::auth::ApiKeys;
 use crate::error::ServerError;
 use crate::guard_args::{secs, PrefixCacheScope};
 use crate::limits::InflightLimit;
@@ -275,131 +270,6 @@ impl AppState {
         }
         Ok(())
     }
-
-    /// The class a request asks for: body `slo_class`, else the `X-SLO-Class`
-    /// header (`None`: not asked; the engine decides the class it runs as).
-    pub fn asked_class(
-        &self,
-        headers: &HeaderMap,
-        params: &GenParams,
-    ) -> Result<Option<SloClass>, ServerError> {
-        Ok(match (&params.slo_class, headers.get("x-slo-class")) {
-            (Some(c), _) => Some(
-                c.parse::<SloClass>()
-                    .map_err(|e| ApiError::invalid("slo_class", e))?,
-            ),
-            (None, Some(h)) => Some(
-                h.to_str()
-                    .map_err(|_| "not ASCII".to_string())
-                    .and_then(|s| s.parse::<SloClass>())
-                    .map_err(|e| {
-                        ApiError::invalid("X-SLO-Class", format!("X-SLO-Class header: {e}"))
-                    })?,
-            ),
-            (None, None) => None,
-        })
-    }
-
-    /// Builds the engine request from the parsed body and headers: the body's
-    /// `ttft_slo_ms` / `tpot_slo_ms`, else the gateway's headers. The engine checks
-    /// it against the context and decides class and targets (`submit`).
-    pub fn build_request(
-        &self,
-        prompt: Vec<u32>,
-        params: &GenParams,
-        headers: &HeaderMap,
-        caller: &Caller,
-    ) -> Result<Request, ServerError> {
-        let slo_class = caller.limit_class(self.asked_class(headers, params)?)?;
-        let objective = OBJECTIVE_HEADERS
-            .iter()
-            .find_map(|h| headers.get(*h))
-            .and_then(|v| v.to_str().ok())
-            .map(|s| s.trim().to_owned());
-        let ttft_slo_ms = match params.ttft_slo_ms {
-            Some(t) => Some(t),
-            None => header_ms(headers, TTFT_HEADERS)?,
-        };
-        let tpot_slo_ms = match params.tpot_slo_ms {
-            Some(t) => Some(t),
-            None => header_ms(headers, TPOT_HEADERS)?,
-        };
-        Ok(Request {
-            prompt,
-            sampling: SamplingParams {
-                temperature: params.temperature,
-                top_k: params.top_k,
-                top_p: params.top_p,
-                min_p: params.min_p,
-                seed: params.seed,
-                presence_penalty: params.presence_penalty,
-                frequency_penalty: params.frequency_penalty,
-                logprobs: params.logprobs,
-            },
-            stop: StopConditions {
-                max_tokens: params.max_tokens.map(|m| m as usize),
-                stop_token_ids: Vec::new(),
-                eos_token_ids: self.tokenizer.stop_token_ids(),
-                ignore_eos: params.ignore_eos,
-            },
-            slo_class,
-            objective,
-            ttft_slo_ms,
-            tpot_slo_ms,
-            cache_salt: self.cache_salt(params.cache_salt.as_deref(), caller),
-            // The client's own deadline (the header alone, not the server's
-            // `--request-timeout`): the only latency a batch request is refused for.
-            deadline: crate::limits::request_timeout(headers, None)?,
-            constraint: None,
-        })
-    }
-
-    /// The prefix-cache salt of a request: its `cache_salt`, and under the per-key
-    /// scope its API key; 0 (the shared cache) when neither applies.
-    pub fn cache_salt(&self, salt: Option<&str>, caller: &Caller) -> u64 {
-        let key = match self.cache_scope {
-            PrefixCacheScope::PerKey => caller.key_index,
-            PrefixCacheScope::Global => None,
-        };
-        if salt.is_none() && key.is_none() {
-            return 0;
-        }
-        let mut h = std::hash::DefaultHasher::new();
-        (salt, key).hash(&mut h);
-        h.finish().max(1)
-    }
-}
-
-/// Gateway headers naming a request's inference objective (llm-d's, then the older name).
-const OBJECTIVE_HEADERS: [&str; 2] = [
-    "x-llm-d-inference-objective",
-    "x-gateway-inference-objective",
-];
-/// Gateway headers carrying a request's TTFT target (llm-d's, then the older name).
-const TTFT_HEADERS: [&str; 2] = ["x-llm-d-slo-ttft-ms", "x-slo-ttft-ms"];
-/// Gateway headers carrying a request's TPOT target.
-const TPOT_HEADERS: [&str; 2] = ["x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"];
-
-/// The first of `names` present, as a positive number of milliseconds.
-fn header_ms(headers: &HeaderMap, names: [&'static str; 2]) -> Result<Option<f64>, ServerError> {
-    for name in names {
-        let Some(v) = headers.get(name) else {
-            continue;
-        };
-        let ms = v
-            .to_str()
-            .ok()
-            .and_then(|s| s.trim().parse::<f64>().ok())
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    name,
-                    format!("{name} header: expected milliseconds, got {v:?}"),
-                )
-            })?;
-        sloserve_api::check_target_ms(name, ms)?;
-        return Ok(Some(ms));
-    }
-    Ok(None)
 }
 
 /// Counts a request as in flight while alive (graceful shutdown waits for zero).

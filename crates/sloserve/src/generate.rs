@@ -105,6 +105,7 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             presence_penalty: a.presence_penalty,
             frequency_penalty: a.frequency_penalty,
             logprobs: None,
+            ..SamplingParams::default()
         },
         max_tokens: a.max_tokens,
         stop_token_ids: if a.ignore_eos {

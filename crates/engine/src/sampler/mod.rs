@@ -49,6 +49,10 @@ pub struct SamplingParams {
     pub seed: Option<u64>,
     pub presence_penalty: f32,
     pub frequency_penalty: f32,
+    /// vLLM's / Hugging Face's: the logits of tokens seen in the prompt or the
+    /// output are divided by it (multiplied when negative); 1.0 means disabled.
+    #[serde(default = "no_repetition_penalty")]
+    pub repetition_penalty: f32,
     /// Return the top-N logprobs of each sampled token (None: no logprobs at all;
     /// Some(0): only the sampled token's own logprob).
     pub logprobs: Option<usize>,
@@ -64,9 +68,14 @@ impl Default for SamplingParams {
             seed: None,
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
+            repetition_penalty: 1.0,
             logprobs: None,
         }
     }
+}
+
+fn no_repetition_penalty() -> f32 {
+    1.0
 }
 
 impl SamplingParams {
@@ -124,6 +133,10 @@ pub struct Sampler {
     min_p: f32,
     presence: f32,
     frequency: f32,
+    /// 1: off; else > 0.
+    repetition: f32,
+    /// The prompt's distinct tokens, sorted (only with a repetition penalty).
+    prompt_tokens: Vec<u32>,
     /// None: no top logprobs; otherwise capped at `MAX_TOP_LOGPROBS`.
     num_top_logprobs: Option<usize>,
     rng: StdRng,
@@ -199,12 +212,28 @@ impl Sampler {
             min_p,
             presence: finite_or_zero(params.presence_penalty),
             frequency: finite_or_zero(params.frequency_penalty),
+            repetition: match params.repetition_penalty {
+                r if r.is_finite() && r > 0.0 => r,
+                _ => 1.0,
+            },
+            prompt_tokens: Vec::new(),
             num_top_logprobs: params.logprobs.map(|n| n.min(MAX_TOP_LOGPROBS)),
             rng,
             counts: HashMap::new(),
             constraint: None,
             params,
         }
+    }
+
+    /// Tokens of the prompt, which the repetition penalty counts as seen (kept only
+    /// when one applies).
+    pub fn with_prompt(mut self, prompt: &[u32]) -> Self {
+        if self.repetition != 1.0 {
+            self.prompt_tokens = prompt.to_vec();
+            self.prompt_tokens.sort_unstable();
+            self.prompt_tokens.dedup();
+        }
+        self
     }
 
     /// Masks every draw by `constraint` (see [`constraint`]): only tokens it allows
@@ -283,6 +312,22 @@ impl Sampler {
         *self.counts.entry(token).or_insert(0) += 1;
     }
 
+    /// The repetition penalty on a sanitised copy: each token seen in the prompt or
+    /// the output once, positive logits divided by it, negative ones multiplied.
+    fn penalise_repeats(&self, row: &mut [f32]) {
+        let r = self.repetition;
+        let mut apply = |id: u32| {
+            if let Some(x) = row.get_mut(id as usize) {
+                *x = if *x > 0.0 { *x / r } else { *x * r };
+            }
+        };
+        self.prompt_tokens.iter().for_each(|&id| apply(id));
+        self.counts
+            .keys()
+            .filter(|id| self.prompt_tokens.binary_search(id).is_err())
+            .for_each(|&id| apply(id));
+    }
+
     /// Every kernel sanitises as it reads (NaN → -inf, +inf → `f32::MAX`), so the
     /// raw row is read in place: copied only when penalties change it.
     fn sample_with(&mut self, sc: &mut Scratch, logits: &[f32], logprob: bool) -> SampledToken {
@@ -322,10 +367,15 @@ impl Sampler {
             None => false,
         };
         let penalised = (self.presence != 0.0 || self.frequency != 0.0) && !self.counts.is_empty();
-        let (row, max) = if penalised || masked {
+        let repeated = self.repetition != 1.0
+            && !(self.counts.is_empty() && self.prompt_tokens.is_empty());
+        let (row, max) = if penalised || masked || repeated {
             if !masked {
                 sc.pen.clear();
                 sc.pen.extend(logits.iter().map(|&x| sanitize(x)));
+            }
+            if repeated {
+                self.penalise_repeats(&mut sc.pen);
             }
             for (&id, &c) in self.counts.iter().filter(|_| penalised) {
                 if let Some(x) = sc.pen.get_mut(id as usize) {

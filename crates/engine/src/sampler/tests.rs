@@ -516,3 +516,26 @@ fn never_panics_on_degenerate_input() {
     let t = s.sample(&[f32::NEG_INFINITY; 4]);
     assert!((t.logprob - -(4.0f32).ln()).abs() < 1e-6);
 }
+
+#[test]
+fn repetition_penalty_counts_prompt_and_output_tokens_once() {
+    let rep = |r: f32| SamplingParams {
+        repetition_penalty: r,
+        ..SamplingParams::greedy()
+    };
+    let logits = [2.0f32, 1.9, -1.0, 0.5];
+    // The prompt's token 0 drops to 1.0: token 1 (1.9) wins.
+    let mut s = Sampler::new(rep(2.0), 4).with_prompt(&[0, 0, 3]);
+    assert_eq!(s.sample(&logits).id, 1);
+    s.observe(1);
+    // Now 1 is seen too (1.9 / 2 = 0.95) and 0 is divided once, not twice.
+    assert_eq!(s.sample(&logits).id, 0);
+    // Negative logits are multiplied: -0.5 -> -1.0 loses to -0.6.
+    let mut s = Sampler::new(rep(2.0), 2).with_prompt(&[0]);
+    assert_eq!(s.sample(&[-0.5, -0.6]).id, 1);
+    // 1.0 (or nonsense) is off: the prompt is not even kept.
+    for r in [1.0, 0.0, f32::NAN] {
+        let mut s = Sampler::new(rep(r), 4).with_prompt(&[0]);
+        assert_eq!(s.sample(&logits).id, 0, "{r}");
+    }
+}

@@ -282,6 +282,15 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// Moves the prefix cache's changes since the last call into `out`.
+    pub fn take_cache_changes(&mut self, out: &mut Vec<crate::prefix_cache::CacheChange>) {
+        if let Some(c) = self.cache.as_mut() {
+            c.take_changes(out);
+        }
+    }
+}
+
 /// Read access for the engine's scenario tests.
 #[cfg(test)]
 impl Scheduler {

@@ -141,6 +141,32 @@ fn predicted_ttft_over_the_slo_is_refused() {
 }
 
 #[test]
+fn a_mostly_cached_prompt_is_admitted_where_a_cold_one_is_refused() {
+    // ~5000 prefill tokens/s: 420 cold tokens take >= 84 ms, far over 2 x 25 ms;
+    // with 400 of them cached (25 blocks of 16) only 20 are left to prefill.
+    let engine = start(256, Duration::from_micros(200), EngineConfig::default());
+    let shared = prompt(5, 400);
+    // Caches the shared prompt; its 40 decode steps bring the step-time average down.
+    engine
+        .submit(Request::greedy(shared.clone(), 40))
+        .unwrap()
+        .collect_blocking();
+    assert!(engine.stats().prefill_tokens_per_s > 0.0);
+    let mut warm = shared.clone();
+    warm.extend(prompt(6, 20));
+    let cold = prompt(7, 420);
+    assert!(matches!(
+        engine.submit(Request::greedy(cold, 1).with_ttft_slo_ms(25.0)),
+        Err(EngineError::TtftUnreachable { .. })
+    ));
+    let s = engine
+        .submit(Request::greedy(warm, 1).with_ttft_slo_ms(25.0))
+        .expect("95% cached: its predicted TTFT is its 20 uncached tokens");
+    assert_eq!(s.collect_blocking().finish.cached_prompt_tokens, 400);
+    assert_eq!(engine.stats().rejected.interactive, 1);
+}
+
+#[test]
 fn shutdown_drains_in_flight_requests() {
     let engine = start(64, Duration::from_micros(100), EngineConfig::default());
     let streams: Vec<_> = (0..3)

@@ -1,0 +1,174 @@
+//! The sampling fields of a generation request, declared once: [`SamplingFields`]
+//! (the body, flattened into chat and completions) and [`Sampling`] (validated,
+//! defaults filled in) both come from the one list in `sampling_fields!` below,
+//! where each field names its wire type, its validated type and its check.
+//! Adding a sampling field: one line here, one in the server's conversion to the
+//! engine's `SamplingParams`, and the sampler itself.
+
+use serde::Deserialize;
+
+use crate::common::{StopSpec, MAX_STOP_STRINGS};
+use crate::error::ApiError;
+
+/// Declares the sampling fields: `name: WireType => ValidType = check;` where
+/// `check(param, Option<&WireType>) -> Result<ValidType, ApiError>`.
+macro_rules! sampling_fields {
+    ($( $(#[$meta:meta])* $name:ident: $wire:ty => $valid:ty = $check:expr; )*) => {
+        /// The sampling fields of a request body (absent: the default).
+        #[derive(Debug, Clone, Default, PartialEq, Deserialize, utoipa::ToSchema)]
+        pub struct SamplingFields {
+            $( $(#[$meta])* #[serde(default)] pub $name: Option<$wire>, )*
+        }
+
+        /// The sampling fields, validated.
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct Sampling {
+            $( pub $name: $valid, )*
+        }
+
+        impl SamplingFields {
+            /// Checks every field (the first bad one is the error, naming it).
+            pub fn validate(&self) -> Result<Sampling, ApiError> {
+                Ok(Sampling {
+                    $( $name: ($check)(stringify!($name), self.$name.as_ref())?, )*
+                })
+            }
+        }
+    };
+}
+
+sampling_fields! {
+    /// 0-2 (default 1); 0 is greedy.
+    temperature: f64 => f32 = range(0.0, 2.0, 1.0);
+    /// Nucleus sampling, (0, 1] (default 1: off).
+    top_p: f64 => f32 = top_p;
+    /// -1 or 0: off; else the k most likely tokens.
+    top_k: i64 => usize = top_k;
+    /// Drops tokens less likely than `min_p` times the most likely one (0-1).
+    min_p: f64 => f32 = range(0.0, 1.0, 0.0);
+    seed: i64 => Option<u64> = |_, s: Option<&i64>| Ok::<_, ApiError>(s.map(|&s| s as u64));
+    /// One stop string or a list (at most 16), never emitted.
+    stop: StopSpec => Vec<String> = stop;
+    presence_penalty: f64 => f32 = range(-2.0, 2.0, 0.0);
+    frequency_penalty: f64 => f32 = range(-2.0, 2.0, 0.0);
+    /// vLLM's: logits of tokens already in the prompt or output divided by it
+    /// (0.01-10; default 1: off).
+    repetition_penalty: f64 => f32 = range(0.01, 10.0, 1.0);
+    /// sloserve/vLLM: keep generating through end-of-sequence (benchmarks).
+    ignore_eos: bool => bool = |_, b: Option<&bool>| Ok::<_, ApiError>(b.copied().unwrap_or(false));
+    /// Choices per request (1 only).
+    n: i64 => u32 = only_one("several choices per request are not supported");
+    /// Completions only (1 only).
+    best_of: i64 => u32 = only_one("not supported");
+    /// Token id -> bias (not supported yet: must be absent or empty).
+    #[schema(value_type = Option<Object>)]
+    logit_bias: serde_json::Map<String, serde_json::Value> => () = no_logit_bias;
+}
+
+/// A number in `lo..=hi`, `default` when absent.
+fn range(lo: f64, hi: f64, default: f64) -> impl Fn(&str, Option<&f64>) -> Result<f32, ApiError> {
+    move |param, v| match v {
+        None => Ok(default as f32),
+        Some(&x) if x.is_finite() && x >= lo && x <= hi => Ok(x as f32),
+        Some(x) => Err(ApiError::invalid(
+            param,
+            format!("{param} must be between {lo} and {hi}, got {x}"),
+        )),
+    }
+}
+
+fn top_p(param: &str, v: Option<&f64>) -> Result<f32, ApiError> {
+    let p = range(0.0, 1.0, 1.0)(param, v)?;
+    if p <= 0.0 {
+        return Err(ApiError::invalid(param, "top_p must be in (0, 1], got 0"));
+    }
+    Ok(p)
+}
+
+fn top_k(param: &str, v: Option<&i64>) -> Result<usize, ApiError> {
+    match v.copied() {
+        None | Some(-1) | Some(0) => Ok(0),
+        Some(k) if k > 0 => Ok(k as usize),
+        Some(k) => Err(ApiError::invalid(
+            param,
+            format!("top_k must be -1 (disabled) or at least 1, got {k}"),
+        )),
+    }
+}
+
+fn stop(param: &str, v: Option<&StopSpec>) -> Result<Vec<String>, ApiError> {
+    let stop = v.map(StopSpec::to_vec).unwrap_or_default();
+    if stop.len() > MAX_STOP_STRINGS {
+        return Err(ApiError::invalid(
+            param,
+            format!(
+                "stop: at most {MAX_STOP_STRINGS} stop strings, got {}",
+                stop.len()
+            ),
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            param,
+            "stop: stop strings must not be empty",
+        ));
+    }
+    Ok(stop)
+}
+
+fn only_one(why: &'static str) -> impl Fn(&str, Option<&i64>) -> Result<u32, ApiError> {
+    move |param, v| match v.copied() {
+        None | Some(1) => Ok(1),
+        Some(n) => Err(ApiError::invalid(
+            param,
+            format!("{param} must be 1 ({why}), got {n}"),
+        )),
+    }
+}
+
+fn no_logit_bias(
+    param: &str,
+    v: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<(), ApiError> {
+    match v {
+        Some(m) if !m.is_empty() => Err(ApiError::invalid(param, "logit_bias is not supported")),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(json: &str) -> SamplingFields {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn defaults_and_checks() {
+        let s = fields("{}").validate().unwrap();
+        assert_eq!(
+            (s.temperature, s.top_p, s.top_k, s.min_p),
+            (1.0, 1.0, 0, 0.0)
+        );
+        assert!(s.stop.is_empty() && !s.ignore_eos && s.seed.is_none());
+        let s = fields(r#"{"temperature":0,"top_k":-1,"seed":7,"stop":"x","min_p":0.1}"#)
+            .validate()
+            .unwrap();
+        assert_eq!((s.temperature, s.top_k, s.seed), (0.0, 0, Some(7)));
+        assert_eq!((s.stop, s.min_p), (vec!["x".to_string()], 0.1));
+        for (body, param) in [
+            (r#"{"temperature":2.5}"#, "temperature"),
+            (r#"{"top_p":0}"#, "top_p"),
+            (r#"{"top_k":-2}"#, "top_k"),
+            (r#"{"min_p":1.5}"#, "min_p"),
+            (r#"{"n":3}"#, "n"),
+            (r#"{"logit_bias":{"1":5}}"#, "logit_bias"),
+            (r#"{"stop":["a",""]}"#, "stop"),
+        ] {
+            let e = fields(body).validate().unwrap_err();
+            assert_eq!(e.param.as_deref(), Some(param), "{body}");
+            assert!(e.message.contains(param), "{}", e.message);
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! The request headers that carry a request's SLO contract: the only place their
+//! names are written. Where two names are listed, the first (llm-d's) wins.
+
+/// The class a client asks for ("interactive" or "batch").
+pub const CLASS: &str = "x-slo-class";
+/// The gateway's inference objective (mapped to a class by a profile's or the
+/// router's `objectives`), llm-d's name then the older one.
+pub const OBJECTIVE: [&str; 2] = [
+    "x-llm-d-inference-objective",
+    "x-gateway-inference-objective",
+];
+/// The gateway's TTFT target in milliseconds.
+pub const TTFT: [&str; 2] = ["x-llm-d-slo-ttft-ms", "x-slo-ttft-ms"];
+/// The gateway's TPOT target in milliseconds.
+pub const TPOT: [&str; 2] = ["x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"];
