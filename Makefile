@@ -108,6 +108,10 @@ bench-vs-llama: model $(VENV)/.plots-installed
 quant-table: model
 	./scripts/quant_table.sh $(ARGS)
 
+# Mask time per token of the schema suite on the Qwen vocabulary (issue #32; not in make test).
+bench-grammar: model-qwen0.5b
+	$(CARGO) bench -p sloserve-grammar --bench mask
+
 fmt:
 	$(CARGO) fmt --all
 

@@ -105,6 +105,12 @@ pub(super) fn masked_copy(dst: &mut Vec<f32>, src: &[f32], mask: &[u32]) {
         if w == 0 {
             continue;
         }
+        if w == u32::MAX {
+            for (d, &x) in d.iter_mut().zip(s) {
+                *d = super::kernels::sanitize(x);
+            }
+            continue;
+        }
         for (j, (d, &x)) in d.iter_mut().zip(s).enumerate() {
             if w >> j & 1 == 1 {
                 *d = super::kernels::sanitize(x);

@@ -1,0 +1,42 @@
+//! `GrammarError`: why a constraint was refused (compile) or failed (matching).
+
+/// The one error type of the grammar crate. `Unsupported` and `Invalid` are the
+/// client's fault (HTTP 400); `Vocab` is the model's.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum GrammarError {
+    /// The request asks for something the grammar engine does not support (a JSON
+    /// Schema keyword, a regex feature); the message names it.
+    #[error("unsupported constraint: {0}")]
+    Unsupported(String),
+    /// The constraint is malformed (bad `response_format`, unsatisfiable schema,
+    /// Lark syntax error...).
+    #[error("invalid constraint: {0}")]
+    Invalid(String),
+    /// The grammar took longer than the compile time bound.
+    #[error("constraint took longer than {0} ms to compile")]
+    CompileTimeout(u64),
+    /// The grammar exceeds a size limit (lexer states, grammar size, fuel).
+    #[error("constraint too large: {0}")]
+    TooLarge(String),
+    /// The tokenizer's vocabulary can't be turned into a token trie.
+    #[error("vocabulary: {0}")]
+    Vocab(String),
+}
+
+impl GrammarError {
+    /// Sorts a compile error of llguidance into the variant a client can act on.
+    pub(crate) fn from_compile(msg: String) -> Self {
+        let m = msg.to_ascii_lowercase();
+        if m.contains("fuel") || m.contains("too large") || m.contains("limit") {
+            GrammarError::TooLarge(msg)
+        } else if m.contains("unimplemented")
+            || m.contains("unsupported")
+            || m.contains("unknown keyword")
+            || m.contains("not supported")
+        {
+            GrammarError::Unsupported(msg)
+        } else {
+            GrammarError::Invalid(msg)
+        }
+    }
+}

@@ -1,0 +1,213 @@
+//! `GrammarFactory`: llguidance's parser factory over one model's vocabulary, with
+//! sloserve's parser limits, a compile time bound and a small compile cache;
+//! `CompiledGrammar`: one compiled constraint, the engine's `ConstraintFactory`.
+
+use std::collections::VecDeque;
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use llguidance::api::ParserLimits;
+use llguidance::{Matcher, ParserFactory};
+use sloserve_engine::sampler::constraint::{ConstraintFactory, TokenConstraint};
+use sloserve_model::tokenizer::Tokenizer;
+
+use crate::{Constraint, GrammarError, GrammarMatcher, Vocab};
+
+/// Bounds on grammar work, so that one hostile constraint cannot stall a step or
+/// the server.
+#[derive(Debug, Clone)]
+pub struct GrammarLimits {
+    /// llguidance's limits. Per mask: `step_lexer_fuel` (~14k/ms) and
+    /// `step_max_items` (~20k/ms) bound one token's mask to a few milliseconds;
+    /// past them the mask fails and the sequence ends with an error.
+    pub parser: ParserLimits,
+    /// Wall-clock bound on one compile (the compile itself is also bounded by
+    /// `initial_lexer_fuel` and `max_grammar_size`).
+    pub compile_timeout: Duration,
+    /// Compiled grammars kept by constraint text (0: no cache).
+    pub cache_entries: usize,
+    /// Constraints longer than this (bytes of their text) are refused.
+    pub max_constraint_bytes: usize,
+}
+
+impl Default for GrammarLimits {
+    fn default() -> Self {
+        GrammarLimits {
+            parser: ParserLimits {
+                max_items_in_row: 2000,
+                initial_lexer_fuel: 1_000_000,
+                step_lexer_fuel: 100_000,
+                step_max_items: 20_000,
+                // ~1-2 kB each, shared by the sequences of one grammar.
+                max_lexer_states: 40_000,
+                max_grammar_size: 200_000,
+                precompute_large_lexemes: true,
+                verbose_errors: false,
+            },
+            compile_timeout: Duration::from_secs(2),
+            cache_entries: 32,
+            max_constraint_bytes: 512 * 1024,
+        }
+    }
+}
+
+/// Built once per model; compiles constraints for it. Cheap to share (`Arc`).
+pub struct GrammarFactory {
+    parser: Arc<ParserFactory>,
+    limits: GrammarLimits,
+    vocab_size: usize,
+    cache: Mutex<VecDeque<(String, Arc<CompiledGrammar>)>>,
+}
+
+impl std::fmt::Debug for GrammarFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrammarFactory")
+            .field("vocab_size", &self.vocab_size)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GrammarFactory {
+    /// From sloserve's tokenizer; `n_vocab` is the model's logits width.
+    pub fn from_tokenizer(tok: &Tokenizer, n_vocab: usize) -> Result<Self, GrammarError> {
+        Self::new(
+            &Vocab::from_tokenizer(tok, n_vocab)?,
+            GrammarLimits::default(),
+        )
+    }
+
+    pub fn new(vocab: &Vocab, limits: GrammarLimits) -> Result<Self, GrammarError> {
+        let env = vocab.tok_env()?;
+        let mut parser =
+            ParserFactory::new_simple(&env).map_err(|e| GrammarError::Vocab(e.to_string()))?;
+        parser.quiet();
+        *parser.limits_mut() = limits.parser.clone();
+        Ok(GrammarFactory {
+            parser: Arc::new(parser),
+            limits,
+            vocab_size: vocab.len(),
+            cache: Mutex::new(VecDeque::new()),
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    pub fn limits(&self) -> &GrammarLimits {
+        &self.limits
+    }
+
+    /// The token trie (bytes of each token, EOS set), e.g. to decode in tests.
+    pub fn tok_trie(&self) -> &toktrie::TokTrie {
+        self.parser.tok_env().tok_trie()
+    }
+
+    /// Compiles `c` (or returns the cached compile of the same text). Errors are
+    /// the client's (a 400 naming why), except `Vocab`.
+    pub fn compile(&self, c: &Constraint) -> Result<Arc<CompiledGrammar>, GrammarError> {
+        let key = c.cache_key();
+        if key.len() > self.limits.max_constraint_bytes {
+            return Err(GrammarError::TooLarge(format!(
+                "{} bytes of constraint (at most {})",
+                key.len(),
+                self.limits.max_constraint_bytes
+            )));
+        }
+        if let Some(hit) = self.cached(&key) {
+            return Ok(hit);
+        }
+        let grammar = c.to_grammar()?;
+        let (tx, rx) = mpsc::channel();
+        let parser = self.parser.clone();
+        // The compile runs on its own thread so that its wall time is bounded; a
+        // compile past the bound still ends by its fuel limits and is dropped.
+        std::thread::Builder::new()
+            .name("grammar-compile".into())
+            .spawn(move || {
+                let r = parser
+                    .create_parser(grammar)
+                    .map_err(|e| GrammarError::from_compile(format!("{e:#}")))
+                    .and_then(|p| {
+                        let mut m = Matcher::new(Ok(p));
+                        // The first mask: catches grammars that fail at once, and
+                        // warms the shared lexer.
+                        m.compute_mask()
+                            .map_err(|e| GrammarError::from_compile(format!("{e:#}")))?;
+                        Ok(m)
+                    });
+                let _ = tx.send(r);
+            })
+            .map_err(|e| GrammarError::Vocab(format!("spawning the compile thread: {e}")))?;
+        let timeout = self.limits.compile_timeout;
+        let matcher = match rx.recv_timeout(timeout) {
+            Ok(r) => r?,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                return Err(GrammarError::CompileTimeout(timeout.as_millis() as u64))
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(GrammarError::Invalid(
+                    "the grammar compiler panicked".into(),
+                ))
+            }
+        };
+        let compiled = Arc::new(CompiledGrammar {
+            template: matcher,
+            vocab_size: self.vocab_size,
+            key: key.clone(),
+        });
+        self.insert(key, compiled.clone());
+        Ok(compiled)
+    }
+
+    fn cached(&self, key: &str) -> Option<Arc<CompiledGrammar>> {
+        let mut cache = self.cache.lock().ok()?;
+        let i = cache.iter().position(|(k, _)| k == key)?;
+        let entry = cache.remove(i)?;
+        let hit = entry.1.clone();
+        cache.push_front(entry);
+        Some(hit)
+    }
+
+    fn insert(&self, key: String, g: Arc<CompiledGrammar>) {
+        if self.limits.cache_entries == 0 {
+            return;
+        }
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.retain(|(k, _)| *k != key);
+            cache.push_front((key, g));
+            cache.truncate(self.limits.cache_entries);
+        }
+    }
+}
+
+/// One compiled constraint: each sequence gets a clone of its start state (clones
+/// share the grammar's lexer cache).
+pub struct CompiledGrammar {
+    template: Matcher,
+    vocab_size: usize,
+    key: String,
+}
+
+impl std::fmt::Debug for CompiledGrammar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let head: String = self.key.chars().take(80).collect();
+        f.debug_struct("CompiledGrammar")
+            .field("constraint", &head)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CompiledGrammar {
+    /// A fresh matcher at the start of the grammar.
+    pub fn start(&self) -> GrammarMatcher {
+        GrammarMatcher::new(self.template.clone(), self.vocab_size)
+    }
+}
+
+impl ConstraintFactory for CompiledGrammar {
+    fn matcher(&self) -> Box<dyn TokenConstraint> {
+        Box::new(self.start())
+    }
+}

@@ -1,0 +1,228 @@
+//! Hostile constraints on the Qwen vocabulary (152k tokens): deep nesting, a huge
+//! enum, pathological regexes, a 128-tool call grammar, oversized and malformed
+//! input. Each is a clear compile error or masks in bounded time (the bound is a
+//! generous sanity check, not a timing goal).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{factory, walk, MODELS};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use serde_json::json;
+use sloserve_engine::sampler::constraint::TokenConstraint;
+use sloserve_grammar::{
+    from_response_format, tool_call_constraint, Constraint, GrammarError, GrammarFactory,
+    ToolChoice, ToolFunction,
+};
+
+/// Most time any one mask may take in these tests (debug build, loaded machine).
+const MASK_BOUND: Duration = Duration::from_millis(500);
+
+fn qwen() -> (sloserve_model::tokenizer::Tokenizer, GrammarFactory) {
+    factory(MODELS[2].1)
+}
+
+/// Compiles `c`; if it compiles, walks it for up to `steps` masks and checks each
+/// mask's time. Returns the compile result's error, if any.
+fn compile_and_walk(
+    f: &GrammarFactory,
+    tok: &sloserve_model::tokenizer::Tokenizer,
+    c: &Constraint,
+    steps: usize,
+) -> Option<GrammarError> {
+    let t0 = Instant::now();
+    let g = match f.compile(c) {
+        Ok(g) => g,
+        Err(e) => {
+            assert!(t0.elapsed() < f.limits().compile_timeout + Duration::from_secs(1));
+            return Some(e);
+        }
+    };
+    let eos = f.tok_trie().eos_tokens().to_vec();
+    let mut m = g.start();
+    let mut mask = vec![0u32; f.vocab_size().div_ceil(32)];
+    let mut rng = StdRng::seed_from_u64(1);
+    // A few masks by hand, each timed, then a walk (whose masks are timed too).
+    for _ in 0..3 {
+        let t = Instant::now();
+        let r = m.fill_mask(&mut mask);
+        assert!(t.elapsed() < MASK_BOUND, "{:?} for one mask", t.elapsed());
+        if r.is_err() {
+            return None;
+        }
+    }
+    let w = walk(&mut m, tok, &eos, &mut rng, 0, 0.2, steps);
+    let worst = w.mask_secs.iter().cloned().fold(0.0, f64::max);
+    assert!(worst < MASK_BOUND.as_secs_f64(), "worst mask {worst} s");
+    None
+}
+
+#[test]
+fn hostile_constraints_fail_clearly_or_mask_in_bounded_time() {
+    let (tok, f) = qwen();
+
+    // 1. Nesting 200 objects deep: compiles and masks stay bounded, or is refused.
+    let mut deep = json!({"type": "integer"});
+    for _ in 0..200 {
+        deep = json!({"type": "object", "properties": {"a": deep}, "required": ["a"], "additionalProperties": false});
+    }
+    let c = Constraint::JsonSchema {
+        schema: deep,
+        strict: true,
+    };
+    if let Some(e) = compile_and_walk(&f, &tok, &c, 500) {
+        eprintln!("deep nesting: {e}");
+    }
+
+    // 2. An enum of 20,000 strings.
+    let values: Vec<String> = (0..20_000)
+        .map(|i| format!("value-{i}-{}", i * 7919 % 10007))
+        .collect();
+    let c = Constraint::JsonSchema {
+        schema: json!({"enum": values}),
+        strict: true,
+    };
+    if let Some(e) = compile_and_walk(&f, &tok, &c, 100) {
+        eprintln!("huge enum: {e}");
+    }
+
+    // 3. Pathological regexes: exponential-blowup shapes for backtracking
+    //    engines, a counted repetition that explodes a DFA, and a pattern in a schema.
+    for rx in [
+        r"(a+)+$",
+        r"(a|aa)*b",
+        r"(.*a){20}",
+        r"[a-z]{0,1000}[0-9]{0,1000}x",
+        r"(x+x+)+y",
+    ] {
+        let c = Constraint::Regex(rx.into());
+        if let Some(e) = compile_and_walk(&f, &tok, &c, 200) {
+            eprintln!("regex {rx}: {e}");
+        }
+        let c = Constraint::JsonSchema {
+            schema: json!({"type": "object", "properties": {"s": {"type": "string", "pattern": rx}}, "required": ["s"]}),
+            strict: true,
+        };
+        if let Some(e) = compile_and_walk(&f, &tok, &c, 200) {
+            eprintln!("pattern {rx}: {e}");
+        }
+    }
+
+    // 4. 128 tools, each with its own parameters.
+    let tools: Vec<ToolFunction> = (0..128)
+        .map(|i| ToolFunction {
+            name: format!("tool_{i}"),
+            parameters: Some(json!({
+                "type": "object",
+                "properties": {"q": {"type": "string", "maxLength": 20}, "n": {"type": "integer", "minimum": 0, "maximum": i}},
+                "required": ["q", "n"], "additionalProperties": false
+            })),
+        })
+        .collect();
+    let c = tool_call_constraint(&tools, &ToolChoice::Required, true).unwrap();
+    assert_eq!(
+        compile_and_walk(&f, &tok, &c, 300),
+        None,
+        "128 tools compile"
+    );
+}
+
+#[test]
+fn bad_constraints_are_clear_errors() {
+    let (_, f) = qwen();
+    // An unsupported keyword under strict names it.
+    let c = Constraint::JsonSchema {
+        schema: json!({"type": "object", "properties": {"a": {"type": "string"}}, "patternProperties": {"^x": {"type": "integer"}}, "unevaluatedProperties": false, "dependentSchemas": {"a": {}}}),
+        strict: true,
+    };
+    match f.compile(&c) {
+        Err(e) => {
+            let m = e.to_string();
+            assert!(
+                m.contains("dependentSchemas")
+                    || m.contains("unevaluatedProperties")
+                    || m.contains("patternProperties"),
+                "{m}"
+            );
+        }
+        Ok(_) => panic!("unsupported keywords compiled under strict"),
+    }
+    // A type that does not exist, a regex that doesn't parse, a Lark syntax error.
+    for c in [
+        Constraint::JsonSchema {
+            schema: json!({"type": "strin"}),
+            strict: true,
+        },
+        Constraint::Regex("(unclosed".into()),
+        Constraint::Lark("start: foo\nfoo: (\"a\"".into()),
+        Constraint::Lark("start: undefined_rule".into()),
+        Constraint::JsonSchema {
+            schema: json!("a string is not a schema"),
+            strict: true,
+        },
+        Constraint::JsonSchema {
+            schema: json!({"type": "integer", "minimum": 5, "maximum": 1}),
+            strict: true,
+        },
+    ] {
+        let e = f.compile(&c).expect_err(&format!("{c:?} compiled"));
+        assert!(!e.to_string().is_empty());
+        eprintln!("{c:?}: {e}");
+    }
+    // Oversized input is refused before any work.
+    let big = Constraint::Lark(format!("start: \"{}\"", "a".repeat(600 * 1024)));
+    assert!(matches!(f.compile(&big), Err(GrammarError::TooLarge(_))));
+    // response_format errors.
+    for rf in [
+        json!("json_object"),
+        json!({"type": "xml"}),
+        json!({"type": "json_schema"}),
+        json!({"type": "json_schema", "json_schema": {"schema": {}}}),
+        json!({"type": "json_schema", "json_schema": {"name": "bad name!", "schema": {}}}),
+        json!({"type": "json_schema", "json_schema": {"name": "x", "strict": "yes"}}),
+    ] {
+        assert!(
+            matches!(from_response_format(&rf), Err(GrammarError::Invalid(_))),
+            "{rf}"
+        );
+    }
+}
+
+#[test]
+fn a_step_past_its_fuel_fails_the_sequence_not_the_step() {
+    // With a tiny step budget, a grammar whose masks need more than that fails
+    // its mask with an error (the sequence ends), in bounded time.
+    let (tok, n_vocab) = common::load(MODELS[2].1);
+    let vocab = sloserve_grammar::Vocab::from_tokenizer(&tok, n_vocab).unwrap();
+    let mut limits = sloserve_grammar::GrammarLimits::default();
+    limits.parser.step_lexer_fuel = 50;
+    limits.parser.step_max_items = 50;
+    let f = GrammarFactory::new(&vocab, limits).unwrap();
+    let c = Constraint::JsonSchema {
+        schema: json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "[a-z]{0,50}[0-9]{3}"}}, "required": ["s"]}),
+        strict: true,
+    };
+    let t = Instant::now();
+    match f.compile(&c) {
+        Err(e) => eprintln!("refused at compile: {e}"),
+        Ok(g) => {
+            let mut m = g.start();
+            let mut mask = vec![0u32; f.vocab_size().div_ceil(32)];
+            let mut failed = false;
+            for _ in 0..50 {
+                if let Err(e) = m.fill_mask(&mut mask) {
+                    eprintln!("mask failed: {e}");
+                    failed = true;
+                    break;
+                }
+                let first = (0..mask.len() * 32).find(|&i| mask[i / 32] >> (i % 32) & 1 == 1);
+                let Some(first) = first else { break };
+                m.commit(first as u32).unwrap();
+            }
+            assert!(failed, "50 units of fuel sufficed");
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
