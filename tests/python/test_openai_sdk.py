@@ -108,6 +108,33 @@ def test_errors_are_openai_errors(client, base):
         check(e.body["code"] == "model_not_found", e.body)
 
 
+def tokenize(base, text):
+    req = urllib.request.Request(base + "/tokenize", data=json.dumps({"prompt": text, "add_special_tokens": False}).encode(),
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.load(r)["tokens"]
+
+
+def test_logit_bias_bans_and_forces(client, base):
+    prompt = "The capital of France is"
+    free = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0)
+    first = tokenize(base, free.choices[0].text)[0]
+    # -100 on the greedy first token: another token comes first.
+    banned = client.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0,
+                                       logit_bias={str(first): -100})
+    check(tokenize(base, banned.choices[0].text)[:1] != [first], (free.choices[0].text, banned.choices[0].text))
+    # +100 on one token: every token is that one, even sampled.
+    forced_id = tokenize(base, " banana")[0]
+    forced = client.completions.create(model=MODEL, prompt=prompt, max_tokens=3, temperature=1.0, seed=1,
+                                       logit_bias={str(forced_id): 100})
+    check(tokenize(base, forced.choices[0].text) == [forced_id] * 3, forced.choices[0].text)
+    try:
+        client.completions.create(model=MODEL, prompt=prompt, max_tokens=1, logit_bias={"99999999": 5})
+        raise AssertionError("an id outside the vocabulary was accepted")
+    except openai.BadRequestError as e:
+        check(e.body.get("param") == "logit_bias", e.body)
+
+
 def test_models_list(client, base):
     ids = [m.id for m in client.models.list()]
     check(ids == [MODEL], ids)
@@ -168,10 +195,11 @@ def main():
         wait_ready(base, proc)
         client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
         tests = [test_streaming_chat, test_completion_and_usage, test_chat_with_extra_body,
-                 test_errors_are_openai_errors, test_models_list,
+                 test_errors_are_openai_errors, test_models_list, test_logit_bias_bans_and_forces,
                  lambda c, b: test_readme_curl_examples(c, b, args.readme)]
         names = ["test_streaming_chat", "test_completion_and_usage", "test_chat_with_extra_body",
-                 "test_errors_are_openai_errors", "test_models_list", "test_readme_curl_examples"]
+                 "test_errors_are_openai_errors", "test_models_list", "test_logit_bias_bans_and_forces",
+                 "test_readme_curl_examples"]
         for name, t in zip(names, tests):
             try:
                 t(client, base)

@@ -60,9 +60,9 @@ sampling_fields! {
     n: i64 => u32 = only_one("several choices per request are not supported");
     /// Completions only (1 only).
     best_of: i64 => u32 = only_one("not supported");
-    /// Token id -> bias (not supported yet: must be absent or empty).
+    /// Token id (as a string) -> bias added to its logit, -100 to 100 (OpenAI's).
     #[schema(value_type = Option<Object>)]
-    logit_bias: serde_json::Map<String, serde_json::Value> => () = no_logit_bias;
+    logit_bias: serde_json::Map<String, serde_json::Value> => Vec<(u32, f32)> = logit_bias;
 }
 
 /// A number in `lo..=hi`, `default` when absent.
@@ -126,14 +126,39 @@ fn only_one(why: &'static str) -> impl Fn(&str, Option<&i64>) -> Result<u32, Api
     }
 }
 
-fn no_logit_bias(
+/// Most entries in one `logit_bias` (OpenAI's limit).
+pub const MAX_LOGIT_BIAS: usize = 300;
+
+fn logit_bias(
     param: &str,
     v: Option<&serde_json::Map<String, serde_json::Value>>,
-) -> Result<(), ApiError> {
-    match v {
-        Some(m) if !m.is_empty() => Err(ApiError::invalid(param, "logit_bias is not supported")),
-        _ => Ok(()),
+) -> Result<Vec<(u32, f32)>, ApiError> {
+    let Some(m) = v else {
+        return Ok(Vec::new());
+    };
+    if m.len() > MAX_LOGIT_BIAS {
+        return Err(ApiError::invalid(
+            param,
+            format!("{param}: at most {MAX_LOGIT_BIAS} entries, got {}", m.len()),
+        ));
     }
+    m.iter()
+        .map(|(k, v)| {
+            let id = k.trim().parse::<u32>().map_err(|_| {
+                ApiError::invalid(
+                    param,
+                    format!("{param}: keys must be token ids, got {k:?}"),
+                )
+            })?;
+            match v.as_f64() {
+                Some(b) if (-100.0..=100.0).contains(&b) => Ok((id, b as f32)),
+                _ => Err(ApiError::invalid(
+                    param,
+                    format!("{param}: the bias of token {id} must be a number from -100 to 100, got {v}"),
+                )),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -157,13 +182,21 @@ mod tests {
             .unwrap();
         assert_eq!((s.temperature, s.top_k, s.seed), (0.0, 0, Some(7)));
         assert_eq!((s.stop, s.min_p), (vec!["x".to_string()], 0.1));
+        let s = fields(r#"{"logit_bias":{"7":-100," 3":2.5}}"#)
+            .validate()
+            .unwrap();
+        let mut b = s.logit_bias;
+        b.sort_by_key(|e| e.0);
+        assert_eq!(b, vec![(3, 2.5), (7, -100.0)]);
         for (body, param) in [
             (r#"{"temperature":2.5}"#, "temperature"),
             (r#"{"top_p":0}"#, "top_p"),
             (r#"{"top_k":-2}"#, "top_k"),
             (r#"{"min_p":1.5}"#, "min_p"),
             (r#"{"n":3}"#, "n"),
-            (r#"{"logit_bias":{"1":5}}"#, "logit_bias"),
+            (r#"{"logit_bias":{"x":5}}"#, "logit_bias"),
+            (r#"{"logit_bias":{"1":101}}"#, "logit_bias"),
+            (r#"{"logit_bias":{"1":"5"}}"#, "logit_bias"),
             (r#"{"stop":["a",""]}"#, "stop"),
         ] {
             let e = fields(body).validate().unwrap_err();

@@ -3,7 +3,8 @@
 //! (body, then headers, capped by the caller's key: `sloserve_slo::Asked`), the
 //! sampling parameters (one conversion from the wire's `Sampling`), the stop
 //! conditions, the prefix-cache salt, the client's deadline
-//! (`x-request-timeout-ms`) and the output constraint (none yet).
+//! (`x-request-timeout-ms`) and the output constraint compiled from
+//! `response_format` ([`crate::structured`]).
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -40,6 +41,7 @@ pub fn sampling_params(s: &Sampling, logprobs: Option<usize>) -> SamplingParams 
         presence_penalty: s.presence_penalty,
         frequency_penalty: s.frequency_penalty,
         repetition_penalty: s.repetition_penalty,
+        logit_bias: s.logit_bias.clone(),
         logprobs,
     }
 }
@@ -59,6 +61,8 @@ pub fn build(
     })
     .and_then(|a| a.cap(caller.ceiling))
     .map_err(ApiError::from)?;
+    let biased: Vec<u32> = params.sampling.logit_bias.iter().map(|b| b.0).collect();
+    state.check_ids(&biased, "logit_bias")?;
     // The client's own deadline (the header alone, not the server's
     // `--request-timeout`): the only latency a batch request is refused for.
     let deadline = client_deadline(headers)?;

@@ -53,6 +53,10 @@ pub struct SamplingParams {
     /// output are divided by it (multiplied when negative); 1.0 means disabled.
     #[serde(default = "no_repetition_penalty")]
     pub repetition_penalty: f32,
+    /// OpenAI's `logit_bias`: (token, bias) added to the raw logit before
+    /// penalties; -100 all but bans a token, +100 all but forces it.
+    #[serde(default)]
+    pub logit_bias: Vec<(u32, f32)>,
     /// Return the top-N logprobs of each sampled token (None: no logprobs at all;
     /// Some(0): only the sampled token's own logprob).
     pub logprobs: Option<usize>,
@@ -69,6 +73,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             repetition_penalty: 1.0,
+            logit_bias: Vec::new(),
             logprobs: None,
         }
     }
@@ -367,12 +372,19 @@ impl Sampler {
             None => false,
         };
         let penalised = (self.presence != 0.0 || self.frequency != 0.0) && !self.counts.is_empty();
-        let repeated = self.repetition != 1.0
-            && !(self.counts.is_empty() && self.prompt_tokens.is_empty());
-        let (row, max) = if penalised || masked || repeated {
+        let repeated =
+            self.repetition != 1.0 && !(self.counts.is_empty() && self.prompt_tokens.is_empty());
+        let biased = !self.params.logit_bias.is_empty();
+        let (row, max) = if penalised || masked || repeated || biased {
             if !masked {
                 sc.pen.clear();
                 sc.pen.extend(logits.iter().map(|&x| sanitize(x)));
+            }
+            for &(id, b) in self.params.logit_bias.iter().filter(|_| biased) {
+                if let Some(x) = sc.pen.get_mut(id as usize) {
+                    // -inf (masked) stays -inf.
+                    *x += if b.is_finite() { b } else { 0.0 };
+                }
             }
             if repeated {
                 self.penalise_repeats(&mut sc.pen);

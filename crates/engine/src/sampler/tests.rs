@@ -539,3 +539,32 @@ fn repetition_penalty_counts_prompt_and_output_tokens_once() {
         assert_eq!(s.sample(&logits).id, 0, "{r}");
     }
 }
+
+#[test]
+fn logit_bias_bans_and_forces_tokens() {
+    let biased = |bias: Vec<(u32, f32)>, t: f32| SamplingParams {
+        logit_bias: bias,
+        temperature: t,
+        seed: Some(4),
+        ..SamplingParams::default()
+    };
+    let logits = [1.0f32, 0.9, 0.5, f32::NEG_INFINITY];
+    assert_eq!(
+        Sampler::new(biased(vec![(2, 100.0)], 0.0), 4)
+            .sample(&logits)
+            .id,
+        2
+    );
+    assert_eq!(
+        Sampler::new(biased(vec![(0, -100.0)], 0.0), 4)
+            .sample(&logits)
+            .id,
+        1
+    );
+    // A masked (-inf) token stays out whatever its bias; ids past the row are ignored.
+    let mut s = Sampler::new(biased(vec![(3, 100.0), (9, 100.0), (0, -100.0)], 1.0), 4);
+    for _ in 0..200 {
+        let id = s.sample(&logits).id;
+        assert!(id == 1 || id == 2, "{id}");
+    }
+}
