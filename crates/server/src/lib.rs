@@ -24,6 +24,7 @@ pub mod listen;
 pub mod metrics;
 pub mod openapi;
 pub mod prompt_bound;
+pub mod render;
 pub mod routes;
 pub mod shutdown;
 pub mod state;
@@ -57,6 +58,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     let app = Router::new()
         .route("/v1/completions", post(completions::handle))
         .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/completions/render", post(render::completions))
+        .route("/v1/chat/completions/render", post(render::chat))
         .route("/v1/models", get(routes::models))
         .route("/v1/models/{*id}", get(routes::model))
         .route("/tokenize", post(routes::tokenize))
