@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-rust test-python test-batch-large test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama
+.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-rust test-python test-batch-large test-structured test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama
 
 all: build
 
@@ -49,14 +49,20 @@ $(VENV)/.requirements-installed: $(PY_REQUIREMENTS)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(addprefix -r ,$(PY_REQUIREMENTS))
 	touch $@
 
-test-python: model $(VENV)/.requirements-installed
+test-python: model model-qwen0.5b $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
+	$(VENV)/bin/python tests/python/test_structured_output.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_batch_api.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_server.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_router.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_batch.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_batch_queueing.py --bin "$(TARGET_DIR)/debug/sloserve"
+
+# Structured output on every schema of crates/grammar/tests/schemas (Qwen2.5-Coder 0.5B; minutes).
+test-structured: model-qwen0.5b $(VENV)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV)/bin/python tests/python/test_structured_output.py --all --bin "$(TARGET_DIR)/debug/sloserve"
 
 # A 1,000-line batch job on the server against `sloserve batch run` on the same file (minutes; not in `make test`).
 test-batch-large: model $(VENV)/.requirements-installed

@@ -173,6 +173,9 @@ def test_readme_curl_examples(client, base, readme=None):
         check(r.returncode == 0, f"curl example failed ({r.returncode}): {script}\n{r.stderr}")
         try:
             check_curl_output(r.stdout)
+            if "response_format" in block:
+                reply = json.loads(json.loads(r.stdout)["choices"][0]["message"]["content"])
+                check(reply.get("colour") in ("red", "green", "blue"), reply)
         except Exception as e:
             raise AssertionError(f"bad output of README example:\n{script}\n---\n{r.stdout[:500]}\n{e}")
 

@@ -139,6 +139,12 @@ pub struct RequestFields {
     /// with the same salt.
     #[serde(default)]
     pub cache_salt: Option<String>,
+    /// `{"type": "text" | "json_object" | "json_schema", "json_schema": {name,
+    /// schema, strict}}`: the output is constrained to it (checked and compiled by
+    /// the server's grammar engine).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub response_format: Option<serde_json::Value>,
 }
 
 /// Validated generation parameters of one request.
@@ -158,6 +164,8 @@ pub struct GenParams {
     /// vLLM's `cache_salt`: cached prompt blocks are shared only with requests
     /// giving the same salt.
     pub cache_salt: Option<String>,
+    /// The output format asked for (`None` or `null`: free text), as sent.
+    pub response_format: Option<serde_json::Value>,
 }
 
 impl RequestFields {
@@ -208,6 +216,7 @@ impl RequestFields {
                     .unwrap_or(false),
             user: self.user.clone(),
             cache_salt: self.cache_salt.clone(),
+            response_format: self.response_format.clone().filter(|v| !v.is_null()),
         })
     }
 }

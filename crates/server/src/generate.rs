@@ -38,7 +38,18 @@ pub async fn generate(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
-    let ingress = crate::ingress::build(&state, prompt, &params, headers, caller, None)?;
+    let constraint = match params.response_format.clone() {
+        None => None,
+        Some(rf) => {
+            state
+                .blocking(move |st| {
+                    let n_vocab = st.engine.info().vocab_size;
+                    st.structured.constraint(&st.tokenizer, n_vocab, &rf)
+                })
+                .await??
+        }
+    };
+    let ingress = crate::ingress::build(&state, prompt, &params, headers, caller, constraint)?;
     state.check_accepting()?;
     let stream = state
         .engine

@@ -29,6 +29,7 @@ pub mod routes;
 pub mod shutdown;
 pub mod state;
 pub mod stream;
+pub mod structured;
 pub mod tcp_progress;
 
 use std::future::Future;

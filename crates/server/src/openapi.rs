@@ -194,6 +194,7 @@ mod tests {
             s["RequestFields"]["properties"]["cache_salt"].is_object(),
             "{s}"
         );
+        assert!(s["RequestFields"]["properties"]["response_format"].is_object());
         assert!(s["SamplingFields"]["properties"]["temperature"].is_object());
         assert!(s["ChatCompletionRequest"]["allOf"][2]["properties"]["messages"].is_object());
         assert!(s["ErrorBody"].is_object() && s["Usage"].is_object());

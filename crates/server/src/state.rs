@@ -50,6 +50,8 @@ pub struct AppState {
     pub request_timeout: Option<Duration>,
     /// `--stream-write-timeout` (`None`: a stream may stall forever).
     pub stream_write_timeout: Option<Duration>,
+    /// `response_format` compiled into grammars for the sampler.
+    pub structured: crate::structured::Structured,
     /// Bounds the CPU-heavy work running on the blocking pool at once.
     blocking_permits: tokio::sync::Semaphore,
     draining: AtomicBool,
@@ -155,6 +157,7 @@ impl AppState {
             },
             request_timeout: secs(g.request_timeout),
             stream_write_timeout: secs(g.stream_write_timeout),
+            structured: Default::default(),
             blocking_permits: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             ),

@@ -1,0 +1,64 @@
+//! Structured output: a request's `response_format` compiled (sloserve-grammar, on
+//! llguidance) into the constraint the engine's sampler masks each token with. The
+//! model's grammar factory (its token trie) is built on the first constrained
+//! request and shared; compiles run on the blocking pool and are cached by schema
+//! text. A constraint that does not compile is a 400 naming why, before admission.
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
+use sloserve_api::ApiError;
+use sloserve_engine::sampler::constraint::SharedConstraint;
+use sloserve_grammar::{from_response_format, GrammarError, GrammarFactory};
+use sloserve_model::tokenizer::Tokenizer;
+
+use crate::error::ServerError;
+
+/// The grammar engine of one model (built on first use).
+#[derive(Default)]
+pub struct Structured {
+    factory: OnceLock<Result<Arc<GrammarFactory>, String>>,
+}
+
+impl Structured {
+    /// The constraint of `response_format` (`None` for free text). Blocking: call
+    /// it off the async workers.
+    pub fn constraint(
+        &self,
+        tokenizer: &Tokenizer,
+        n_vocab: usize,
+        response_format: &Value,
+    ) -> Result<Option<SharedConstraint>, ServerError> {
+        let Some(spec) = from_response_format(response_format).map_err(client_error)? else {
+            return Ok(None);
+        };
+        let factory = self
+            .factory
+            .get_or_init(|| {
+                let t0 = std::time::Instant::now();
+                let f =
+                    GrammarFactory::from_tokenizer(tokenizer, n_vocab).map_err(|e| e.to_string());
+                tracing::info!(
+                    ms = format_args!("{:.0}", t0.elapsed().as_secs_f64() * 1e3),
+                    ok = f.is_ok(),
+                    "grammar engine built for the model's vocabulary"
+                );
+                f.map(Arc::new)
+            })
+            .as_ref()
+            .map_err(|e| {
+                ServerError::Internal(format!("the grammar engine is unavailable: {e}"))
+            })?;
+        let compiled = factory.compile(&spec).map_err(client_error)?;
+        Ok(Some(compiled as SharedConstraint))
+    }
+}
+
+/// A constraint the client sent that cannot run: a 400 on `response_format`
+/// (the vocabulary's own failure is the server's).
+fn client_error(e: GrammarError) -> ServerError {
+    match e {
+        GrammarError::Vocab(m) => ServerError::Internal(format!("grammar vocabulary: {m}")),
+        e => ApiError::invalid("response_format", format!("response_format: {e}")).into(),
+    }
+}
