@@ -42,7 +42,10 @@ def ask_schema(client, name, schema):
                    "at most two items in any list, nesting at most two levels deep."},
                   {"role": "user", "content": f"Give a small example value for the schema '{name}'."}],
         response_format={"type": "json_schema",
-                         "json_schema": {"name": name[:64], "schema": schema, "strict": True}})
+                         "json_schema": {"name": name[:64], "schema": schema, "strict": True}},
+        # Greedy decoding of a 0.5B model loops (endless digits, endless recursion);
+        # the grammar keeps every prefix valid, a mild penalty lets the value end.
+        extra_body={"repetition_penalty": 1.2})
     text = r.choices[0].message.content
     check(r.choices[0].finish_reason == "stop", f"{name}: finish {r.choices[0].finish_reason}: {text!r}")
     value = json.loads(text)
