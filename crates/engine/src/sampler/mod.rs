@@ -11,7 +11,7 @@
 //! 2. on a copy, only when they apply: presence / frequency penalties over the
 //!    tokens generated so far (see [`Sampler::observe`]);
 //! 2b. with a constraint ([`Sampler::with_constraint`], see [`constraint`]): the
-//!    tokens it disallows get `-inf` on that copy first; `logprob` stays raw;
+//!     tokens it disallows get `-inf` on that copy first; `logprob` stays raw;
 //! 3. temperature < 1e-5 → greedy argmax (ties → lowest id); otherwise divide by the
 //!    temperature, then top-k, top-p (nucleus), min-p, renormalise and draw.
 //!
