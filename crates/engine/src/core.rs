@@ -226,10 +226,10 @@ impl EngineCore {
     }
 
     /// The scheduler's view of the engine's gauges and counters.
-    /// Moves the prefix cache's changes since the last call into `out` (none
-    /// when the cache is off).
-    pub fn take_cache_changes(&mut self, out: &mut Vec<CacheChange>) {
-        self.sched.take_cache_changes(out);
+    /// Moves the prefix cache's changes since the last call into `out`, and the
+    /// token ids of the blocks they store into `tokens` (none when the cache is off).
+    pub fn take_cache_changes(&mut self, out: &mut Vec<CacheChange>, tokens: &mut Vec<u32>) {
+        self.sched.take_cache_changes(out, tokens);
     }
 
     pub fn snapshot(&self) -> EngineStats {

@@ -73,6 +73,11 @@ struct HandleInner {
 /// Starts engines.
 pub struct Engine;
 
+/// Receives the prefix cache's changes, in order, once per step: the changes and
+/// the token ids of every `Stored` block, `block_size` ids each, in the order of
+/// the `Stored` changes (e.g. to publish KV-cache events).
+pub type CacheSink = Box<dyn FnMut(&[CacheChange], &[u32]) + Send>;
+
 /// Handle to a running engine; cheap to clone and usable from any thread or task.
 /// When the last handle is dropped the engine finishes in-flight requests and its
 /// thread exits.
@@ -87,6 +92,18 @@ impl Engine {
     pub fn start(
         runner: Box<dyn ModelRunner>,
         config: EngineConfig,
+    ) -> Result<EngineHandle, EngineError> {
+        Self::start_with_cache_sink(runner, config, None)
+    }
+
+    /// `start`, with `sink` called on the engine thread after each step (and
+    /// after commands that freed blocks) with the prefix cache's changes and
+    /// the token ids of the blocks they store (see [`CacheSink`]). Keep it
+    /// quick: it runs between steps.
+    pub fn start_with_cache_sink(
+        runner: Box<dyn ModelRunner>,
+        config: EngineConfig,
+        sink: Option<CacheSink>,
     ) -> Result<EngineHandle, EngineError> {
         let shared = Arc::new(Shared {
             admission: Mutex::new(AdmissionState::default()),
@@ -112,7 +129,7 @@ impl Engine {
                     let init = (core.info.clone(), core.limits, core.cfg().clone());
                     publish(&core, &sh, &StepReport::default());
                     let _ = init_tx.send(Ok(init));
-                    run(core, rx, &sh);
+                    run(core, rx, &sh, sink);
                 }
             })
             .map_err(|e| EngineError::InvalidConfig(format!("cannot spawn engine thread: {e}")))?;
@@ -267,15 +284,20 @@ struct LoopState {
     last_log: Instant,
     /// The prefix cache's changes of one turn (reused).
     cache_changes: Vec<CacheChange>,
+    /// The token ids of the blocks `cache_changes` stores (reused).
+    cache_tokens: Vec<u32>,
+    sink: Option<CacheSink>,
 }
 
 /// The engine thread's loop: turns under `catch_unwind`; a panic fails the
 /// requests in flight and restarts the engine ([`crate::supervisor`]).
-fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
+fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared, sink: Option<CacheSink>) {
     let mut st = LoopState {
         disconnected: false,
         last_log: Instant::now(),
         cache_changes: Vec::new(),
+        cache_tokens: Vec::new(),
+        sink,
     };
     let mut panics_in_a_row = 0;
     loop {
@@ -290,7 +312,9 @@ fn run(mut core: EngineCore, rx: Receiver<Command>, sh: &Shared) {
                         core = fresh;
                         lock(&sh.admission).clear_waiting();
                         sh.restarts.fetch_add(1, Ordering::Relaxed);
+                        // The fresh cache's `Cleared` goes out now, not at the next step.
                         let _ = catch_unwind(AssertUnwindSafe(|| {
+                            sync_cache_index(&mut core, sh, &mut st);
                             publish(&core, sh, &StepReport::default())
                         }));
                     }
@@ -407,9 +431,15 @@ fn log_step_cost(st: &EngineStats) {
 
 /// Brings the shared index of cached blocks up to date with the prefix cache.
 fn sync_cache_index(core: &mut EngineCore, sh: &Shared, st: &mut LoopState) {
-    core.take_cache_changes(&mut st.cache_changes);
+    core.take_cache_changes(&mut st.cache_changes, &mut st.cache_tokens);
     sh.cached.apply(&st.cache_changes);
+    if let Some(sink) = st.sink.as_mut() {
+        if !st.cache_changes.is_empty() {
+            sink(&st.cache_changes, &st.cache_tokens);
+        }
+    }
     st.cache_changes.clear();
+    st.cache_tokens.clear();
 }
 
 /// Publishes what commands changed while no step runs (the last step's time stays).

@@ -95,6 +95,8 @@ pub struct PrefixCache {
     num_cached: usize,
     /// Stored and removed blocks since the last `take_changes`.
     changes: Vec<CacheChange>,
+    /// The token ids of each `Stored` in `changes`, `block_size` apiece.
+    stored_tokens: Vec<u32>,
 }
 
 impl PrefixCache {
@@ -121,12 +123,21 @@ impl PrefixCache {
             tick: 0,
             num_cached: 0,
             changes: vec![CacheChange::Cleared],
+            stored_tokens: Vec::new(),
         }
     }
 
     /// Moves the changes since the last call into `out` (appended).
     pub fn take_changes(&mut self, out: &mut Vec<CacheChange>) {
         out.append(&mut self.changes);
+    }
+
+    /// Moves the token ids of the blocks stored since the last call into `out`
+    /// (`block_size` per `Stored` change, in order). A caller that reads only
+    /// [`take_changes`](Self::take_changes) need not call it: a full block's ids
+    /// are copied per stored block, and the buffer is kept in step by the engine.
+    pub fn take_stored_tokens(&mut self, out: &mut Vec<u32>) {
+        out.append(&mut self.stored_tokens);
     }
 
     /// Number of cached blocks.
@@ -224,6 +235,7 @@ impl PrefixCache {
             let hash = chain_hash(parent, chunk);
             self.nodes[id as usize].hash = hash;
             self.changes.push(CacheChange::Stored { hash, parent });
+            self.stored_tokens.extend_from_slice(chunk);
             self.nodes[node as usize].children.insert(chunk.into(), id);
             self.pool.mark_cached(block);
             self.block_node[block as usize] = id;
@@ -487,11 +499,18 @@ mod tests {
             ]
         );
         assert!(h1 != s1 && h1 != h2, "salt and position change the hash");
+        // Each stored block's token ids, in the order of the `Stored` changes.
+        let mut tokens = Vec::new();
+        cache.take_stored_tokens(&mut tokens);
+        assert_eq!(tokens, vec![1, 2, 3, 4, 1, 2]);
         // A second copy of the same tokens is deduplicated: nothing new.
         let b = seq(&pool, &mut cache, &[1, 2, 3, 4]);
         log.clear();
         cache.take_changes(&mut log);
         assert!(log.is_empty(), "{log:?}");
+        tokens.clear();
+        cache.take_stored_tokens(&mut tokens);
+        assert!(tokens.is_empty());
         drop((a, b, t));
         assert_eq!(cache.flush(), 3);
         cache.take_changes(&mut log);

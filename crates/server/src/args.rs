@@ -135,6 +135,9 @@ pub struct ServeArgs {
     pub print_config: bool,
     #[command(flatten)]
     pub batch: crate::batch::BatchApiArgs,
+    /// KV-cache events over ZMQ (`--kv-events-endpoint`).
+    #[command(flatten)]
+    pub kv_events: crate::kv_events::KvEventsArgs,
 }
 
 /// "512MiB" -> 536870912.

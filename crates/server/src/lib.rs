@@ -19,6 +19,7 @@ pub mod generate;
 pub mod generation;
 pub mod guard_args;
 pub mod ingress;
+pub mod kv_events;
 pub mod limits;
 pub mod listen;
 pub mod metrics;

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use sloserve_api::ApiError;
 use sloserve_batch::BatchService;
-use sloserve_engine::{Engine, EngineConfig, EngineHandle, ModelRunner};
+use sloserve_engine::{EngineConfig, EngineHandle, ModelRunner};
 use sloserve_model::chat_template::ChatTemplate;
 use sloserve_model::tokenizer::Tokenizer;
 use sloserve_model::LoadedModel;
@@ -112,7 +112,7 @@ impl AppState {
         runner: Box<dyn ModelRunner>,
         cfg: EngineConfig,
     ) -> anyhow::Result<Arc<AppState>> {
-        let engine = Engine::start(runner, cfg)?;
+        let engine = crate::kv_events::start_engine(args, runner, cfg)?;
         let name = args.model_name();
         let mut aliases = vec![name.clone(), args.model_stem()];
         if let Some(f) = args.model.file_name() {

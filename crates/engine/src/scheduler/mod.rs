@@ -283,10 +283,16 @@ impl Scheduler {
 }
 
 impl Scheduler {
-    /// Moves the prefix cache's changes since the last call into `out`.
-    pub fn take_cache_changes(&mut self, out: &mut Vec<crate::prefix_cache::CacheChange>) {
+    /// Moves the prefix cache's changes since the last call into `out`, the
+    /// token ids of the blocks they store into `tokens`.
+    pub fn take_cache_changes(
+        &mut self,
+        out: &mut Vec<crate::prefix_cache::CacheChange>,
+        tokens: &mut Vec<u32>,
+    ) {
         if let Some(c) = self.cache.as_mut() {
             c.take_changes(out);
+            c.take_stored_tokens(tokens);
         }
     }
 }

@@ -1,0 +1,232 @@
+//! KV-cache events through the real server and default model: a ZMQ SUB socket
+//! (zeromq-rs) connected to `--kv-events-endpoint` decodes vLLM's multipart
+//! messages: `BlockStored` with the prompt's full blocks' token ids (as the
+//! render endpoint gives them) chained by parent hashes, `BlockRemoved` for
+//! blocks evicted when the cache fills, `AllBlocksCleared` when the engine
+//! restarts with a fresh cache; topic `kv@…@smol`, sequence numbers 0, 1, 2, …
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
+use sloserve_model::LoadedModel;
+use sloserve_server::{AppState, ServeArgs};
+use zeromq::{Socket, SocketRecv};
+
+/// A token id that makes the runner panic (the engine restarts, cache cleared).
+const MARK: u32 = 4242;
+
+struct PanicOnMark(Box<dyn ModelRunner>);
+
+impl ModelRunner for PanicOnMark {
+    fn info(&self) -> &RunnerInfo {
+        self.0.info()
+    }
+    fn execute(&mut self, batch: &Batch, out: &mut Logits) -> Result<(), RunnerError> {
+        assert!(!batch.tokens.contains(&MARK), "test runner: marked token");
+        self.0.execute(batch, out)
+    }
+    fn reset(&mut self) -> Result<(), RunnerError> {
+        self.0.reset()
+    }
+}
+
+/// One decoded message: topic, sequence number, payload.
+type Msg = (String, u64, Value);
+
+/// A SUB socket on its own thread, connected (it retries until the PUB binds);
+/// messages arrive decoded on the channel.
+fn subscribe(endpoint: String) -> mpsc::Receiver<Msg> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut sub = zeromq::SubSocket::new();
+            sub.subscribe("kv@").await.unwrap();
+            sub.connect(&endpoint).await.unwrap();
+            while let Ok(m) = sub.recv().await {
+                let frames = m.into_vec();
+                assert_eq!(frames.len(), 3, "[topic, seq, payload]");
+                let topic = String::from_utf8(frames[0].to_vec()).unwrap();
+                let seq = u64::from_be_bytes(frames[1][..].try_into().expect("8 bytes"));
+                let payload: Value = rmp_serde::from_slice(&frames[2]).expect("msgpack");
+                if tx.send((topic, seq, payload)).is_err() {
+                    break;
+                }
+            }
+        });
+    });
+    rx
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Events (each `[tag, ...]`) until `done` says so, or panics after 20 s.
+fn events_until(
+    rx: &mpsc::Receiver<Msg>,
+    seqs: &mut Vec<u64>,
+    mut done: impl FnMut(&Value) -> bool,
+) -> Vec<Value> {
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut out = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        let (topic, seq, batch) = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no awaited event; saw {out:?}"));
+        assert!(
+            topic.starts_with("kv@") && topic.ends_with("@smol"),
+            "{topic}"
+        );
+        seqs.push(seq);
+        let arr = batch.as_array().expect("[ts, events]");
+        assert!(arr[0].as_f64().unwrap() > 1.6e9, "ts in unix seconds");
+        for e in arr[1].as_array().unwrap() {
+            out.push(e.clone());
+            if done(e) {
+                return out;
+            }
+        }
+    }
+}
+
+fn hashes(e: &Value) -> Vec<u64> {
+    e[1].as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h.as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_subscriber_sees_stores_evictions_and_clears() {
+    let port = free_port();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    let rx = subscribe(endpoint.clone());
+    let mut args = test_args();
+    args.kv_events.kv_events_endpoint = Some(endpoint);
+    // A small cache (kv blocks of 16 tokens) so that a few prompts fill it.
+    args.kv_cache_memory = Some(8 << 20);
+    let s = TestServer::start_with(args, |args: &ServeArgs| {
+        let cfg = args.engine_config().unwrap();
+        let m = LoadedModel::load(&args.model, &args.runner_options(&cfg)).unwrap();
+        let runner = PanicOnMark(Box::new(m.runner));
+        AppState::from_parts(args, m.tokenizer, m.chat_template, Box::new(runner), cfg).unwrap()
+    });
+    let bs = s.state.engine.info().block_size;
+    let blocks = s.state.engine.info().num_kv_blocks;
+    std::thread::sleep(Duration::from_millis(500)); // the SUB's subscription reaches the PUB
+    let mut seqs = Vec::new();
+
+    // A real prefill: its full blocks are stored, chained, with their token ids.
+    let prompt = "The quick brown fox jumps over the lazy dog. ".repeat(8);
+    let rendered: Vec<u64> = post(s.addr, "/v1/completions/render", &json!({"prompt": prompt}))
+        .json()[0]["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_u64().unwrap())
+        .collect();
+    let full = rendered.len() / bs * bs;
+    assert!(full >= 3 * bs, "{} tokens", rendered.len());
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 1}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut stored_tokens: Vec<u64> = Vec::new();
+    let mut stored: Vec<u64> = Vec::new();
+    let evs = events_until(&rx, &mut seqs, |e| {
+        // (The engine's start, AllBlocksCleared, may arrive first or be missed.)
+        if e[0] == "BlockStored" {
+            assert_eq!(e.as_array().unwrap().len(), 7, "{e}");
+            assert_eq!(e[4].as_u64(), Some(bs as u64), "block_size");
+            assert!(e[5].is_null() && e[6] == "GPU", "lora_id, medium: {e}");
+            let parent = e[2].as_u64();
+            match stored.last() {
+                None => assert!(e[2].is_null(), "the first block is the root's: {e}"),
+                Some(&last) => assert_eq!(parent, Some(last), "chained: {e}"),
+            }
+            let hs = hashes(e);
+            let toks = e[3].as_array().unwrap();
+            assert_eq!(toks.len(), hs.len() * bs);
+            stored.extend(hs);
+            stored_tokens.extend(toks.iter().map(|t| t.as_u64().unwrap()));
+        }
+        stored_tokens.len() >= full
+    });
+    assert!(
+        evs.iter()
+            .all(|e| e[0] == "BlockStored" || e[0] == "AllBlocksCleared"),
+        "{evs:?}"
+    );
+    assert_eq!(
+        stored_tokens[..full],
+        rendered[..full],
+        "the prompt's full blocks"
+    );
+
+    // Fill the cache with other prompts: the least recently used blocks go.
+    let mut removed = HashSet::new();
+    let mut all_stored: HashSet<u64> = stored.iter().copied().collect();
+    let mut i = 0;
+    while removed.is_empty() {
+        assert!(i < 4 * blocks, "no eviction after {i} prompts");
+        let p = format!(
+            "{i} {}",
+            "Lorem ipsum dolor sit amet, consectetur. ".repeat(10)
+        );
+        let r = post(
+            s.addr,
+            "/v1/completions",
+            &json!({"prompt": p, "max_tokens": 1}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        i += 1;
+        while let Ok((_, seq, batch)) = rx.recv_timeout(Duration::from_millis(200)) {
+            seqs.push(seq);
+            for e in batch[1].as_array().unwrap() {
+                match e[0].as_str().unwrap() {
+                    "BlockStored" => all_stored.extend(hashes(e)),
+                    "BlockRemoved" => {
+                        assert_eq!(e.as_array().unwrap().len(), 3, "{e}");
+                        assert_eq!(e[2], "GPU");
+                        for h in hashes(e) {
+                            assert!(all_stored.contains(&h), "removed {h}, never stored");
+                            removed.insert(h);
+                        }
+                    }
+                    other => panic!("unexpected {other}: {e}"),
+                }
+            }
+        }
+    }
+
+    // The engine restarts after a panic: its new cache is empty.
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": [1, 2, MARK, 4], "max_tokens": 2}),
+    );
+    assert_eq!(r.status, 500, "{}", r.text());
+    events_until(&rx, &mut seqs, |e| e[0] == "AllBlocksCleared");
+
+    // One message per sequence number, in order, none missed.
+    let want: Vec<u64> = (seqs[0]..seqs[0] + seqs.len() as u64).collect();
+    assert_eq!(seqs, want);
+}
