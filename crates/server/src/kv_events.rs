@@ -34,7 +34,9 @@ use crate::args::ServeArgs;
 #[derive(Args, Debug, Clone, Default)]
 pub struct KvEventsArgs {
     /// Publish KV-cache events (vLLM's, for the llm-d EPP's precise prefix
-    /// scorer) on a ZMQ PUB socket bound here, e.g. tcp://*:5557. Off unless given.
+    /// scorer) on a ZMQ PUB socket: bound for a wildcard host (tcp://*:5557, the
+    /// EPP dials each replica), else connected to (a subscriber that binds). Off
+    /// unless given.
     #[arg(long)]
     pub kv_events_endpoint: Option<String>,
     /// The topic of every message [default: kv@<host>:<port>@<served model name>].
@@ -76,6 +78,7 @@ fn spawn_publisher(
     topic: String,
     mut rx: mpsc::UnboundedReceiver<Changes>,
 ) -> anyhow::Result<String> {
+    let bind = binds(endpoint);
     // zeromq-rs binds host names literally; `*` (libzmq's "every interface") is 0.0.0.0.
     let endpoint = endpoint.replacen("tcp://*:", "tcp://0.0.0.0:", 1);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<anyhow::Result<String>>();
@@ -94,12 +97,21 @@ fn spawn_publisher(
             };
             rt.block_on(async move {
                 let mut socket = zeromq::PubSocket::new();
-                match socket.bind(&endpoint).await {
-                    Ok(at) => {
-                        let _ = ready_tx.send(Ok(at.to_string()));
+                if bind {
+                    match socket.bind(&endpoint).await {
+                        Ok(at) => {
+                            let _ = ready_tx.send(Ok(at.to_string()));
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(anyhow::anyhow!("{e}")));
+                            return;
+                        }
                     }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(anyhow::anyhow!("{e}")));
+                } else {
+                    // Connecting waits for the subscriber's side; batches queue meanwhile.
+                    let _ = ready_tx.send(Ok(format!("{endpoint} (connecting)")));
+                    if let Err(e) = socket.connect(&endpoint).await {
+                        tracing::error!("cannot connect the KV-events socket to {endpoint}: {e}");
                         return;
                     }
                 }
@@ -127,6 +139,13 @@ fn spawn_publisher(
         .recv()
         .context("the KV-events thread stopped")?
         .with_context(|| "cannot bind the KV-events socket (--kv-events-endpoint)")
+}
+
+/// vLLM's rule: an endpoint with a wildcard host (`*`, `::`) or an `ipc://` path
+/// is bound (the EPP dials each replica); any other is connected to (a
+/// subscriber that binds, e.g. one central indexer).
+fn binds(endpoint: &str) -> bool {
+    endpoint.contains('*') || endpoint.contains("::") || endpoint.starts_with("ipc://")
 }
 
 fn unix_secs() -> f64 {
@@ -272,6 +291,12 @@ fn encode(events: &[Event], block_size: usize, ts: f64) -> Vec<u8> {
 mod tests {
     use super::*;
     use sloserve_engine::prefix_cache::chain_hash;
+
+    #[test]
+    fn wildcards_bind_others_connect() {
+        assert!(binds("tcp://*:5557") && binds("tcp://[::]:5557") && binds("ipc:///tmp/kv"));
+        assert!(!binds("tcp://127.0.0.1:5557") && !binds("tcp://indexer:5557"));
+    }
 
     #[test]
     fn chains_group_salted_blocks_stay_private() {

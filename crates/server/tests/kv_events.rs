@@ -41,8 +41,9 @@ type Msg = (String, u64, Value);
 
 /// A SUB socket on its own thread, connected (it retries until the PUB binds);
 /// messages arrive decoded on the channel.
-fn subscribe(endpoint: String) -> mpsc::Receiver<Msg> {
+fn subscribe(endpoint: String, bind: bool) -> mpsc::Receiver<Msg> {
     let (tx, rx) = mpsc::channel();
+    let (bound_tx, bound_rx) = mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -51,7 +52,12 @@ fn subscribe(endpoint: String) -> mpsc::Receiver<Msg> {
         rt.block_on(async move {
             let mut sub = zeromq::SubSocket::new();
             sub.subscribe("kv@").await.unwrap();
-            sub.connect(&endpoint).await.unwrap();
+            if bind {
+                sub.bind(&endpoint).await.unwrap();
+                bound_tx.send(()).unwrap();
+            } else {
+                sub.connect(&endpoint).await.unwrap();
+            }
             while let Ok(m) = sub.recv().await {
                 let frames = m.into_vec();
                 assert_eq!(frames.len(), 3, "[topic, seq, payload]");
@@ -64,6 +70,9 @@ fn subscribe(endpoint: String) -> mpsc::Receiver<Msg> {
             }
         });
     });
+    if bind {
+        bound_rx.recv().unwrap();
+    }
     rx
 }
 
@@ -115,10 +124,10 @@ fn hashes(e: &Value) -> Vec<u64> {
 #[test]
 fn a_subscriber_sees_stores_evictions_and_clears() {
     let port = free_port();
-    let endpoint = format!("tcp://127.0.0.1:{port}");
-    let rx = subscribe(endpoint.clone());
+    let rx = subscribe(format!("tcp://127.0.0.1:{port}"), false);
     let mut args = test_args();
-    args.kv_events.kv_events_endpoint = Some(endpoint);
+    // A wildcard host: the server binds (and the SUB, already dialing, connects).
+    args.kv_events.kv_events_endpoint = Some(format!("tcp://*:{port}"));
     // A small cache (kv blocks of 16 tokens) so that a few prompts fill it.
     args.kv_cache_memory = Some(8 << 20);
     let s = TestServer::start_with(args, |args: &ServeArgs| {
@@ -229,4 +238,40 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
     // One message per sequence number, in order, none missed.
     let want: Vec<u64> = (seqs[0]..seqs[0] + seqs.len() as u64).collect();
     assert_eq!(seqs, want);
+}
+
+#[test]
+fn a_plain_host_is_connected_to_where_the_subscriber_binds() {
+    let port = free_port();
+    let endpoint = format!("tcp://127.0.0.1:{port}");
+    let rx = subscribe(endpoint.clone(), true);
+    let mut args = test_args();
+    args.kv_events.kv_events_endpoint = Some(endpoint);
+    args.kv_events.kv_events_topic = Some("kv@replica-a@smol".into());
+    let s = TestServer::start(args);
+    std::thread::sleep(Duration::from_millis(500));
+    let prompt = "One two three four five six seven eight nine ten. ".repeat(4);
+    let r = post(
+        s.addr,
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 1}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (topic, _, batch) = loop {
+        let m = rx.recv_timeout(Duration::from_secs(20)).expect("a batch");
+        if m.2[1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e[0] == "BlockStored")
+        {
+            break m;
+        }
+    };
+    assert_eq!(topic, "kv@replica-a@smol");
+    assert!(batch[1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|e| e[0] == "BlockStored"));
 }
