@@ -181,11 +181,7 @@ impl Encoder {
             .iter()
             .filter(|c| matches!(c, CacheChange::Stored { .. }))
             .count();
-        let block_size = if stored == 0 {
-            0
-        } else {
-            tokens.len() / stored
-        };
+        let block_size = tokens.len().checked_div(stored).unwrap_or(0);
         let events = self.events(changes, tokens, block_size);
         if events.is_empty() {
             return None;
