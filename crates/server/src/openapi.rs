@@ -53,6 +53,32 @@ fn completions() {}
 fn chat_completions() {}
 
 #[utoipa::path(
+    post, path = "/v1/completions/render", tag = "generation",
+    request_body = CompletionRequest,
+    responses(
+        (status = 200, description = "vLLM's render answer, generating nothing: a one-element array of `{token_ids, request_id, model, sampling_params, features: null, ...}`, `token_ids` the prompt generation would run"),
+        (status = 400, description = "Invalid request (the generation endpoint's error)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+    )
+)]
+fn completions_render() {}
+
+#[utoipa::path(
+    post, path = "/v1/chat/completions/render", tag = "generation",
+    request_body = ChatCompletionRequest,
+    responses(
+        (status = 200, description = "vLLM's render answer, generating nothing: one `{token_ids, request_id, model, sampling_params, features: null, ...}`, `token_ids` the templated prompt generation would run"),
+        (status = 400, description = "Invalid request (the generation endpoint's error)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+    )
+)]
+fn chat_completions_render() {}
+
+#[utoipa::path(
     get, path = "/v1/models", tag = "models",
     responses(
         (status = 200, description = "The served model", body = ModelList),
@@ -137,7 +163,7 @@ impl Modify for Keys {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
-    paths(completions, chat_completions, models, model, tokenize, detokenize, health, ready, metrics),
+    paths(completions, chat_completions, completions_render, chat_completions_render, models, model, tokenize, detokenize, health, ready, metrics),
     modifiers(&Keys),
     security(("bearer" = []), ("x-api-key" = [])),
 )]
@@ -173,6 +199,8 @@ mod tests {
         for p in [
             "/v1/completions",
             "/v1/chat/completions",
+            "/v1/completions/render",
+            "/v1/chat/completions/render",
             "/tokenize",
             "/detokenize",
             "/v1/models",
