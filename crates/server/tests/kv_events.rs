@@ -39,9 +39,10 @@ impl ModelRunner for PanicOnMark {
 /// One decoded message: topic, sequence number, payload.
 type Msg = (String, u64, Value);
 
-/// A SUB socket on its own thread, connected (it retries until the PUB binds);
-/// messages arrive decoded on the channel.
-fn subscribe(endpoint: String, bind: bool) -> mpsc::Receiver<Msg> {
+/// A SUB socket on its own thread, connected (it retries until the PUB binds) or
+/// bound; messages arrive decoded on the channel. The second receiver says when the
+/// socket is bound or its connection is up (for a bind, already waited for here).
+fn subscribe(endpoint: String, bind: bool) -> (mpsc::Receiver<Msg>, mpsc::Receiver<()>) {
     let (tx, rx) = mpsc::channel();
     let (bound_tx, bound_rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -57,6 +58,7 @@ fn subscribe(endpoint: String, bind: bool) -> mpsc::Receiver<Msg> {
                 bound_tx.send(()).unwrap();
             } else {
                 sub.connect(&endpoint).await.unwrap();
+                let _ = bound_tx.send(());
             }
             while let Ok(m) = sub.recv().await {
                 let frames = m.into_vec();
@@ -73,7 +75,7 @@ fn subscribe(endpoint: String, bind: bool) -> mpsc::Receiver<Msg> {
     if bind {
         bound_rx.recv().unwrap();
     }
-    rx
+    (rx, bound_rx)
 }
 
 fn free_port() -> u16 {
@@ -124,7 +126,7 @@ fn hashes(e: &Value) -> Vec<u64> {
 #[test]
 fn a_subscriber_sees_stores_evictions_and_clears() {
     let port = free_port();
-    let rx = subscribe(format!("tcp://127.0.0.1:{port}"), false);
+    let (rx, connected) = subscribe(format!("tcp://127.0.0.1:{port}"), false);
     let mut args = test_args();
     // A wildcard host: the server binds (and the SUB, already dialing, connects).
     args.kv_events.kv_events_endpoint = Some(format!("tcp://*:{port}"));
@@ -138,7 +140,12 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
     });
     let bs = s.state.engine.info().block_size;
     let blocks = s.state.engine.info().num_kv_blocks;
-    std::thread::sleep(Duration::from_millis(500)); // the SUB's subscription reaches the PUB
+    // The SUB retries its connect with a backoff (seconds on a loaded machine):
+    // wait for it, then for its subscription to reach the PUB.
+    connected
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the SUB connects to the server's PUB");
+    std::thread::sleep(Duration::from_millis(500));
     let mut seqs = Vec::new();
 
     // A real prefill: its full blocks are stored, chained, with their token ids.
@@ -244,7 +251,7 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
 fn a_plain_host_is_connected_to_where_the_subscriber_binds() {
     let port = free_port();
     let endpoint = format!("tcp://127.0.0.1:{port}");
-    let rx = subscribe(endpoint.clone(), true);
+    let (rx, _) = subscribe(endpoint.clone(), true);
     let mut args = test_args();
     args.kv_events.kv_events_endpoint = Some(endpoint);
     args.kv_events.kv_events_topic = Some("kv@replica-a@smol".into());
