@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::common::{check_logprobs, GenParams, RequestFields, Usage};
 use crate::error::ApiError;
 use crate::sampling::SamplingFields;
+use crate::tools::{check_message_tools, ToolCall, ToolCallDelta, ToolFields, ToolMode};
 
 /// Roles a message may have.
 pub const ROLES: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
@@ -53,6 +54,12 @@ pub struct ChatMessage {
     pub content: Option<MessageContent>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// An assistant message's calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// A tool message's answer to this call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
@@ -64,6 +71,8 @@ pub struct ChatCompletionRequest {
     pub sampling: SamplingFields,
     #[serde(flatten)]
     pub fields: RequestFields,
+    #[serde(flatten)]
+    pub tool_fields: ToolFields,
     #[serde(default)]
     pub logprobs: Option<bool>,
     #[serde(default)]
@@ -90,7 +99,23 @@ impl ChatCompletionRequest {
             (Some(m), _) => (Some(m), "max_completion_tokens"),
             (None, m) => (m, "max_tokens"),
         };
-        f.params(&self.sampling, max_tokens, logprobs)
+        let mut params = f.params(&self.sampling, max_tokens, logprobs)?;
+        params.tools = self.tool_fields.validate()?;
+        let forced = params
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.mode != ToolMode::Auto);
+        let constrained = params
+            .response_format
+            .as_ref()
+            .is_some_and(|rf| rf.get("type").and_then(|t| t.as_str()) != Some("text"));
+        if forced && constrained {
+            return Err(ApiError::invalid(
+                "response_format",
+                "response_format: cannot be combined with tool_choice 'required' or a named function (the call's arguments follow the function's parameters)",
+            ));
+        }
+        Ok(params)
     }
 
     /// The messages as (role, text) pairs, text parts joined by newlines.
@@ -120,6 +145,12 @@ pub fn text_messages(messages: &[ChatMessage]) -> Result<Vec<(String, String)>, 
                 ),
             ));
         }
+        check_message_tools(
+            i,
+            &m.role,
+            m.tool_calls.as_deref(),
+            m.tool_call_id.as_deref(),
+        )?;
         let text = match &m.content {
             None => String::new(),
             Some(MessageContent::Text(s)) => s.clone(),
@@ -174,7 +205,10 @@ pub struct ChatLogprobs {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ResponseMessage {
     pub role: String,
+    /// `null` when the model only called tools.
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -202,6 +236,8 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -283,6 +319,7 @@ mod tests {
                 delta: ChatDelta {
                     role: None,
                     content: Some("hi".into()),
+                    tool_calls: None,
                 },
                 logprobs: None,
                 finish_reason: None,

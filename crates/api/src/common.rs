@@ -166,6 +166,9 @@ pub struct GenParams {
     pub cache_salt: Option<String>,
     /// The output format asked for (`None` or `null`: free text), as sent.
     pub response_format: Option<serde_json::Value>,
+    /// Chat only: the tools the model may call and how (`None`: no tools, or
+    /// `tool_choice: "none"`), from [`crate::tools::ToolFields`].
+    pub tools: Option<crate::tools::ToolParams>,
 }
 
 impl RequestFields {
@@ -217,6 +220,7 @@ impl RequestFields {
             user: self.user.clone(),
             cache_salt: self.cache_salt.clone(),
             response_format: self.response_format.clone().filter(|v| !v.is_null()),
+            tools: None,
         })
     }
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod parse;
 pub mod sampling;
 pub mod tokenize;
+pub mod tools;
 
 pub use chat::{
     ChatChoice, ChatChunkChoice, ChatCompletionChunk, ChatCompletionRequest,
@@ -31,4 +32,8 @@ pub use sampling::{Sampling, SamplingFields};
 pub use sloserve_slo::{Asked, SloClass};
 pub use tokenize::{
     DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
+};
+pub use tools::{
+    FunctionCall, FunctionCallDelta, FunctionDef, Tool, ToolCall, ToolCallDelta, ToolChoice,
+    ToolFields, ToolMode, ToolParams, MAX_TOOLS,
 };

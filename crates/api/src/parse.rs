@@ -68,7 +68,9 @@ fn locate_flattened(body: &[u8]) -> Option<ApiError> {
         let e = serde_path_to_error::deserialize::<_, T>(&mut de).err()?;
         (e.path().to_string() != ".").then(|| convert(e))
     }
-    field_error::<crate::SamplingFields>(body).or_else(|| field_error::<crate::RequestFields>(body))
+    field_error::<crate::SamplingFields>(body)
+        .or_else(|| field_error::<crate::RequestFields>(body))
+        .or_else(|| field_error::<crate::ToolFields>(body))
 }
 
 fn convert(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
