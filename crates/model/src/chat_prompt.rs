@@ -143,6 +143,48 @@ impl Escapes {
         Ok(())
     }
 
+    fn escape_opt(
+        &mut self,
+        controls: &ControlTokens,
+        text: Option<&str>,
+    ) -> Result<Option<String>> {
+        text.map(|t| self.escape(controls, t)).transpose()
+    }
+
+    /// A JSON value with every key and string escaped.
+    fn escape_json(
+        &mut self,
+        controls: &ControlTokens,
+        v: &serde_json::Value,
+    ) -> Result<serde_json::Value> {
+        use serde_json::Value as J;
+        Ok(match v {
+            J::String(s) => J::String(self.escape(controls, s)?),
+            J::Array(items) => J::Array(
+                items
+                    .iter()
+                    .map(|i| self.escape_json(controls, i))
+                    .collect::<Result<_>>()?,
+            ),
+            J::Object(map) => {
+                let mut out = serde_json::Map::with_capacity(map.len());
+                for (k, v) in map {
+                    out.insert(self.escape(controls, k)?, self.escape_json(controls, v)?);
+                }
+                J::Object(out)
+            }
+            other => other.clone(),
+        })
+    }
+
+    fn escape_json_opt(
+        &mut self,
+        controls: &ControlTokens,
+        v: Option<&serde_json::Value>,
+    ) -> Result<Option<serde_json::Value>> {
+        v.map(|v| self.escape_json(controls, v)).transpose()
+    }
+
     fn unescape(&self, text: &str) -> String {
         let mut out = String::with_capacity(text.len());
         for c in text.chars() {
@@ -155,30 +197,36 @@ impl Escapes {
     }
 }
 
-/// Renders `messages` with `render` and tokenizes the result so that only the text the
-/// template wrote can produce control tokens. BOS goes first by the tokenizer's one rule
-/// when `add_bos`.
+/// Renders `messages` (and `tools`) with `render` and tokenizes the result so that
+/// only the text the template wrote can produce control tokens: every string of a
+/// message (role, content, name, call id, the calls' names, keys and values) and of
+/// the tools is escaped. BOS goes first by the tokenizer's one rule when `add_bos`.
 pub fn encode_chat(
     controls: &ControlTokens,
     tok: &Tokenizer,
     messages: &[ChatMessage],
-    render: impl Fn(&[ChatMessage]) -> Result<String>,
+    tools: Option<&serde_json::Value>,
+    render: impl Fn(&[ChatMessage], Option<&serde_json::Value>) -> Result<String>,
     add_bos: bool,
 ) -> Result<Vec<u32>> {
     let mut esc = Escapes::default();
     let escaped = messages
         .iter()
         .map(|m| {
-            Ok(ChatMessage::new(
-                esc.escape(controls, &m.role)?,
-                esc.escape(controls, &m.content)?,
-            ))
+            Ok(ChatMessage {
+                role: esc.escape(controls, &m.role)?,
+                content: esc.escape(controls, &m.content)?,
+                name: esc.escape_opt(controls, m.name.as_deref())?,
+                tool_calls: esc.escape_json_opt(controls, m.tool_calls.as_ref())?,
+                tool_call_id: esc.escape_opt(controls, m.tool_call_id.as_deref())?,
+            })
         })
         .collect::<Result<Vec<_>>>()?;
+    let escaped_tools = esc.escape_json_opt(controls, tools)?;
     let ids = if esc.texts.is_empty() {
-        tok.encode(&render(messages)?, true)?
+        tok.encode(&render(messages, tools)?, true)?
     } else {
-        let text = render(&escaped)?;
+        let text = render(&escaped, escaped_tools.as_ref())?;
         let mut ids = Vec::new();
         let mut last = 0;
         for (start, end, id) in controls.find(&text) {

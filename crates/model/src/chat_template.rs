@@ -1,22 +1,36 @@
 //! `ChatTemplate`: renders a GGUF file's `tokenizer.chat_template` (Hugging Face style
 //! Jinja) over chat messages with minijinja, the way transformers' `apply_chat_template`
 //! does (trim_blocks, lstrip_blocks, Python string methods, `raise_exception`,
-//! `strftime_now`).
+//! `strftime_now`, Python's `tojson`), with the request's `tools` and the messages'
+//! `tool_calls` / `tool_call_id` (templates without a tools section get the
+//! fallback of [`crate::chat_tools`]).
 
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 
 use crate::chat_prompt::{encode_chat, ControlTokens};
+use crate::chat_tools::{with_fallback, ToolSupport};
 use crate::error::{ModelError, Result};
 use crate::tokenizer::Tokenizer;
 
 const TEMPLATE_NAME: &str = "chat";
 
-/// One chat turn, as in the OpenAI / Hugging Face message format.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+/// One chat turn, as in the OpenAI / Hugging Face message format. Absent optional
+/// fields are undefined in the template.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// An assistant message's calls: `[{id, type, function: {name, arguments}}]`,
+    /// `arguments` an object where the call's JSON text parses as one (as vLLM and
+    /// llama.cpp pass them to templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A tool message's call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -24,6 +38,7 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            ..Self::default()
         }
     }
 }
@@ -36,6 +51,8 @@ pub struct ChatTemplate {
     eos_token: String,
     /// The vocabulary's control-token texts, built on the first `encode`.
     controls: std::sync::OnceLock<std::result::Result<ControlTokens, String>>,
+    /// What the template renders of tools, probed on first use.
+    tool_support: std::sync::OnceLock<ToolSupport>,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -85,6 +102,7 @@ impl ChatTemplate {
                 .map_or(0, |d| d.as_secs() as i64);
             strftime(&fmt, secs)
         });
+        env.add_filter("tojson", crate::chat_tools::tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| {
                 ModelError::ChatTemplate(format!("cannot compile template: {}", describe(&e)))
@@ -95,6 +113,7 @@ impl ChatTemplate {
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
             controls: std::sync::OnceLock::new(),
+            tool_support: std::sync::OnceLock::new(),
         })
     }
 
@@ -118,6 +137,17 @@ impl ChatTemplate {
 
     /// Renders the conversation; `add_generation_prompt` appends the assistant header.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_raw(messages, None, add_generation_prompt)
+    }
+
+    /// Renders the conversation with `tools` (a list of `{"type": "function",
+    /// "function": {...}}`) given to the template as is (`None`: `tools` is none).
+    pub fn render_raw(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -127,9 +157,30 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
-            tools => Value::from(()),
+            tools => tools.map_or(Value::from(()), Value::from_serialize),
         })
         .map_err(|e| ModelError::ChatTemplate(format!("cannot render: {}", describe(&e))))
+    }
+
+    /// What this template renders natively: `tools`, and assistant `tool_calls` with
+    /// `tool` messages (probed once by rendering a small example).
+    pub fn tool_support(&self) -> ToolSupport {
+        *self
+            .tool_support
+            .get_or_init(|| ToolSupport::probe(|m, t| self.render_raw(m, t, true)))
+    }
+
+    /// Renders the conversation with tools: natively where the template has a tools
+    /// section, else through the documented fallback (a system preamble describing
+    /// the tools, calls and results as text; `crate::chat_tools`).
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let (messages, tools) = with_fallback(|| self.tool_support(), messages, tools);
+        self.render_raw(&messages, tools.as_ref(), add_generation_prompt)
     }
 
     /// Renders and tokenizes the conversation: control tokens come only from the
@@ -142,13 +193,29 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         add_bos: bool,
     ) -> Result<Vec<u32>> {
+        self.encode_with_tools(tok, messages, None, add_generation_prompt, add_bos)
+    }
+
+    /// `encode` with `tools` rendered as [`Self::render_with_tools`] does; the tools'
+    /// and calls' text is escaped like message text (no control token from it).
+    pub fn encode_with_tools(
+        &self,
+        tok: &Tokenizer,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+        add_bos: bool,
+    ) -> Result<Vec<u32>> {
         let controls = self
             .controls
             .get_or_init(|| ControlTokens::new(tok).map_err(|e| e.to_string()))
             .as_ref()
             .map_err(|e| ModelError::Tokenizer(e.clone()))?;
-        let render = |m: &[ChatMessage]| self.render(m, add_generation_prompt);
-        encode_chat(controls, tok, messages, render, add_bos)
+        let (messages, tools) = with_fallback(|| self.tool_support(), messages, tools);
+        let render = |m: &[ChatMessage], t: Option<&serde_json::Value>| {
+            self.render_raw(m, t, add_generation_prompt)
+        };
+        encode_chat(controls, tok, &messages, tools.as_ref(), render, add_bos)
     }
 
     pub fn source(&self) -> &str {

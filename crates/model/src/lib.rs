@@ -4,6 +4,7 @@
 
 pub mod chat_prompt;
 pub mod chat_template;
+pub mod chat_tools;
 pub mod config;
 pub mod detokenizer;
 pub mod error;

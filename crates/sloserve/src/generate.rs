@@ -82,15 +82,9 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
             };
             let mut msgs = Vec::new();
             if let Some(s) = &a.system {
-                msgs.push(ChatMessage {
-                    role: "system".into(),
-                    content: s.clone(),
-                });
+                msgs.push(ChatMessage::new("system", s.clone()));
             }
-            msgs.push(ChatMessage {
-                role: "user".into(),
-                content: c.clone(),
-            });
+            msgs.push(ChatMessage::new("user", c.clone()));
             t.encode(&m.tokenizer, &msgs, true, true)?
         }
         _ => bail!("give --prompt TEXT or --chat MESSAGE"),
