@@ -100,6 +100,18 @@ fn only_allowed_tokens_are_drawn_and_committed() {
 }
 
 #[test]
+fn the_mask_time_of_each_constrained_token_is_kept() {
+    let mut s = Sampler::new(SamplingParams::greedy(), 64);
+    s.sample_lean(&random_logits(1, 64, 2.0));
+    assert_eq!(s.last_mask_time(), None);
+    let (c, _) = SetConstraint::new(vec![3, 9]);
+    let mut s = Sampler::new(SamplingParams::greedy(), 64).with_constraint(Some(Box::new(c)));
+    assert_eq!(s.last_mask_time(), None);
+    s.sample_lean(&random_logits(1, 64, 2.0));
+    assert!(s.last_mask_time().is_some());
+}
+
+#[test]
 fn every_allowed_token_is_reachable() {
     let n = 64;
     let allowed = vec![1, 2, 40];
@@ -247,5 +259,13 @@ fn engine_requests_follow_their_constraint_and_end_cleanly() {
     );
     assert_eq!(d.tokens.len(), 5);
     assert_eq!(d.finish.as_ref().unwrap().reason, FinishReason::Length);
+    // One mask time per constrained token, none for the free one.
+    let mt = core.sched().counters().mask_times;
+    assert_eq!(
+        mt.count,
+        (a.tokens.len() + b.tokens.len() + c.tokens.len()) as u64
+    );
+    assert_eq!(mt.buckets.iter().sum::<u64>(), mt.count, "{mt:?}");
+    assert!(mt.sum_ns > 0);
     assert_all_blocks_return(&mut core);
 }

@@ -14,19 +14,33 @@ pub(super) struct Bufs<'a> {
 
 impl Sampler {
     /// Temperature, top-k, top-p, min-p and the random draw over `row` (non-empty,
-    /// read through [`sanitize`]), whose sanitised maximum is `max`.
+    /// read through [`sanitize`]), whose sanitised maximum is `max`; returns an
+    /// index into `row`.
+    ///
+    /// With `cands`, `row` is `cands.vals`, the allowed tokens of a longer row (the
+    /// others `-inf`): the draw is the one that longer masked row would give (see
+    /// [`super::candidates`]), as the candidate index. Top-k above
+    /// `STREAMING_TOP_K` is not for candidates (its selection's order is the full
+    /// row's).
     ///
     /// Every value is `sanitize(x) * inv_temperature`, the bits the scaled copy of
     /// the row used to hold, and the max of those is `max * inv_temperature`
     /// (rounding is monotonic), so the weights, sums and draws are unchanged.
-    pub(super) fn draw(&mut self, row: &[f32], max: f32, b: Bufs<'_>) -> u32 {
+    pub(super) fn draw(
+        &mut self,
+        row: &[f32],
+        max: f32,
+        b: Bufs<'_>,
+        cands: Option<&Candidates>,
+    ) -> u32 {
         let Bufs {
             work: w,
             keys,
             top,
             sums,
         } = b;
-        let n = row.len();
+        // The full row's length decides whether top-k applies, as it did.
+        let n = cands.map_or(row.len(), |c| c.n);
         let inv_t = self.inv_temperature;
         let m = max * inv_t;
         let use_top_k = self.top_k > 0 && self.top_k < n;
@@ -35,6 +49,11 @@ impl Sampler {
 
         if !(use_top_k || use_top_p || use_min_p) {
             // Plain softmax over the whole row: block sums, then one block's walk.
+            if let Some(c) = cands {
+                let z = c.dense_block_sums(inv_t, m, sums);
+                let u = self.rng.random::<f64>() * z;
+                return c.walk_block_sums(inv_t, m, sums, u) as u32;
+            }
             let z = dense_block_sums(row, inv_t, m, sums);
             let u = self.rng.random::<f64>() * z;
             return walk_block_sums(row, inv_t, m, sums, u);
@@ -46,7 +65,7 @@ impl Sampler {
         let min_w = self.min_p;
         if use_top_k {
             // Only the candidates' slots are written and read.
-            w.resize(n, 0.0);
+            w.resize(row.len(), 0.0);
             if self.top_k <= STREAMING_TOP_K {
                 top_n_into(top, row, self.top_k, inv_t);
                 keys.extend(top.iter().map(|&(id, x)| desc_key(x, id)));
@@ -56,8 +75,10 @@ impl Sampler {
                         .enumerate()
                         .map(|(i, &x)| desc_key(sanitize(x) * inv_t, i as u32)),
                 );
-                keys.select_nth_unstable(self.top_k - 1);
-                keys.truncate(self.top_k);
+                if self.top_k < keys.len() {
+                    keys.select_nth_unstable(self.top_k - 1);
+                    keys.truncate(self.top_k);
+                }
             }
             let mut z = 0.0f64;
             for &k in keys.iter() {
@@ -79,9 +100,10 @@ impl Sampler {
                 keys.truncate(cut.max(1));
             }
         } else {
-            let z = exp_row(row, inv_t, m, w);
+            let z = exp_row(row, inv_t, m, w, cands);
             if use_top_p {
-                nucleus_dense(w, keys, min_w, self.top_p as f64 * z);
+                let ids = cands.map(|c| &c.ids[..]);
+                nucleus_dense(w, keys, min_w, self.top_p as f64 * z, ids);
             } else {
                 keys.extend(min_p_survivors(w, min_w, 0));
             }
@@ -107,7 +129,7 @@ impl Sampler {
 
 /// `weight(sanitize(x) * inv_t, m)` for each `x` of `src`, `m` the max of those.
 #[inline(always)]
-fn weights_into(out: &mut [f32], src: &[f32], inv_t: f32, m: f32) {
+pub(super) fn weights_into(out: &mut [f32], src: &[f32], inv_t: f32, m: f32) {
     if m.is_finite() {
         for (o, &x) in out.iter_mut().zip(src) {
             *o = fast_exp(sanitize(x) * inv_t - m);
@@ -120,16 +142,25 @@ fn weights_into(out: &mut [f32], src: &[f32], inv_t: f32, m: f32) {
 }
 
 /// Writes the weights of the whole `row` into `w` (see [`weights_into`]); returns
-/// their sum, block by block.
-fn exp_row(row: &[f32], inv_t: f32, m: f32, w: &mut Vec<f32>) -> f64 {
+/// their sum, block by block (the full row's blocks with `cands`).
+pub(super) fn exp_row(
+    row: &[f32],
+    inv_t: f32,
+    m: f32,
+    w: &mut Vec<f32>,
+    cands: Option<&Candidates>,
+) -> f64 {
     w.resize(row.len(), 0.0);
     weights_into(w, row, inv_t, m);
-    w.chunks(BLOCK).map(|b| block_sum(b) as f64).sum()
+    match cands {
+        Some(c) => c.weight_sums(w),
+        None => w.chunks(BLOCK).map(|b| block_sum(b) as f64).sum(),
+    }
 }
 
 /// The weights' sum of each `BLOCK` of `row` into `sums` (nothing row-sized is
 /// written: each block's weights live in a stack buffer); returns the total.
-fn dense_block_sums(row: &[f32], inv_t: f32, m: f32, sums: &mut Vec<f32>) -> f64 {
+pub(super) fn dense_block_sums(row: &[f32], inv_t: f32, m: f32, sums: &mut Vec<f32>) -> f64 {
     let mut buf = [0.0f32; BLOCK];
     sums.clear();
     for b in row.chunks(BLOCK) {

@@ -72,7 +72,7 @@ fn nucleus_dense_matches_reference() {
                     .filter(|&i| w[i as usize] > 0.0 && w[i as usize] >= min_p)
                     .collect();
                 let mut keys = Vec::new();
-                nucleus_dense(&w, &mut keys, min_p, target);
+                nucleus_dense(&w, &mut keys, min_p, target, None);
                 let got: BTreeSet<u32> = keys.iter().map(|&k| key_id(k) as u32).collect();
                 assert_eq!(got.len(), keys.len());
                 assert_eq!(got, want, "seed={seed} top_p={top_p} min_p={min_p}");

@@ -233,23 +233,46 @@ pub(super) fn min_p_survivors(
         .map(|(i, &p)| desc_key(p, i as u32))
 }
 
+/// The mass of `w` per binary exponent ([`bucket`]), in two histograms: even and
+/// odd positions (interleaved, they halve the add-latency chains on busy buckets).
+/// With `ids`, `w` holds the candidates' weights only and each goes by its token's
+/// position in the full row, giving the full row's sums bit for bit.
+pub(super) fn mass_histograms(w: &[f32], ids: Option<&[u32]>) -> [[f64; 256]; 2] {
+    let mut hist = [[0.0f64; 256]; 2];
+    if let Some(ids) = ids {
+        for (&p, &id) in w.iter().zip(ids) {
+            hist[(id & 1) as usize][bucket(p)] += p as f64;
+        }
+    } else {
+        let mut pairs = w.chunks_exact(2);
+        for c in &mut pairs {
+            hist[0][bucket(c[0])] += c[0] as f64;
+            hist[1][bucket(c[1])] += c[1] as f64;
+        }
+        for &p in pairs.remainder() {
+            hist[0][bucket(p)] += p as f64;
+        }
+    }
+    hist
+}
+
 /// Top-p then min-p over a whole row of weights `w` (max weight 1): fills `keys`
 /// with the smallest best-first prefix whose mass reaches `target`, intersected
 /// with {w ≥ min_w}. O(V) plus a sort of one exponent bucket: a histogram of the
 /// mass per binary exponent finds the `edge` bucket where the cumulative mass
 /// (from the top) reaches `target`; every token above it is in, and only the
 /// edge bucket needs sorting.
-pub(super) fn nucleus_dense(w: &[f32], keys: &mut Vec<u64>, min_w: f32, target: f64) {
-    // Two interleaved histograms halve the add-latency chains on busy buckets.
-    let mut hist = [[0.0f64; 256]; 2];
-    let mut pairs = w.chunks_exact(2);
-    for c in &mut pairs {
-        hist[0][bucket(c[0])] += c[0] as f64;
-        hist[1][bucket(c[1])] += c[1] as f64;
-    }
-    for &p in pairs.remainder() {
-        hist[0][bucket(p)] += p as f64;
-    }
+///
+/// With `ids` (the candidates' token ids, `w` then holding only theirs), the
+/// histograms are the full row's (see [`mass_histograms`]).
+pub(super) fn nucleus_dense(
+    w: &[f32],
+    keys: &mut Vec<u64>,
+    min_w: f32,
+    target: f64,
+    ids: Option<&[u32]>,
+) {
+    let hist = mass_histograms(w, ids);
     let mut cum = 0.0f64;
     let mut edge = 0;
     for e in (0..256).rev() {

@@ -8,11 +8,17 @@
 //! 1. log-softmax of the RAW logits gives the returned `logprob` / `top_logprobs`
 //!    (skipped by [`Sampler::sample_lean`], the engine's call, when no logprobs
 //!    were asked: the draw below never needs the normaliser);
-//! 2. on a copy, only when they apply: presence / frequency penalties over the
-//!    tokens generated so far (see [`Sampler::observe`]);
-//! 2b. with a constraint ([`Sampler::with_constraint`], see [`constraint`]): the
-//!     tokens it disallows get `-inf` on that copy first; `logprob` stays raw;
-//! 3. temperature < 1e-5 → greedy argmax (ties → lowest id); otherwise divide by the
+//! 2. with a constraint ([`Sampler::with_constraint`], see [`constraint`]): only
+//!    the tokens it allows are drawn from, as if the others were `-inf`;
+//!    `logprob` stays raw. One allowed token is taken without a draw; up to a
+//!    quarter of the row (a fifth for greedy) is gathered into a compact
+//!    candidate list the draw runs over ([`candidates`]: the same token for the
+//!    same seed as the masked row); a denser mask is applied by a masked copy
+//!    (greedy without penalties: a masked argmax, no copy);
+//! 3. on a copy (or the candidates), only when they apply: logit bias, repetition,
+//!    presence / frequency penalties over the tokens generated so far (see
+//!    [`Sampler::observe`]);
+//! 4. temperature < 1e-5 → greedy argmax (ties → lowest id); otherwise divide by the
 //!    temperature, then top-k, top-p (nucleus), min-p, renormalise and draw.
 //!
 //! Cost per token is a few vectorised O(V) reads of the row (a polynomial `exp`,
@@ -149,6 +155,10 @@ pub struct Sampler {
     counts: HashMap<u32, u32>,
     /// The grammar the draw is masked by (see [`constraint`]), with its mask buffer.
     constraint: Option<Constrained>,
+    /// Tests: constrained draws over the masked copy of the row, as before the
+    /// candidates (the reference they are checked against).
+    #[cfg(test)]
+    pub(super) masked_copy_path: bool,
 }
 
 /// Reusable buffers of one sampling step.
@@ -164,6 +174,8 @@ struct Scratch {
     top: Vec<(u32, f32)>,
     /// Per-block weight sums of the dense draw.
     sums: Vec<f32>,
+    /// A constrained row's allowed tokens.
+    cands: Candidates,
 }
 
 thread_local! {
@@ -226,6 +238,8 @@ impl Sampler {
             rng,
             counts: HashMap::new(),
             constraint: None,
+            #[cfg(test)]
+            masked_copy_path: false,
             params,
         }
     }
@@ -258,6 +272,12 @@ impl Sampler {
     /// is complete, `Error` when it failed (mask error, nothing allowed, token refused).
     pub fn constraint_end(&self) -> Option<FinishReason> {
         self.constraint.as_ref().and_then(|c| c.end.clone())
+    }
+
+    /// How long the grammar took to fill the mask of the latest sampled token
+    /// (None when unconstrained or before the first).
+    pub fn last_mask_time(&self) -> Option<std::time::Duration> {
+        self.constraint.as_ref().and_then(|c| c.mask_time)
     }
 
     /// The constraint's matcher (forced tokens, rollback), if any.
@@ -317,12 +337,13 @@ impl Sampler {
         *self.counts.entry(token).or_insert(0) += 1;
     }
 
-    /// The repetition penalty on a sanitised copy: each token seen in the prompt or
-    /// the output once, positive logits divided by it, negative ones multiplied.
-    fn penalise_repeats(&self, row: &mut [f32]) {
+    /// The repetition penalty on a sanitised copy (or the candidates): each token
+    /// seen in the prompt or the output once, positive logits divided by it,
+    /// negative ones multiplied.
+    fn penalise_repeats<S: Slots>(&self, row: &mut S) {
         let r = self.repetition;
         let mut apply = |id: u32| {
-            if let Some(x) = row.get_mut(id as usize) {
+            if let Some(x) = row.slot(id) {
                 *x = if *x > 0.0 { *x / r } else { *x * r };
             }
         };
@@ -333,8 +354,55 @@ impl Sampler {
             .for_each(|&id| apply(id));
     }
 
+    /// Which of logit bias, repetition penalty, presence / frequency penalties
+    /// change this token's row.
+    fn adjustments(&self) -> Adjust {
+        Adjust {
+            biased: !self.params.logit_bias.is_empty(),
+            repeated: self.repetition != 1.0
+                && !(self.counts.is_empty() && self.prompt_tokens.is_empty()),
+            penalised: (self.presence != 0.0 || self.frequency != 0.0) && !self.counts.is_empty(),
+        }
+    }
+
+    /// Applies `a` to a sanitised (masked) copy of the row or to the candidates,
+    /// in this order: bias, repetition, presence / frequency.
+    fn adjust<S: Slots>(&self, row: &mut S, a: Adjust) {
+        for &(id, b) in self.params.logit_bias.iter().filter(|_| a.biased) {
+            if let Some(x) = row.slot(id) {
+                // -inf (masked) stays -inf.
+                *x += if b.is_finite() { b } else { 0.0 };
+            }
+        }
+        if a.repeated {
+            self.penalise_repeats(row);
+        }
+        for (&id, &c) in self.counts.iter().filter(|_| a.penalised) {
+            if let Some(x) = row.slot(id) {
+                if c > 0 {
+                    let y = *x - (self.presence + self.frequency * c as f32);
+                    // -inf - -inf (huge negative penalties): stay masked.
+                    *x = if y.is_nan() { f32::NEG_INFINITY } else { y };
+                }
+            }
+        }
+    }
+
+    /// Whether a constrained draw goes over the gathered candidates (otherwise over
+    /// a masked copy of the row: top-k above `STREAMING_TOP_K`, whose selection
+    /// order is the full row's).
+    fn draws_candidates(&self, n: usize) -> bool {
+        #[cfg(test)]
+        if self.masked_copy_path {
+            return false;
+        }
+        !(self.top_k > STREAMING_TOP_K && self.top_k < n)
+    }
+
     /// Every kernel sanitises as it reads (NaN → -inf, +inf → `f32::MAX`), so the
-    /// raw row is read in place: copied only when penalties change it.
+    /// raw row is read in place: copied only when penalties change it. A
+    /// constrained row's allowed tokens are gathered ([`candidates`]) and the draw
+    /// runs over them; one allowed token is taken without a draw.
     fn sample_with(&mut self, sc: &mut Scratch, logits: &[f32], logprob: bool) -> SampledToken {
         let n = logits.len();
         if n == 0 {
@@ -345,9 +413,37 @@ impl Sampler {
             };
         }
 
-        // 1. The log-softmax of the raw row, only when the logprobs are wanted.
-        let raw_max = sanitize(max_of(logits));
-        let norm = logprob.then(|| LogSoftmax::new(logits, raw_max));
+        // 1. The grammar's mask: the allowed tokens gathered (most rows), or a
+        // sanitised copy with -inf where disallowed (dense masks, top-k > 64).
+        let candidates = self.draws_candidates(n);
+        // Greedy gathers fewer candidates than sampling before a scan of the
+        // masked row is cheaper, and needs no copy for it without penalties.
+        let max_fraction = if self.greedy {
+            GREEDY_CANDIDATES_MAX_FRACTION
+        } else {
+            CANDIDATES_MAX_FRACTION
+        };
+        let fused_argmax = candidates && self.greedy && !self.adjustments().any();
+        let masked = match &mut self.constraint {
+            Some(c) => match c.timed_fill(n) {
+                0 => Masked::No,
+                1 if candidates => Masked::Forced(only_allowed(&c.mask)),
+                allowed if candidates && allowed <= n / max_fraction => {
+                    sc.cands.gather(logits, &c.mask, allowed);
+                    Masked::Candidates
+                }
+                _ if fused_argmax => Masked::Argmax(masked_argmax(logits, &c.mask)),
+                _ => Masked::Copy(masked_copy(&mut sc.pen, logits, &c.mask)),
+            },
+            None => Masked::No,
+        };
+
+        // 2. The log-softmax of the raw row, only when the logprobs are wanted
+        // (the raw max also when the raw row is drawn from).
+        let raw_max = (logprob || masked == Masked::No).then(|| sanitize(max_of(logits)));
+        let norm = raw_max
+            .filter(|_| logprob)
+            .map(|m| LogSoftmax::new(logits, m));
         let top_logprobs = match (&norm, self.num_top_logprobs) {
             (Some(norm), Some(k)) if k > 0 => {
                 top_n_into(&mut sc.top, logits, k.min(n), 1.0);
@@ -359,71 +455,20 @@ impl Sampler {
             _ => Vec::new(),
         };
 
-        // 2. The grammar's mask, then penalties over the tokens generated so far, on
-        // a sanitised copy.
-        let masked = match &mut self.constraint {
-            Some(c) => {
-                let usable = c.fill(n);
-                if usable {
-                    masked_copy(&mut sc.pen, logits, &c.mask);
+        // 3. Penalties over the tokens generated so far, then the pick.
+        let id = match masked {
+            Masked::Forced(id) => {
+                // The random number a draw would take, so that a seed's later
+                // tokens are those it gave before.
+                if !self.greedy {
+                    let _: f64 = self.rng.random();
                 }
-                usable
+                id
             }
-            None => false,
-        };
-        let penalised = (self.presence != 0.0 || self.frequency != 0.0) && !self.counts.is_empty();
-        let repeated =
-            self.repetition != 1.0 && !(self.counts.is_empty() && self.prompt_tokens.is_empty());
-        let biased = !self.params.logit_bias.is_empty();
-        let (row, max) = if penalised || masked || repeated || biased {
-            if !masked {
-                sc.pen.clear();
-                sc.pen.extend(logits.iter().map(|&x| sanitize(x)));
-            }
-            for &(id, b) in self.params.logit_bias.iter().filter(|_| biased) {
-                if let Some(x) = sc.pen.get_mut(id as usize) {
-                    // -inf (masked) stays -inf.
-                    *x += if b.is_finite() { b } else { 0.0 };
-                }
-            }
-            if repeated {
-                self.penalise_repeats(&mut sc.pen);
-            }
-            for (&id, &c) in self.counts.iter().filter(|_| penalised) {
-                if let Some(x) = sc.pen.get_mut(id as usize) {
-                    if c > 0 {
-                        let y = *x - (self.presence + self.frequency * c as f32);
-                        // -inf - -inf (huge negative penalties): stay masked.
-                        *x = if y.is_nan() { f32::NEG_INFINITY } else { y };
-                    }
-                }
-            }
-            (&sc.pen[..], max_of(&sc.pen))
-        } else {
-            (logits, raw_max)
-        };
-
-        // 3. Pick.
-        let id = if self.greedy {
-            argmax(row)
-        } else {
-            let Scratch {
-                work,
-                keys,
-                top,
-                sums,
-                ..
-            } = sc;
-            self.draw(
-                row,
-                max,
-                Bufs {
-                    work,
-                    keys,
-                    top,
-                    sums,
-                },
-            )
+            Masked::Argmax(id) => id,
+            Masked::Candidates => self.pick_candidate(sc),
+            Masked::Copy(max) => self.pick_row(sc, logits, max, true),
+            Masked::No => self.pick_row(sc, logits, raw_max.unwrap_or(f32::NAN), false),
         };
 
         self.observe(id);
@@ -436,15 +481,122 @@ impl Sampler {
             top_logprobs,
         }
     }
+
+    /// The pick over the row (`logits`, or `sc.pen` when `copied` holds its masked
+    /// copy), whose sanitised max is `max`: penalties on a sanitised copy when they
+    /// apply, then greedy or draw.
+    fn pick_row(&mut self, sc: &mut Scratch, logits: &[f32], max: f32, copied: bool) -> u32 {
+        let a = self.adjustments();
+        let (row, max) = if a.any() {
+            if !copied {
+                sc.pen.clear();
+                sc.pen.extend(logits.iter().map(|&x| sanitize(x)));
+            }
+            self.adjust(&mut sc.pen, a);
+            (&sc.pen[..], max_of(&sc.pen))
+        } else if copied {
+            (&sc.pen[..], max)
+        } else {
+            (logits, max)
+        };
+        if self.greedy {
+            return argmax(row);
+        }
+        let Scratch {
+            work,
+            keys,
+            top,
+            sums,
+            ..
+        } = sc;
+        let bufs = Bufs {
+            work,
+            keys,
+            top,
+            sums,
+        };
+        self.draw(row, max, bufs, None)
+    }
+
+    /// The pick over the gathered candidates (`sc.cands`, at least two):
+    /// penalties on them, then greedy or draw — the token the masked row gives.
+    fn pick_candidate(&mut self, sc: &mut Scratch) -> u32 {
+        let Scratch {
+            cands,
+            work,
+            keys,
+            top,
+            sums,
+            ..
+        } = sc;
+        let a = self.adjustments();
+        if a.any() {
+            self.adjust(cands, a);
+        }
+        let i = if self.greedy {
+            argmax(&cands.vals)
+        } else {
+            let max = max_of(&cands.vals);
+            let bufs = Bufs {
+                work,
+                keys,
+                top,
+                sums,
+            };
+            self.draw(&cands.vals, max, bufs, Some(cands))
+        };
+        cands.ids[i as usize]
+    }
 }
 
+/// Which adjustments apply to one row (see [`Sampler::adjustments`]).
+#[derive(Clone, Copy)]
+struct Adjust {
+    biased: bool,
+    repeated: bool,
+    penalised: bool,
+}
+
+impl Adjust {
+    fn any(self) -> bool {
+        self.biased || self.repeated || self.penalised
+    }
+}
+
+/// How a constrained row's mask was applied.
+#[derive(Clone, Copy, PartialEq)]
+enum Masked {
+    No,
+    /// Gathered into `Scratch::cands`.
+    Candidates,
+    /// A masked copy in `Scratch::pen`, with its max.
+    Copy(f32),
+    /// The only token allowed.
+    Forced(u32),
+    /// The masked row's argmax, found without a copy (greedy, no penalties).
+    Argmax(u32),
+}
+
+/// A mask allowing more than 1 / this of the row is sampled from a masked copy (a
+/// string's mask: most of the vocabulary): gathering that many candidates costs
+/// more than copying the row and drawing from it.
+const CANDIDATES_MAX_FRACTION: usize = 4;
+/// The same for greedy, whose pick over the masked row is one scan.
+const GREEDY_CANDIDATES_MAX_FRACTION: usize = 5;
+
+mod candidates;
+use candidates::{Candidates, Slots};
 pub mod constraint;
-use constraint::{masked_copy, Constrained, TokenConstraint};
+use constraint::{masked_argmax, masked_copy, only_allowed, Constrained, TokenConstraint};
 mod draw;
 use draw::Bufs;
 mod kernels;
 use kernels::*;
 
+#[cfg(test)]
+mod bench_tests;
+#[cfg(test)]
+mod candidates_tests;
 #[cfg(test)]
 mod constraint_tests;
 #[cfg(test)]
