@@ -50,6 +50,9 @@ impl Scheduler {
             }
             let sampled = s.sampler.sample_lean(logits.row(row));
             row += 1;
+            if let Some(d) = s.sampler.last_mask_time() {
+                self.counters.mask_times.observe(d);
+            }
             let id = sampled.id;
             s.tokens.push(id);
             s.timings.on_token(t);
