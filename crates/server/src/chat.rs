@@ -1,5 +1,6 @@
-//! `POST /v1/chat/completions`: messages rendered with the model's chat template and
-//! tokenized (control tokens only from the template), then generated like a completion.
+//! `POST /v1/chat/completions`: messages (with their tool calls and results) and the
+//! request's tools rendered with the model's chat template and tokenized (control
+//! tokens only from the template), then generated like a completion.
 
 use std::sync::Arc;
 
@@ -9,7 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::Extension;
-use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage};
+use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage, ToolParams};
 use sloserve_model::chat_template::ChatMessage as TemplateMessage;
 use sloserve_model::ModelError;
 
@@ -21,10 +22,11 @@ use crate::state::AppState;
 /// Renders `messages` with the model's template (the assistant header appended when
 /// `add_generation_prompt`) and tokenizes them: control tokens come only from the
 /// template, message text is tokenized with them taken literally. BOS by the
-/// tokenizer's rule when `add_bos`.
+/// tokenizer's rule when `add_bos`. `tools` go to the template (or its fallback).
 pub fn encode_messages(
     state: &AppState,
     messages: &[ChatMessage],
+    tools: Option<&ToolParams>,
     add_generation_prompt: bool,
     add_bos: bool,
 ) -> Result<Vec<u32>, ServerError> {
@@ -38,10 +40,23 @@ pub fn encode_messages(
     };
     let msgs: Vec<TemplateMessage> = msgs
         .into_iter()
-        .map(|(role, content)| TemplateMessage::new(role, content))
+        .zip(messages)
+        .map(|((role, content), m)| TemplateMessage {
+            name: m.name.clone(),
+            tool_calls: m.tool_calls.as_deref().map(crate::tools::template_calls),
+            tool_call_id: m.tool_call_id.clone(),
+            ..TemplateMessage::new(role, content)
+        })
         .collect();
+    let tools = tools.map(crate::tools::template_tools);
     template
-        .encode(&state.tokenizer, &msgs, add_generation_prompt, add_bos)
+        .encode_with_tools(
+            &state.tokenizer,
+            &msgs,
+            tools.as_deref(),
+            add_generation_prompt,
+            add_bos,
+        )
         .map_err(|e| match e {
             ModelError::ChatTemplate(m) => ServerError::Template(m),
             e => ApiError::invalid("messages", format!("messages: cannot tokenize: {e}")).into(),
@@ -67,8 +82,11 @@ pub async fn handle(
         .map(|(_, content)| content.trim().len())
         .sum();
     state.prompt_bound.check(text_bytes, "messages")?;
+    let tools = params.tools.clone();
     let prompt = state
-        .blocking(move |st| encode_messages(st, &messages, add_generation_prompt, true))
+        .blocking(move |st| {
+            encode_messages(st, &messages, tools.as_ref(), add_generation_prompt, true)
+        })
         .await??;
     let caller = caller.map_or(Caller::OPEN, |c| c.0);
     generate(state, &headers, &caller, prompt, params, Kind::Chat).await

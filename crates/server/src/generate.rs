@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sloserve_api::{
     ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, GenParams,
-    ResponseMessage,
+    ResponseMessage, ToolMode,
 };
 
 use crate::auth::Caller;
@@ -38,9 +38,17 @@ pub async fn generate(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
-    let constraint = match params.response_format.clone() {
-        None => None,
-        Some(rf) => {
+    // A forced tool call's grammar, or response_format's (never both: a 400 at
+    // parsing).
+    let constraint = match (&params.tools, params.response_format.clone()) {
+        (Some(t), _) if t.mode != ToolMode::Auto => {
+            let t = t.clone();
+            state
+                .blocking(move |st| crate::tools::constraint(st, &t))
+                .await??
+        }
+        (_, None) => None,
+        (_, Some(rf)) => {
             state
                 .blocking(move |st| {
                     let n_vocab = st.engine.info().vocab_size;
@@ -74,6 +82,7 @@ pub async fn generate(
         kind,
         created: unix_now(),
         model: state.model_name.clone(),
+        tools: kind == Kind::Chat && params.tools.is_some(),
     };
     if params.stream {
         sse_response(gen, out, params.include_usage, state.stream_write_timeout).await
@@ -87,6 +96,8 @@ pub(crate) struct Out {
     pub kind: Kind,
     pub created: u64,
     pub model: String,
+    /// Parse the model's tool calls out of its text.
+    pub tools: bool,
 }
 
 /// The OpenAI `finish_reason` of an ended generation.
@@ -106,7 +117,14 @@ async fn collect(mut gen: Generation, out: Out) -> Result<Response, ServerError>
         return Err(e);
     }
     let usage = gen.usage();
-    let finish_reason = wire_finish_reason(&gen);
+    let mut finish_reason = wire_finish_reason(&gen);
+    let (content, tool_calls) = if out.tools {
+        let (content, calls) = crate::tools::ToolOutput::message(&text);
+        finish_reason = crate::tools::finish_reason(finish_reason, calls.len());
+        (content, (!calls.is_empty()).then_some(calls))
+    } else {
+        (Some(text.clone()), None)
+    };
     let tok = gen.tokenizer();
     let body = match out.kind {
         Kind::Completion => serde_json::to_string(&CompletionResponse {
@@ -131,7 +149,8 @@ async fn collect(mut gen: Generation, out: Out) -> Result<Response, ServerError>
                 index: 0,
                 message: ResponseMessage {
                     role: "assistant".into(),
-                    content: Some(text),
+                    content,
+                    tool_calls,
                 },
                 logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),
                 finish_reason,

@@ -32,6 +32,8 @@ pub mod state;
 pub mod stream;
 pub mod structured;
 pub mod tcp_progress;
+pub mod tool_parser;
+pub mod tools;
 
 use std::future::Future;
 use std::net::SocketAddr;

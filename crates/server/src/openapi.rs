@@ -224,7 +224,25 @@ mod tests {
         );
         assert!(s["RequestFields"]["properties"]["response_format"].is_object());
         assert!(s["SamplingFields"]["properties"]["temperature"].is_object());
-        assert!(s["ChatCompletionRequest"]["allOf"][2]["properties"]["messages"].is_object());
+        let chat = s["ChatCompletionRequest"]["allOf"].as_array().unwrap();
+        assert!(chat.iter().any(|p| p["properties"]["messages"].is_object()));
+        // Tool calling: the request's fields, messages' calls and results, the answer's.
+        assert!(chat
+            .iter()
+            .any(|p| p.to_string().contains("schemas/ToolFields")));
+        for f in ["tools", "tool_choice", "parallel_tool_calls"] {
+            assert!(s["ToolFields"]["properties"][f].is_object(), "{f}");
+        }
+        for (schema, f) in [
+            ("ChatMessage", "tool_calls"),
+            ("ChatMessage", "tool_call_id"),
+            ("ResponseMessage", "tool_calls"),
+            ("Tool", "function"),
+            ("FunctionDef", "parameters"),
+            ("ToolCall", "function"),
+        ] {
+            assert!(s[schema]["properties"][f].is_object(), "{schema}.{f}");
+        }
         assert!(s["ErrorBody"].is_object() && s["Usage"].is_object());
     }
 }

@@ -73,9 +73,10 @@ pub async fn chat(
         .map(|(_, content)| content.trim().len())
         .sum();
     state.prompt_bound.check(text_bytes, "messages")?;
+    let tools = params.tools.clone();
     let prompt = state
         .blocking(move |st| {
-            crate::chat::encode_messages(st, &messages, add_generation_prompt, true)
+            crate::chat::encode_messages(st, &messages, tools.as_ref(), add_generation_prompt, true)
         })
         .await??;
     let caller = caller.map_or(Caller::OPEN, |c| c.0);

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use serde_json::Value;
 use sloserve_api::ApiError;
 use sloserve_engine::sampler::constraint::SharedConstraint;
-use sloserve_grammar::{from_response_format, GrammarError, GrammarFactory};
+use sloserve_grammar::{from_response_format, Constraint, GrammarError, GrammarFactory};
 use sloserve_model::tokenizer::Tokenizer;
 
 use crate::error::ServerError;
@@ -29,9 +29,24 @@ impl Structured {
         n_vocab: usize,
         response_format: &Value,
     ) -> Result<Option<SharedConstraint>, ServerError> {
-        let Some(spec) = from_response_format(response_format).map_err(client_error)? else {
+        let Some(spec) = from_response_format(response_format)
+            .map_err(|e| client_error(e, "response_format"))?
+        else {
             return Ok(None);
         };
+        self.compile(tokenizer, n_vocab, &spec, "response_format")
+            .map(Some)
+    }
+
+    /// Compiles `spec`; an error the client caused is a 400 naming `param`.
+    /// Blocking: call it off the async workers.
+    pub fn compile(
+        &self,
+        tokenizer: &Tokenizer,
+        n_vocab: usize,
+        spec: &Constraint,
+        param: &str,
+    ) -> Result<SharedConstraint, ServerError> {
         let factory = self
             .factory
             .get_or_init(|| {
@@ -49,16 +64,16 @@ impl Structured {
             .map_err(|e| {
                 ServerError::Internal(format!("the grammar engine is unavailable: {e}"))
             })?;
-        let compiled = factory.compile(&spec).map_err(client_error)?;
-        Ok(Some(compiled as SharedConstraint))
+        let compiled = factory.compile(spec).map_err(|e| client_error(e, param))?;
+        Ok(compiled as SharedConstraint)
     }
 }
 
-/// A constraint the client sent that cannot run: a 400 on `response_format`
+/// A constraint the client sent that cannot run: a 400 on `param`
 /// (the vocabulary's own failure is the server's).
-fn client_error(e: GrammarError) -> ServerError {
+fn client_error(e: GrammarError, param: &str) -> ServerError {
     match e {
         GrammarError::Vocab(m) => ServerError::Internal(format!("grammar vocabulary: {m}")),
-        e => ApiError::invalid("response_format", format!("response_format: {e}")).into(),
+        e => ApiError::invalid(param, format!("{param}: {e}")).into(),
     }
 }
