@@ -6,25 +6,21 @@ use serde::{Deserialize, Serialize};
 use crate::error::EngineError;
 use crate::request::SloClass;
 
+crate::knobs! {
 /// Admission limits of one SLO class's waiting queue (requests not yet started).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ClassLimits {
-    /// Most requests waiting to start; beyond it `submit` returns `QueueFull`.
-    pub max_waiting_requests: usize,
-    /// Most prompt tokens waiting to start; beyond it `submit` returns `QueueFull`.
-    pub max_waiting_prompt_tokens: usize,
+    /// Waiting-queue bound (requests): beyond it a request is refused as queue-full.
+    [flag "max-waiting-requests"]
+    pub max_waiting_requests: usize = 1024,
+    /// Waiting-queue bound (prompt tokens): beyond it a request is refused as queue-full.
+    [flag "max-waiting-prompt-tokens"]
+    pub max_waiting_prompt_tokens: usize = 1 << 20,
+}
 }
 
-impl Default for ClassLimits {
-    fn default() -> Self {
-        ClassLimits {
-            max_waiting_requests: 1024,
-            max_waiting_prompt_tokens: 1 << 20,
-        }
-    }
-}
-
+crate::knobs! {
 /// Admission control: bounded waiting queues per class, and latency-based
 /// refusal of interactive requests only. A batch request is refused only past
 /// its class's queue bound (`batch`) or its own deadline (`Request::deadline`):
@@ -32,31 +28,23 @@ impl Default for ClassLimits {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdmissionConfig {
-    pub interactive: ClassLimits,
+    pub interactive: ClassLimits = ClassLimits::default(),
     /// The batch queue bound: large (16384 requests, 16 Mi prompt tokens, about
     /// 64 MiB of prompt ids), the only limit on how much batch work may wait.
-    pub batch: ClassLimits,
-    /// An interactive request whose predicted TTFT exceeds `ttft_slo_ms` times this
-    /// factor is refused at submit. 0 disables the check.
-    pub ttft_reject_factor: f64,
-    /// An interactive request predicted to wait longer than this many seconds
-    /// before it starts is refused at submit (and one waiting twice this is shed).
-    /// Batch requests are exempt. 0 disables the check.
-    pub max_queue_wait_s: f64,
+    pub batch: ClassLimits = ClassLimits {
+        max_waiting_requests: 16384,
+        max_waiting_prompt_tokens: 1 << 24,
+    },
+    /// Refuse an interactive request whose predicted TTFT exceeds its target times
+    /// this factor (0: never).
+    [flag "ttft-reject-factor"]
+    pub ttft_reject_factor: f64 = 0.9,
+    /// Refuse an interactive request predicted to wait longer than this many
+    /// seconds before it starts (one waiting twice this is shed; 0: never). Batch
+    /// requests queue whatever their wait.
+    [flag "max-queue-wait"]
+    pub max_queue_wait_s: f64 = 60.0,
 }
-
-impl Default for AdmissionConfig {
-    fn default() -> Self {
-        AdmissionConfig {
-            interactive: ClassLimits::default(),
-            batch: ClassLimits {
-                max_waiting_requests: 16384,
-                max_waiting_prompt_tokens: 1 << 24,
-            },
-            ttft_reject_factor: 0.9,
-            max_queue_wait_s: 60.0,
-        }
-    }
 }
 
 impl AdmissionConfig {
@@ -95,117 +83,103 @@ impl std::str::FromStr for StepBudgetPolicy {
     }
 }
 
-/// The engine's configuration. Missing TOML keys take the defaults below; unknown
-/// keys are errors.
+crate::knobs! {
+/// The engine's configuration, declared once: each field's doc is its `serve`
+/// flag's help and its row in docs/serving.md. Missing TOML keys take the
+/// defaults below; unknown keys are errors.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
     /// Tokens per KV block (the runner's value wins if they differ).
-    pub block_size: usize,
-    /// KV cache memory budget in bytes (`--kv-cache-memory`): the runner allocates
-    /// `num_kv_blocks_for(kv_bytes_per_token)` blocks.
-    pub kv_cache_memory: u64,
-    /// Exact number of KV blocks, overriding `kv_cache_memory`.
-    pub num_kv_blocks: Option<usize>,
+    [flag "block-size"]
+    pub block_size: usize = 16,
+    /// KV cache memory budget in bytes (suffixes KiB, MiB, GiB); the runner
+    /// allocates as many blocks as fit.
+    [flag "kv-cache-memory" bytes]
+    pub kv_cache_memory: u64 = 2 << 30,
+    /// Exact number of KV blocks, overriding the memory budget (at most what it holds).
+    [flag "num-kv-blocks"]
+    pub num_kv_blocks: Option<usize> = None,
     /// Caps the model's context length.
-    pub max_model_len: Option<usize>,
+    [flag "max-model-len"]
+    pub max_model_len: Option<usize> = None,
     /// Most sequences running at once (the batch size).
-    pub max_num_seqs: usize,
+    [flag "max-num-seqs"]
+    pub max_num_seqs: usize = 64,
     /// Most tokens (decodes + prefill chunks) in one step.
-    pub max_num_batched_tokens: usize,
+    [flag "max-num-batched-tokens"]
+    pub max_num_batched_tokens: usize = 1024,
     /// Most prompt tokens of one sequence in one step.
-    pub max_prefill_chunk: usize,
-    /// With SLO classes, while interactive requests wait or run, batch prefill
-    /// fills each step only up to this many tokens (at least one block's worth,
-    /// so batch work keeps moving): a shorter step is a shorter wait for an
-    /// interactive arrival's first token and for every interactive token after.
-    /// `None`: batch prefill always fills `max_num_batched_tokens`.
-    /// Used by `step_budget = "tokens"` only.
-    pub interactive_max_batched_tokens: Option<usize>,
-    /// How steps that carry interactive work are bounded (`time` or `tokens`).
-    pub step_budget: StepBudgetPolicy,
-    /// With `step_budget = "time"`: how much longer than the same step without
-    /// batch work a step carrying interactive work may take (0.2 = 20%), for
-    /// interactive requests without an absolute target.
-    pub max_batch_interference: f64,
+    [flag "max-prefill-chunk"]
+    pub max_prefill_chunk: usize = 256,
+    /// With `step_budget = "tokens"` and SLO classes: while interactive requests
+    /// wait or run, batch prefill fills a step only up to this many tokens (at
+    /// least one block's worth; unset: `max_num_batched_tokens`).
+    [flag "interactive-max-batched-tokens"]
+    pub interactive_max_batched_tokens: Option<usize> = None,
+    /// How steps carrying interactive work are bounded: `time` (SLO-aware: batch
+    /// work joins only as far as the predicted step meets the interactive targets)
+    /// or `tokens` (the earlier policy).
+    [flag "step-budget"]
+    pub step_budget: StepBudgetPolicy = StepBudgetPolicy::Time,
+    /// With `step_budget = "time"`: how much longer batch work may make a step
+    /// carrying interactive requests without an absolute target (0.2 = 20%).
+    [flag "max-batch-interference"]
+    pub max_batch_interference: f64 = 0.2,
     /// Safety margin on every time bound: batch work may use this fraction less of
     /// the time a target leaves over the interactive work (prediction error).
-    pub slo_margin: f64,
-    /// A batch sequence left out of this many consecutive steps joins the next
-    /// one whatever it costs (no batch sequence starves).
-    pub batch_max_skip_steps: u64,
-    /// With `step_budget = "time"`: for this long after the last step that
-    /// carried interactive work, steps without any are bounded as if they carried
-    /// it (an interactive client's next request does not wait behind a full batch
-    /// step). 0: full batch steps at once.
-    pub interactive_linger_ms: u64,
-    /// With `step_budget = "time"`: how long the batch prefill of a step without
-    /// interactive work may be predicted to take (ms), on top of its running
-    /// batch decode rows, which all join (as in the interactive class alone), so
-    /// an interactive arrival never waits behind a step of long prefill. Within
-    /// `interactive_linger_ms` of interactive work it bounds the whole step.
-    /// `None`: as large as the token budget allows.
-    pub max_step_ms: Option<f64>,
-    /// Reuse cached KV of shared prompt prefixes.
-    pub enable_prefix_cache: bool,
+    [flag "slo-margin"]
+    pub slo_margin: f64 = 0.5,
+    /// A batch sequence left out of this many consecutive steps joins the next one
+    /// whatever it costs (no batch sequence starves).
+    [flag "batch-max-skip-steps"]
+    pub batch_max_skip_steps: u64 = 32,
+    /// With `step_budget = "time"`: for this long (ms) after the last step that
+    /// carried interactive work, steps without any stay bounded as if they carried
+    /// it (a client's next request does not wait behind a full batch step; 0: off).
+    [flag "interactive-linger-ms"]
+    pub interactive_linger_ms: u64 = 1000,
+    /// With `step_budget = "time"`: the longest predicted batch prefill of a step
+    /// without interactive work (ms), on top of its batch decode rows, so an
+    /// interactive arrival never waits behind a long step (unset: the token budget).
+    [flag "max-step-ms"]
+    pub max_step_ms: Option<f64> = None,
+    /// Reuse cached KV of shared prompt prefixes (the flag disables it).
+    [flag "no-prefix-cache" off]
+    pub enable_prefix_cache: bool = true,
     /// Serve interactive before batch requests. Off: every request is
     /// `default_slo_class`, first-come first-served.
-    pub slo_classes: bool,
+    pub slo_classes: bool = true,
     /// Let a waiting interactive request preempt running batch sequences when the
     /// engine is full. (Preemption for KV memory among running sequences always
     /// happens; without it the engine could deadlock.)
-    pub enable_preemption: bool,
-    /// When no batch sequence is running, a batch request that has waited longer
-    /// than this is admitted as interactive (and is not preempted for interactive
-    /// requests), so batch work never starves under a saturating interactive load.
-    pub batch_aging_ms: u64,
-    /// Class of requests that do not name one.
-    pub default_slo_class: SloClass,
-    /// TTFT target of interactive requests that do not give one.
-    pub default_ttft_slo_ms: Option<f64>,
-    /// TPOT target of interactive requests that do not give one (`None`: the
-    /// relative bound `max_batch_interference`).
-    pub default_tpot_slo_ms: Option<f64>,
+    pub enable_preemption: bool = true,
+    /// When no batch sequence runs, a batch request that has waited longer than
+    /// this (ms) is admitted as interactive, so batch work never starves.
+    [flag "batch-aging-ms"]
+    pub batch_aging_ms: u64 = 10_000,
+    /// Class of requests that name none.
+    [flag "default-slo-class"]
+    pub default_slo_class: SloClass = SloClass::Interactive,
+    /// TTFT target of interactive requests that give none (ms).
+    [flag "default-ttft-slo-ms"]
+    pub default_ttft_slo_ms: Option<f64> = None,
+    /// TPOT target of interactive requests that give none (ms; unset: the relative
+    /// bound `max_batch_interference`).
+    [flag "default-tpot-slo-ms"]
+    pub default_tpot_slo_ms: Option<f64> = None,
     /// Fraction of KV blocks kept free when admitting a new sequence, so running
     /// sequences can grow without immediate preemption.
-    pub kv_watermark: f64,
-    pub admission: AdmissionConfig,
+    [flag "kv-watermark"]
+    pub kv_watermark: f64 = 0.01,
+    /// Admission limits (queue bounds per class, latency-based refusal).
+    pub admission: AdmissionConfig = AdmissionConfig::default(),
     /// Inference objectives (the gateway's `x-llm-d-inference-objective` header)
     /// and the class each runs as, e.g. `chat = "interactive"`, `offline = "batch"`.
     /// A request that names its class itself keeps it; an unknown objective gets
     /// the default class.
-    pub objectives: std::collections::BTreeMap<String, SloClass>,
+    pub objectives: std::collections::BTreeMap<String, SloClass> = Default::default(),
 }
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        EngineConfig {
-            block_size: 16,
-            kv_cache_memory: 2 << 30,
-            num_kv_blocks: None,
-            max_model_len: None,
-            max_num_seqs: 64,
-            max_num_batched_tokens: 1024,
-            max_prefill_chunk: 256,
-            interactive_max_batched_tokens: None,
-            step_budget: StepBudgetPolicy::Time,
-            max_batch_interference: 0.2,
-            slo_margin: 0.5,
-            batch_max_skip_steps: 32,
-            interactive_linger_ms: 1000,
-            max_step_ms: None,
-            enable_prefix_cache: true,
-            slo_classes: true,
-            enable_preemption: true,
-            batch_aging_ms: 10_000,
-            default_slo_class: SloClass::Interactive,
-            default_ttft_slo_ms: None,
-            default_tpot_slo_ms: None,
-            kv_watermark: 0.01,
-            admission: AdmissionConfig::default(),
-            objectives: Default::default(),
-        }
-    }
 }
 
 fn bad(msg: impl Into<String>) -> EngineError {
@@ -339,10 +313,12 @@ impl EngineConfig {
 
     /// The configuration `serve` and `tune` run with: built-in profile
     /// `profile`, then the keys of the TOML file `config_file` over it (errors
-    /// name the file), then `overrides` (e.g. command-line flags); validated.
+    /// name the file), then `flags` (TOML keys, e.g. from the command line's
+    /// [`crate::knobs::flags`]), then `overrides`; validated.
     pub fn load(
         profile: &str,
         config_file: Option<&std::path::Path>,
+        flags: toml::Table,
         overrides: impl FnOnce(&mut EngineConfig),
     ) -> Result<EngineConfig, EngineError> {
         let mut cfg = crate::profile::Profile::load(profile)?;
@@ -354,6 +330,9 @@ impl EngineConfig {
                 EngineError::InvalidConfig(why) => in_file(why),
                 other => other,
             })?;
+        }
+        if !flags.is_empty() {
+            cfg = cfg.with_overrides(flags)?;
         }
         overrides(&mut cfg);
         cfg.validate()?;
@@ -408,26 +387,52 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("c.toml");
         std::fs::write(&file, "max_num_seqs = 7\nmax_prefill_chunk = 99\n").unwrap();
-        let c = EngineConfig::load("mixed", Some(&file), |c| c.max_prefill_chunk = 64).unwrap();
+        let c = EngineConfig::load("mixed", Some(&file), Default::default(), |c| {
+            c.max_prefill_chunk = 64
+        })
+        .unwrap();
         assert_eq!(c.max_num_seqs, 7, "from the file");
         assert_eq!(c.max_prefill_chunk, 64, "the override wins");
         let mixed = crate::profile::Profile::load("mixed").unwrap();
         assert_eq!(c.batch_aging_ms, mixed.batch_aging_ms, "from the profile");
-        assert_eq!(EngineConfig::load("mixed", None, |_| {}).unwrap(), mixed);
+        assert_eq!(
+            EngineConfig::load("mixed", None, Default::default(), |_| {}).unwrap(),
+            mixed
+        );
 
         let err = |r: Result<EngineConfig, EngineError>| r.unwrap_err().to_string();
-        assert!(err(EngineConfig::load("nope", None, |_| {})).contains("unknown profile 'nope'"));
+        assert!(
+            err(EngineConfig::load("nope", None, Default::default(), |_| {}))
+                .contains("unknown profile 'nope'")
+        );
         let missing = dir.join("missing.toml");
-        let e = err(EngineConfig::load("mixed", Some(&missing), |_| {}));
+        let e = err(EngineConfig::load(
+            "mixed",
+            Some(&missing),
+            Default::default(),
+            |_| {},
+        ));
         assert!(e.contains("missing.toml: cannot read it"), "{e}");
         std::fs::write(&file, "max_num_sqes = 7\n").unwrap();
-        let e = err(EngineConfig::load("mixed", Some(&file), |_| {}));
+        let e = err(EngineConfig::load(
+            "mixed",
+            Some(&file),
+            Default::default(),
+            |_| {},
+        ));
         assert!(e.contains("c.toml: ") && e.contains("max_num_sqes"), "{e}");
         assert_eq!(e.matches("invalid engine configuration").count(), 1, "{e}");
         std::fs::write(&file, "max_num_seqs = 0\n").unwrap();
-        let e = err(EngineConfig::load("mixed", Some(&file), |_| {}));
+        let e = err(EngineConfig::load(
+            "mixed",
+            Some(&file),
+            Default::default(),
+            |_| {},
+        ));
         assert!(e.contains("c.toml: max_num_seqs must be > 0"), "{e}");
-        let e = err(EngineConfig::load("mixed", None, |c| c.max_num_seqs = 0));
+        let e = err(EngineConfig::load("mixed", None, Default::default(), |c| {
+            c.max_num_seqs = 0
+        }));
         assert!(e.contains("max_num_seqs must be > 0"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

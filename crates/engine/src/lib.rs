@@ -19,6 +19,7 @@ mod departures;
 pub mod engine;
 pub mod error;
 pub mod event;
+pub mod knobs;
 pub mod prefix_cache;
 pub mod profile;
 pub mod request;

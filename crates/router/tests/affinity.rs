@@ -58,8 +58,8 @@ fn hits(replicas: &[Replica]) -> f64 {
 fn each_prefix_stays_on_one_replica_and_hits_its_cache() {
     let mut args = replica_args("interactive");
     // 12 blocks of 16 tokens: one ~140-token prompt and what is left of another.
-    args.num_kv_blocks = Some(12);
-    args.max_model_len = Some(192);
+    args.engine.set("num-kv-blocks", "12").unwrap();
+    args.engine.set("max-model-len", "192").unwrap();
     let replicas = [Replica::start(args.clone(), 0), Replica::start(args, 0)];
     let urls: Vec<String> = replicas.iter().map(Replica::url).collect();
     let router_with = |policy| {

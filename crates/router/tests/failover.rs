@@ -57,7 +57,7 @@ fn stream(addr: std::net::SocketAddr, started: mpsc::Sender<String>) -> Outcome 
 fn killed_replica_requests_fail_over_then_it_is_readmitted() {
     // One sequence at a time per replica: the rest of its requests wait unstarted.
     let mut args = replica_args("interactive");
-    args.max_num_seqs = Some(1);
+    args.engine.set("max-num-seqs", "1").unwrap();
     let mut a = Replica::start(args.clone(), 0);
     let b = Replica::start(args.clone(), 0);
     let (a_url, b_url) = (a.url(), b.url());

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use sloserve_engine::{EngineConfig, SloClass, StepBudgetPolicy};
+use sloserve_engine::EngineConfig;
 use sloserve_model::{Precision, RunnerOptions, WeightType};
 
 /// The default model file (fetched by `make model`).
@@ -39,88 +39,14 @@ pub struct ServeArgs {
     /// Model name clients use (default: the file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Most sequences running at once.
-    #[arg(long)]
-    pub max_num_seqs: Option<usize>,
-    /// Most tokens in one engine step.
-    #[arg(long)]
-    pub max_num_batched_tokens: Option<usize>,
-    /// Most prompt tokens of one sequence per step.
-    #[arg(long)]
-    pub max_prefill_chunk: Option<usize>,
-    /// While interactive requests wait or run, batch prefill fills a step only up
-    /// to this many tokens.
-    #[arg(long)]
-    pub interactive_max_batched_tokens: Option<usize>,
-    /// Caps the model's context length.
-    #[arg(long)]
-    pub max_model_len: Option<usize>,
     /// Compute threads for the model (default: one per core); several replicas
     /// can share a machine without oversubscribing it.
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Tokens per KV block.
-    #[arg(long)]
-    pub block_size: Option<usize>,
-    /// KV cache memory in bytes (suffixes KiB, MiB, GiB accepted).
-    #[arg(long, value_parser = parse_bytes)]
-    pub kv_cache_memory: Option<u64>,
-    /// Exact number of KV blocks (at most what the memory budget holds).
-    #[arg(long)]
-    pub num_kv_blocks: Option<usize>,
-    /// Disable the prefix cache.
-    #[arg(long)]
-    pub no_prefix_cache: bool,
-    /// Class of requests that name none.
-    #[arg(long)]
-    pub default_slo_class: Option<SloClass>,
-    /// TTFT target of interactive requests that give none (ms).
-    #[arg(long)]
-    pub default_ttft_slo_ms: Option<f64>,
-    /// TPOT target of interactive requests that give none (ms; default: the
-    /// relative bound `--max-batch-interference`).
-    #[arg(long)]
-    pub default_tpot_slo_ms: Option<f64>,
-    /// How steps carrying interactive work are bounded: `time` (SLO-aware) or
-    /// `tokens` (the earlier policy).
-    #[arg(long)]
-    pub step_budget: Option<StepBudgetPolicy>,
-    /// How much longer batch work may make a step carrying interactive work (0.2 = 20%).
-    #[arg(long)]
-    pub max_batch_interference: Option<f64>,
-    /// Fraction of a target's allowance kept back for prediction error.
-    #[arg(long)]
-    pub slo_margin: Option<f64>,
-    /// A batch sequence skipped this many steps in a row joins the next.
-    #[arg(long)]
-    pub batch_max_skip_steps: Option<u64>,
-    /// For this long after interactive work, steps without it stay bounded (ms).
-    #[arg(long)]
-    pub interactive_linger_ms: Option<u64>,
-    /// Longest predicted step without interactive work (ms).
-    #[arg(long)]
-    pub max_step_ms: Option<f64>,
-    /// Refuse an interactive request whose predicted TTFT exceeds its SLO times this (0: never).
-    #[arg(long)]
-    pub ttft_reject_factor: Option<f64>,
-    /// Refuse an interactive request predicted to wait longer than this to start
-    /// (seconds; 0: never). Batch requests queue whatever their wait.
-    #[arg(long)]
-    pub max_queue_wait: Option<f64>,
-    /// Waiting-queue bound (requests) of both classes.
-    #[arg(long)]
-    pub max_waiting_requests: Option<usize>,
-    /// Waiting-queue bound (prompt tokens) of both classes.
-    #[arg(long)]
-    pub max_waiting_prompt_tokens: Option<usize>,
-    /// Waiting-queue bound (requests) of the batch class alone (after
-    /// `--max-waiting-requests`; default 16384): the only bound, with the next, a
-    /// batch request is refused for, besides its own deadline.
-    #[arg(long)]
-    pub batch_max_waiting_requests: Option<usize>,
-    /// Waiting-queue bound (prompt tokens) of the batch class alone (default 16 Mi).
-    #[arg(long)]
-    pub batch_max_waiting_prompt_tokens: Option<usize>,
+    /// The engine's settings (generated from `EngineConfig`'s declarations; see
+    /// docs/serving.md's table).
+    #[command(flatten)]
+    pub engine: crate::engine_flags::EngineFlags,
     /// Seconds in-flight requests get to finish after SIGTERM / ctrl-c.
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
@@ -140,25 +66,7 @@ pub struct ServeArgs {
     pub kv_events: crate::kv_events::KvEventsArgs,
 }
 
-/// "512MiB" -> 536870912.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = [
-        ("GiB", 1u64 << 30),
-        ("MiB", 1 << 20),
-        ("KiB", 1 << 10),
-        ("G", 1 << 30),
-        ("M", 1 << 20),
-        ("K", 1 << 10),
-    ]
-    .iter()
-    .find_map(|(suf, m)| t.strip_suffix(suf).map(|n| (n, *m)))
-    .unwrap_or((t, 1));
-    num.trim()
-        .parse::<u64>()
-        .map(|n| n * mult)
-        .map_err(|_| format!("'{s}' is not a byte count (e.g. 536870912, 512MiB, 2GiB)"))
-}
+pub use sloserve_engine::knobs::parse_bytes;
 
 impl ServeArgs {
     /// Arguments with every default (as `sloserve serve` with no flags).
@@ -177,61 +85,9 @@ impl ServeArgs {
         Ok(EngineConfig::load(
             &self.profile,
             self.config.as_deref(),
-            |cfg| self.apply_flags(cfg),
+            self.engine.overrides(),
+            |_| {},
         )?)
-    }
-
-    /// Set the engine settings given as flags.
-    fn apply_flags(&self, cfg: &mut EngineConfig) {
-        macro_rules! set {
-            ($flag:ident => $($field:ident).+) => {
-                if let Some(v) = self.$flag { cfg.$($field).+ = v; }
-            };
-        }
-        set!(max_num_seqs => max_num_seqs);
-        set!(max_num_batched_tokens => max_num_batched_tokens);
-        set!(max_prefill_chunk => max_prefill_chunk);
-        set!(block_size => block_size);
-        set!(kv_cache_memory => kv_cache_memory);
-        set!(default_slo_class => default_slo_class);
-        set!(ttft_reject_factor => admission.ttft_reject_factor);
-        set!(max_queue_wait => admission.max_queue_wait_s);
-        set!(step_budget => step_budget);
-        set!(max_batch_interference => max_batch_interference);
-        set!(slo_margin => slo_margin);
-        set!(batch_max_skip_steps => batch_max_skip_steps);
-        set!(interactive_linger_ms => interactive_linger_ms);
-        if self.max_step_ms.is_some() {
-            cfg.max_step_ms = self.max_step_ms;
-        }
-        if self.default_tpot_slo_ms.is_some() {
-            cfg.default_tpot_slo_ms = self.default_tpot_slo_ms;
-        }
-        if self.max_model_len.is_some() {
-            cfg.max_model_len = self.max_model_len;
-        }
-        if self.interactive_max_batched_tokens.is_some() {
-            cfg.interactive_max_batched_tokens = self.interactive_max_batched_tokens;
-        }
-        if self.num_kv_blocks.is_some() {
-            cfg.num_kv_blocks = self.num_kv_blocks;
-        }
-        if self.default_ttft_slo_ms.is_some() {
-            cfg.default_ttft_slo_ms = self.default_ttft_slo_ms;
-        }
-        if self.no_prefix_cache {
-            cfg.enable_prefix_cache = false;
-        }
-        for limits in [&mut cfg.admission.interactive, &mut cfg.admission.batch] {
-            if let Some(n) = self.max_waiting_requests {
-                limits.max_waiting_requests = n;
-            }
-            if let Some(n) = self.max_waiting_prompt_tokens {
-                limits.max_waiting_prompt_tokens = n;
-            }
-        }
-        set!(batch_max_waiting_requests => admission.batch.max_waiting_requests);
-        set!(batch_max_waiting_prompt_tokens => admission.batch.max_waiting_prompt_tokens);
     }
 
     pub fn runner_options(&self, cfg: &EngineConfig) -> RunnerOptions {
@@ -277,9 +133,9 @@ mod tests {
         assert_eq!(a.port, 8000);
         a.profile = "mixed".into();
         a.config = Some(file);
-        a.max_prefill_chunk = Some(64);
-        a.max_waiting_requests = Some(3);
-        a.kv_cache_memory = Some(parse_bytes("64MiB").unwrap());
+        a.engine.set("max-prefill-chunk", "64").unwrap();
+        a.engine.set("max-waiting-requests", "3").unwrap();
+        a.engine.set("kv-cache-memory", "64MiB").unwrap();
         let c = a.engine_config().unwrap();
         assert_eq!(c.max_num_seqs, 7);
         assert_eq!(c.max_prefill_chunk, 64);

@@ -14,6 +14,7 @@ pub mod batch;
 pub mod body;
 pub mod chat;
 pub mod completions;
+pub mod engine_flags;
 pub mod error;
 pub mod generate;
 pub mod generation;

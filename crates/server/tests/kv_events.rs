@@ -131,7 +131,7 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
     // A wildcard host: the server binds (and the SUB, already dialing, connects).
     args.kv_events.kv_events_endpoint = Some(format!("tcp://*:{port}"));
     // A small cache (kv blocks of 16 tokens) so that a few prompts fill it.
-    args.kv_cache_memory = Some(8 << 20);
+    args.engine.set("kv-cache-memory", "8MiB").unwrap();
     let s = TestServer::start_with(args, |args: &ServeArgs| {
         let cfg = args.engine_config().unwrap();
         let m = LoadedModel::load(&args.model, &args.runner_options(&cfg)).unwrap();

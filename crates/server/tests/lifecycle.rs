@@ -17,9 +17,9 @@ fn metrics(s: &TestServer) -> String {
 #[test]
 fn flood_is_refused_with_429_and_retry_after() {
     let mut a = test_args();
-    a.max_num_seqs = Some(1);
-    a.max_num_batched_tokens = Some(64);
-    a.max_waiting_requests = Some(2);
+    a.engine.set("max-num-seqs", "1").unwrap();
+    a.engine.set("max-num-batched-tokens", "64").unwrap();
+    a.engine.set("max-waiting-requests", "2").unwrap();
     let s = TestServer::start(a);
     let addr = s.addr;
     let t0 = Instant::now();

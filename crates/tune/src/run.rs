@@ -26,6 +26,7 @@ pub fn base_config(args: &TuneArgs) -> anyhow::Result<EngineConfig> {
     Ok(EngineConfig::load(
         &args.profile,
         args.config.as_deref(),
+        Default::default(),
         |_| {},
     )?)
 }

@@ -96,7 +96,7 @@ impl Drop for Replica {
 pub fn replica_args(profile: &str) -> ServeArgs {
     let mut a = test_args();
     a.profile = profile.into();
-    a.max_model_len = Some(512);
+    a.engine.set("max-model-len", "512").unwrap();
     a
 }
 

@@ -35,8 +35,8 @@ pub struct TestServer {
 pub fn test_args() -> ServeArgs {
     let mut a = ServeArgs::defaults();
     a.model = model_path();
-    a.max_model_len = Some(1024);
-    a.kv_cache_memory = Some(64 << 20);
+    a.engine.set("max-model-len", "1024").unwrap();
+    a.engine.set("kv-cache-memory", "64MiB").unwrap();
     a.served_model_name = Some("smol".into());
     a.batch.data_dir = temp_data_dir();
     a
