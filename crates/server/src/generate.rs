@@ -82,7 +82,10 @@ pub async fn generate(
         kind,
         created: unix_now(),
         model: state.model_name.clone(),
-        tools: kind == Kind::Chat && params.tools.is_some(),
+        tools: match (kind, &params.tools) {
+            (Kind::Chat, Some(t)) => Some(crate::tools::function_names(t)),
+            _ => None,
+        },
     };
     if params.stream {
         sse_response(gen, out, params.include_usage, state.stream_write_timeout).await
@@ -96,8 +99,8 @@ pub(crate) struct Out {
     pub kind: Kind,
     pub created: u64,
     pub model: String,
-    /// Parse the model's tool calls out of its text.
-    pub tools: bool,
+    /// Parse the model's tool calls out of its text (the request's functions).
+    pub tools: Option<Vec<String>>,
 }
 
 /// The OpenAI `finish_reason` of an ended generation.
@@ -118,8 +121,8 @@ async fn collect(mut gen: Generation, out: Out) -> Result<Response, ServerError>
     }
     let usage = gen.usage();
     let mut finish_reason = wire_finish_reason(&gen);
-    let (content, tool_calls) = if out.tools {
-        let (content, calls) = crate::tools::ToolOutput::message(&text);
+    let (content, tool_calls) = if let Some(names) = out.tools.clone() {
+        let (content, calls) = crate::tools::ToolOutput::message(names, &text);
         finish_reason = crate::tools::finish_reason(finish_reason, calls.len());
         (content, (!calls.is_empty()).then_some(calls))
     } else {

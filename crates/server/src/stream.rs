@@ -275,7 +275,7 @@ pub(crate) async fn sse_response(
         Kind::Chat => Phase::Role,
         Kind::Completion => Phase::Tokens,
     };
-    let tools = out.tools.then(ToolOutput::default);
+    let tools = out.tools.clone().map(ToolOutput::new);
     let st = SseState {
         gen,
         first,

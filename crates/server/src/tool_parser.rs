@@ -3,13 +3,20 @@
 //! [`ToolCallParser`] turns text pieces into content and complete calls: text that
 //! could begin the opening tag is held back (as stop strings are), a block is held
 //! until its closing tag, then becomes a call if its JSON names a function, or
-//! stays content, verbatim, if it does not. Whitespace that only separates calls
-//! from each other or from the text is dropped.
+//! stays content, verbatim, if it does not. Small models often leave the tags out:
+//! at the start of the output and right after a call, a bare JSON object
+//! `{"name": ..., "arguments": ...}` naming one of the request's tools is a call too
+//! (llama.cpp's Hermes parser takes these as well). Whitespace that only separates
+//! calls from each other or from the text is dropped.
 
 use serde_json::Value;
 
 const OPEN: &str = "<tool_call>";
 const CLOSE: &str = "</tool_call>";
+/// How a bare call begins (after `{` and optional whitespace).
+const BARE_KEY: &str = "\"name\"";
+/// The longest bare call held back before it is taken as text.
+const MAX_BARE: usize = 64 * 1024;
 
 /// A complete call: the function's name and its arguments as JSON text.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +44,33 @@ pub struct ToolCallParser {
     /// A call just ended: the content's leading whitespace is dropped.
     after_call: bool,
     calls: usize,
+    /// At the start of the output or right after a call: a bare call may begin.
+    at_boundary: bool,
+    /// The request's functions (a bare call must name one).
+    names: Vec<String>,
+}
+
+/// Whether `text` begins (after whitespace) a bare call: `{"name"`.
+#[derive(Debug, PartialEq)]
+enum Bare {
+    No,
+    Maybe,
+    Yes,
+}
+
+fn bare_start(text: &str) -> Bare {
+    let t = text.trim_start();
+    let Some(rest) = t.strip_prefix('{') else {
+        return if t.is_empty() { Bare::Maybe } else { Bare::No };
+    };
+    let rest = rest.trim_start();
+    if rest.starts_with(BARE_KEY) {
+        Bare::Yes
+    } else if BARE_KEY.starts_with(rest) {
+        Bare::Maybe
+    } else {
+        Bare::No
+    }
 }
 
 /// The call a block's body (between the tags) holds, if it is one.
@@ -60,8 +94,43 @@ pub fn parse_call(body: &str) -> Option<ParsedCall> {
 }
 
 impl ToolCallParser {
-    pub fn new() -> Self {
-        Self::default()
+    /// A parser for a request whose tools are `names`.
+    pub fn new(names: Vec<String>) -> Self {
+        ToolCallParser {
+            at_boundary: true,
+            names,
+            ..Self::default()
+        }
+    }
+
+    /// At a boundary: takes a bare call off the front of the buffer. `Some(true)`:
+    /// took one; `Some(false)`: not one (text); `None`: wait for more.
+    fn bare_call(&mut self, out: &mut Vec<ToolEvent>) -> Option<bool> {
+        match bare_start(&self.buf) {
+            Bare::No => return Some(false),
+            Bare::Maybe => return None,
+            Bare::Yes => {}
+        }
+        let start = self.buf.len() - self.buf.trim_start().len();
+        let mut it = serde_json::Deserializer::from_str(&self.buf[start..]).into_iter::<Value>();
+        match it.next() {
+            Some(Ok(v)) => {
+                let end = start + it.byte_offset();
+                let Some(call) =
+                    parse_call(&v.to_string()).filter(|c| self.names.iter().any(|n| *n == c.name))
+                else {
+                    return Some(false);
+                };
+                self.buf.drain(..end);
+                self.calls += 1;
+                self.held_ws.clear();
+                self.after_call = true;
+                out.push(ToolEvent::Call(call));
+                Some(true)
+            }
+            Some(Err(e)) if e.is_eof() && self.buf.len() <= MAX_BARE => None,
+            _ => Some(false),
+        }
     }
 
     /// Calls parsed so far.
@@ -74,6 +143,13 @@ impl ToolCallParser {
         let mut out = Vec::new();
         self.buf.push_str(piece);
         loop {
+            if self.at_boundary && !self.in_block {
+                match self.bare_call(&mut out) {
+                    Some(true) => continue,
+                    Some(false) => self.at_boundary = false,
+                    None => break,
+                }
+            }
             if self.in_block {
                 let Some(j) = self.buf.find(CLOSE) else { break };
                 let body: String = self.buf.drain(..j + CLOSE.len()).collect();
@@ -84,6 +160,7 @@ impl ToolCallParser {
                         self.calls += 1;
                         self.held_ws.clear();
                         self.after_call = true;
+                        self.at_boundary = true;
                         out.push(ToolEvent::Call(call));
                     }
                     None => self.content(&format!("{OPEN}{body}{CLOSE}"), &mut out),

@@ -7,13 +7,19 @@ fn call(name: &str, arguments: &str) -> ToolEvent {
     })
 }
 
+fn names() -> Vec<String> {
+    ["get_weather", "add", "f", "g", "ping"]
+        .map(String::from)
+        .to_vec()
+}
+
 fn content(t: &str) -> ToolEvent {
     ToolEvent::Content(t.into())
 }
 
 /// Runs the pieces through one parser; adjacent content events are merged.
 fn run(pieces: &[&str]) -> Vec<ToolEvent> {
-    let mut p = ToolCallParser::new();
+    let mut p = ToolCallParser::new(names());
     let mut events = Vec::new();
     let mut pushed = String::new();
     for piece in pieces {
@@ -151,8 +157,37 @@ fn bad_json_stays_content() {
 
 #[test]
 fn calls_are_counted() {
-    let mut p = ToolCallParser::new();
+    let mut p = ToolCallParser::new(names());
     p.push("<tool_call>{\"name\":\"a\"}</tool_call><tool_call>{\"name\":\"b\"}</tool_call>");
     p.finish();
     assert_eq!(p.calls(), 2);
+}
+
+#[test]
+fn bare_calls_at_the_start_and_after_a_call() {
+    // Small models often leave the tags out.
+    let bare = " {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n";
+    assert_eq!(
+        all_splits(bare),
+        [call("get_weather", r#"{"city":"Paris"}"#)]
+    );
+    let two = "{\"name\": \"add\", \"arguments\": {\"a\": 1}}\n<tool_call>{\"name\": \"ping\"}</tool_call>\n{ \"name\": \"g\"} and text";
+    assert_eq!(
+        all_splits(two),
+        [
+            call("add", r#"{"a":1}"#),
+            call("ping", "{}"),
+            call("g", "{}"),
+            content("and text")
+        ]
+    );
+    // Not a function of the request, not at a boundary, or not a call: text.
+    let other = "{\"name\": \"Bob\", \"age\": 3}";
+    assert_eq!(all_splits(other), [content(other)]);
+    let later = "Here: {\"name\": \"add\", \"arguments\": {}}";
+    assert_eq!(all_splits(later), [content(later)]);
+    let json = "{\"city\": \"Paris\"}";
+    assert_eq!(all_splits(json), [content(json)]);
+    let cut = "{\"name\": \"add\", \"argu";
+    assert_eq!(all_splits(cut), [content(cut)]);
 }

@@ -108,12 +108,27 @@ pub fn finish_reason(engine: Option<String>, calls: usize) -> Option<String> {
 }
 
 /// One request's parsing: events to stream deltas, or the whole message.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ToolOutput {
     parser: ToolCallParser,
 }
 
+/// The names of a request's functions (a bare JSON call must name one).
+pub fn function_names(tools: &ToolParams) -> Vec<String> {
+    tools
+        .tools
+        .iter()
+        .map(|t| t.function.name.clone())
+        .collect()
+}
+
 impl ToolOutput {
+    pub fn new(names: Vec<String>) -> Self {
+        ToolOutput {
+            parser: ToolCallParser::new(names),
+        }
+    }
+
     pub fn calls(&self) -> usize {
         self.parser.calls()
     }
@@ -166,8 +181,8 @@ impl ToolOutput {
     }
 
     /// The whole text's content (`None` when the model only called tools) and calls.
-    pub fn message(text: &str) -> (Option<String>, Vec<ToolCall>) {
-        let mut p = ToolCallParser::new();
+    pub fn message(names: Vec<String>, text: &str) -> (Option<String>, Vec<ToolCall>) {
+        let mut p = ToolCallParser::new(names);
         let mut events = p.push(text);
         events.extend(p.finish());
         let mut content = String::new();
@@ -205,12 +220,13 @@ mod tests {
     #[test]
     fn message_and_deltas_agree() {
         let text = "Checking.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>";
-        let (content, calls) = ToolOutput::message(text);
+        let fns = || vec!["f".to_string(), "g".to_string()];
+        let (content, calls) = ToolOutput::message(fns(), text);
         assert_eq!(content.as_deref(), Some("Checking."));
         let names: Vec<_> = calls.iter().map(|c| c.function.name.as_str()).collect();
         assert_eq!(names, ["f", "g"]);
         assert_eq!(calls[0].function.arguments, r#"{"x":1}"#);
-        let mut out = ToolOutput::default();
+        let mut out = ToolOutput::new(fns());
         let mut deltas = Vec::new();
         for piece in text.as_bytes().chunks(5) {
             deltas.extend(out.deltas(Some(std::str::from_utf8(piece).unwrap())));
@@ -231,10 +247,10 @@ mod tests {
         assert_eq!(out.calls(), 2);
         // Only calls: content is null; no call: content as generated.
         assert_eq!(
-            ToolOutput::message("<tool_call>{\"name\":\"f\"}</tool_call>\n").0,
+            ToolOutput::message(fns(), "<tool_call>{\"name\":\"f\"}</tool_call>\n").0,
             None
         );
-        assert_eq!(ToolOutput::message("").0.as_deref(), Some(""));
+        assert_eq!(ToolOutput::message(fns(), "").0.as_deref(), Some(""));
         assert_eq!(
             finish_reason(Some("stop".into()), 1).as_deref(),
             Some("tool_calls")
