@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-rust test-python test-batch-large test-structured test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama
+.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama
 
 all: build
 
@@ -39,6 +39,13 @@ test: model model-gemma3 model-qwen0.5b
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
 	$(MAKE) test-k8s
+
+# The slow half of the reference suites (run before a release; `make test` keeps the rest):
+# long prompts prefilled in one piece (`make test` runs them chunked), and the
+# real-model engine checks under KV preemption and step skipping.
+test-slow: model model-gemma3 model-qwen0.5b
+	$(CARGO) test -p sloserve-model --test qwen_reference --test gemma3_reference \
+		--test forward_reference --test engine_real_model -- --ignored
 
 # The real `openai` Python SDK (pinned in tests/python/requirements.txt) and the README's
 # curl examples against `sloserve serve`.

@@ -410,6 +410,7 @@ fn shared_prefix_from_the_cache_equals_each_alone() {
 }
 
 #[test]
+#[ignore = "slow: make test-slow"]
 fn kv_preemption_equals_each_alone() {
     let _g = serial();
     let prompts = varied_prompts();
@@ -503,6 +504,7 @@ fn interactive_arrivals_over_running_batch_equal_each_alone() {
 /// skip most steps while interactive requests decode, and every request's greedy
 /// output is still the one it gets alone.
 #[test]
+#[ignore = "slow: make test-slow"]
 fn batch_rows_skipping_steps_equal_each_alone() {
     let _g = serial();
     let prompts = varied_prompts();

@@ -26,29 +26,38 @@ fn exact_matches_reference_short_prompts() {
     }
 }
 
-/// Exact mode on the long prompts (863-1305 tokens), prefilled in one piece and in
-/// chunks of 64 tokens.
+/// Exact mode on the long prompts (863-1305 tokens), prefilled in chunks of 64
+/// tokens.
 #[test]
-fn exact_matches_reference_long_prompts_whole_and_chunked() {
+fn exact_matches_reference_long_prompts_chunked() {
+    exact_long(64);
+}
+
+/// The same, prefilled in one piece (`make test-slow`).
+#[test]
+#[ignore = "slow: make test-slow"]
+fn exact_matches_reference_long_prompts_whole() {
+    exact_long(0);
+}
+
+fn exact_long(chunk: usize) {
     let mut runner = load_runner(Precision::Exact);
     let records = read_records("llamacpp-f32-long-smollm2.jsonl");
     assert_eq!(records.len(), 3, "long prompt records");
     for rec in records {
         let steps = rec.greedy_token_ids.len();
-        for chunk in [0, 64] {
-            let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, steps, chunk);
-            let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);
-            assert!(
-                err < 2e-3,
-                "{} (chunk {chunk}): step-0 top-5 logprob error {err}",
-                rec.id
-            );
-            assert_eq!(
-                out, rec.greedy_token_ids,
-                "{} (chunk {chunk}): greedy differs",
-                rec.id
-            );
-        }
+        let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, steps, chunk);
+        let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);
+        assert!(
+            err < 2e-3,
+            "{} (chunk {chunk}): step-0 top-5 logprob error {err}",
+            rec.id
+        );
+        assert_eq!(
+            out, rec.greedy_token_ids,
+            "{} (chunk {chunk}): greedy differs",
+            rec.id
+        );
     }
 }
 

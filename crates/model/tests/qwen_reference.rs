@@ -158,19 +158,39 @@ fn exact_matches_reference() {
         assert_eq!(out, rec.greedy_token_ids, "{}: greedy differs", rec.id);
         assert!(err < EXACT_TOL, "{}: top-5 logprob error {err}", rec.id);
     }
-    for rec in &long {
-        let steps = rec.greedy_token_ids.len();
-        for chunk in [0, 256] {
-            let (out, rows) =
-                greedy_until(&mut runner, &rec.prompt_token_ids, steps, chunk, &STOPS);
-            let err = worst_step_error(&rows, rec);
-            worst = worst.max(err);
-            println!("{} chunk {chunk}: top-5 logprob error {err:.2e}", rec.id);
-            assert_eq!(out, rec.greedy_token_ids, "{} chunk {chunk}", rec.id);
-            assert!(err < EXACT_TOL, "{} chunk {chunk}: error {err}", rec.id);
-        }
-    }
+    // The long prompt in 256-token chunks here; in one piece in the slow suite.
+    worst = worst.max(exact_long(&mut runner, &long, 256));
     println!("exact: largest top-5 logprob error {worst:.2e}");
+}
+
+/// The long prompt prefilled in one piece (`make test-slow`).
+#[test]
+#[ignore = "slow: make test-slow"]
+fn exact_matches_reference_long_prompt_whole() {
+    let _one_at_a_time = serial();
+    let mut runner = load_qwen05(Precision::Exact);
+    let (_, long) = split(read_records(EXACT));
+    exact_long(&mut runner, &long, 0);
+}
+
+/// Greedy-equal and within tolerance on the long records, prefilled in `chunk`-token
+/// pieces (0: whole); the largest error.
+fn exact_long(
+    runner: &mut sloserve_model::LlamaRunner,
+    long: &[GreedyRecord],
+    chunk: usize,
+) -> f32 {
+    let mut worst = 0f32;
+    for rec in long {
+        let steps = rec.greedy_token_ids.len();
+        let (out, rows) = greedy_until(runner, &rec.prompt_token_ids, steps, chunk, &STOPS);
+        let err = worst_step_error(&rows, rec);
+        worst = worst.max(err);
+        println!("{} chunk {chunk}: top-5 logprob error {err:.2e}", rec.id);
+        assert_eq!(out, rec.greedy_token_ids, "{} chunk {chunk}", rec.id);
+        assert!(err < EXACT_TOL, "{} chunk {chunk}: error {err}", rec.id);
+    }
+    worst
 }
 
 /// The mean over prompts of the largest step-0 top-5 logprob error against the exact
