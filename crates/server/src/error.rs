@@ -88,6 +88,25 @@ impl ServerError {
         }
     }
 
+    /// Why a request was refused or shed for load or state (the
+    /// `x-sloserve-shed-reason` header the gateway reads); `None` for the client's
+    /// own errors and internal failures.
+    pub fn shed_reason(&self) -> Option<&'static str> {
+        match self {
+            ServerError::Draining => Some("draining"),
+            ServerError::Shed => Some("shed"),
+            ServerError::Engine { source, .. } => match source {
+                EngineError::QueueFull { .. } => Some("queue-full"),
+                EngineError::QueueWaitTooLong { .. } => Some("queue-wait"),
+                EngineError::DeadlineUnreachable { .. } => Some("deadline"),
+                EngineError::TtftUnreachable { .. } => Some("ttft"),
+                EngineError::EngineStopped => Some("stopped"),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// The client's view of this error, and the `Retry-After` seconds if any.
     pub fn to_api(&self) -> (ApiError, Option<u64>) {
         match self {
@@ -233,7 +252,14 @@ impl IntoResponse for ServerError {
         } else {
             tracing::debug!(status = e.status, error = %e.message, "request refused");
         }
-        api_response(&e, retry)
+        let mut resp = api_response(&e, retry);
+        if let Some(why) = self.shed_reason() {
+            resp.headers_mut().insert(
+                sloserve_slo::headers::SHED_REASON,
+                HeaderValue::from_static(why),
+            );
+        }
+        resp
     }
 }
 
@@ -339,5 +365,18 @@ mod tests {
         .into_response();
         assert_eq!(resp.status(), 429);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(
+            resp.headers()[sloserve_slo::headers::SHED_REASON],
+            "queue-full"
+        );
+        assert_eq!(
+            ServerError::Draining.into_response().headers()[sloserve_slo::headers::SHED_REASON],
+            "draining"
+        );
+        let client_error = ServerError::engine(EngineError::EmptyPrompt, "prompt").into_response();
+        assert!(client_error
+            .headers()
+            .get(sloserve_slo::headers::SHED_REASON)
+            .is_none());
     }
 }

@@ -27,6 +27,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod prompt_bound;
 pub mod render;
+pub mod request_id;
 pub mod routes;
 pub mod shutdown;
 pub mod state;
@@ -84,7 +85,8 @@ pub fn router(state: Arc<AppState>) -> Router {
     app.layer(from_fn_with_state(state.clone(), limits::limit_inflight))
         .layer(from_fn_with_state(state.clone(), body::read_body))
         .layer(axum::middleware::from_fn(body::require_content_type))
-        .layer(from_fn_with_state(state, auth::require_key))
+        .layer(from_fn_with_state(state.clone(), auth::require_key))
+        .layer(from_fn_with_state(state, request_id::echo))
 }
 
 /// Serves `listener` until `shutdown` resolves, then drains (see [`shutdown::drain`]),

@@ -152,3 +152,33 @@ fn unknown_model_route_method_and_oversized_body() {
     let e = request(s.addr, "POST", "/v1/completions", &[], big.as_bytes()).openai_error(413);
     assert!(e["message"].as_str().unwrap().contains("too large"));
 }
+
+/// `x-request-id` is echoed when sane (on errors too), made when missing or not.
+#[test]
+fn request_id_is_echoed_or_made() {
+    let s = server();
+    let body = json!({"prompt": "Hi", "max_tokens": 1}).to_string();
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("x-request-id", "trace-42")],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-request-id"), Some("trace-42"));
+    let r = request(
+        s.addr,
+        "POST",
+        "/v1/completions",
+        &[("x-request-id", "e-1")],
+        b"{",
+    );
+    assert_eq!((r.status, r.header("x-request-id")), (400, Some("e-1")));
+    let long = "x".repeat(129);
+    for given in [&[("x-request-id", long.as_str())][..], &[]] {
+        let r = request(s.addr, "GET", "/v1/models", given, b"");
+        let id = r.header("x-request-id").expect("an id is made");
+        assert!(id.starts_with("req-") && id.len() < 64, "{id}");
+    }
+}

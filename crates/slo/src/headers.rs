@@ -13,3 +13,10 @@ pub const OBJECTIVE: [&str; 2] = [
 pub const TTFT: [&str; 2] = ["x-llm-d-slo-ttft-ms", "x-slo-ttft-ms"];
 /// The gateway's TPOT target in milliseconds.
 pub const TPOT: [&str; 2] = ["x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"];
+/// The client's or gateway's request id: used in the server's logs and echoed on
+/// the response (one is made when the request has none).
+pub const REQUEST_ID: &str = "x-request-id";
+/// On a refused or shed request's response: why, as one word the gateway can act
+/// on (`queue-full`, `queue-wait`, `deadline`, `ttft`, `shed`, `draining`,
+/// `stopped`).
+pub const SHED_REASON: &str = "x-sloserve-shed-reason";
