@@ -1,6 +1,7 @@
 //! `Sequence`: one request inside the engine: its tokens (prompt + generated), how
 //! many have KV, its block table, sampler, stop conditions, event sender and timings.
-//! Owned by exactly one queue of the scheduler at a time (no shared state).
+//! Owned by exactly one queue of the scheduler at a time (no shared state). Its
+//! lifecycle is one [`SeqState`], moved only by the transition methods below.
 
 use std::time::Instant;
 
@@ -46,15 +47,54 @@ pub(crate) struct Sequence {
     /// The client's own deadline, from arrival (`Request::deadline`): a batch
     /// sequence still waiting to start when it passes finishes `TimedOut`.
     pub deadline: Option<std::time::Duration>,
-    /// Admitted at least once (it left the admission-bounded waiting queue).
-    pub started: bool,
+    /// Where it is in its life (private: the transitions check their precondition).
+    state: SeqState,
     /// Order of its latest admission to the running set ("most recently started").
     pub start_order: u64,
     /// Tokens planned for the current step (0: not scheduled).
     pub scheduled: usize,
+}
+
+/// A sequence's lifecycle:
+///
+/// ```text
+///  Waiting --admit--> Running --preempt--> Preempted --requeue--> Requeued --admit--> Running
+///                        |
+///                        +--finish--> Finished(reason)  (then reaped: `Finished` event sent, dropped)
+/// ```
+///
+/// A waiting or requeued sequence that leaves from its queue (shed, cancelled,
+/// timed out) sends `Finished` directly. Running covers prefilling and decoding
+/// ([`Sequence::phase`] tells which, from the counts).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum SeqState {
+    /// In the waiting queue, never admitted (counted against its class's bounds).
+    Waiting,
+    /// In the running set.
+    Running,
     /// Preempted during the current step: leaves the running set after planning.
-    pub preempted: bool,
-    pub finish: Option<FinishReason>,
+    Preempted,
+    /// Waiting again after a preemption (admitted before: not shed for its wait).
+    Requeued,
+    /// Leaving the running set with this reason.
+    Finished(FinishReason),
+}
+
+/// What a sequence is doing: its state with the running phase spelled out.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Phase<'a> {
+    Waiting,
+    /// Running with prompt (or, after preemption, recomputed) tokens left: `done`
+    /// of `of` have KV.
+    Prefilling {
+        done: usize,
+        of: usize,
+    },
+    /// Running; only the newest token lacks KV.
+    Decoding,
+    Preempted,
+    Requeued,
+    Finished(&'a FinishReason),
 }
 
 impl Sequence {
@@ -95,12 +135,87 @@ impl Sequence {
             cached_prompt_tokens: 0,
             cache_salt: 0,
             deadline: None,
-            started: false,
+            state: SeqState::Waiting,
             start_order: 0,
             scheduled: 0,
-            preempted: false,
-            finish: None,
         }
+    }
+
+    pub fn state(&self) -> &SeqState {
+        &self.state
+    }
+
+    /// The state with the running phase spelled out.
+    pub fn phase(&self) -> Phase<'_> {
+        match &self.state {
+            SeqState::Waiting => Phase::Waiting,
+            SeqState::Running if self.is_decoding() => Phase::Decoding,
+            SeqState::Running => Phase::Prefilling {
+                done: self.num_computed,
+                of: self.tokens.len(),
+            },
+            SeqState::Preempted => Phase::Preempted,
+            SeqState::Requeued => Phase::Requeued,
+            SeqState::Finished(r) => Phase::Finished(r),
+        }
+    }
+
+    /// Admitted at least once (it left the admission-bounded waiting queue).
+    pub fn has_started(&self) -> bool {
+        self.state != SeqState::Waiting
+    }
+
+    /// Waiting or Requeued -> Running; true on its first admission.
+    pub fn admit(&mut self) -> bool {
+        debug_assert!(
+            matches!(self.state, SeqState::Waiting | SeqState::Requeued),
+            "seq {}: admitted from {:?}",
+            self.id,
+            self.state
+        );
+        let first = self.state == SeqState::Waiting;
+        self.state = SeqState::Running;
+        first
+    }
+
+    /// Running -> Preempted: its KV is freed (generated tokens and sampler kept).
+    pub fn preempt(&mut self) {
+        debug_assert_eq!(self.state, SeqState::Running, "seq {}: preempted", self.id);
+        self.reset_kv();
+        self.state = SeqState::Preempted;
+        self.timings.preemptions += 1;
+    }
+
+    /// Preempted -> Requeued (back to its class's waiting queue).
+    pub fn requeue(&mut self) {
+        debug_assert_eq!(self.state, SeqState::Preempted, "seq {}: requeued", self.id);
+        self.state = SeqState::Requeued;
+    }
+
+    /// Running (or preempted, failing) -> Finished(reason); the first reason wins.
+    pub fn finish(&mut self, reason: FinishReason) {
+        debug_assert!(
+            !matches!(self.state, SeqState::Waiting | SeqState::Requeued),
+            "seq {}: finished from a queue ({:?}); send_finished it",
+            self.id,
+            self.state
+        );
+        if !matches!(self.state, SeqState::Finished(_)) {
+            self.state = SeqState::Finished(reason);
+        }
+    }
+
+    /// The reason it is leaving, once finished.
+    pub fn finish_reason(&self) -> Option<&FinishReason> {
+        match &self.state {
+            SeqState::Finished(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Preempted during the current step.
+    pub fn is_preempted(&self) -> bool {
+        self.state == SeqState::Preempted
     }
 
     pub fn num_generated(&self) -> usize {
@@ -126,9 +241,9 @@ impl Sequence {
         }
     }
 
-    /// Running and not leaving (not preempted, no finish reason).
+    /// Running and not leaving (not preempted, not finished).
     pub fn is_active(&self) -> bool {
-        !self.preempted && self.finish.is_none()
+        self.state == SeqState::Running
     }
 
     /// The most tokens this sequence may generate.
@@ -172,5 +287,70 @@ impl Sequence {
             slo: report,
         };
         let _ = self.tx.send(Event::Finished(info));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block_pool::BlockPool;
+    use crate::sampler::SamplingParams;
+
+    fn seq(pool: &BlockPool) -> (Sequence, tokio::sync::mpsc::UnboundedReceiver<Event>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let s = Sequence::new(
+            1,
+            SloClass::Interactive,
+            SloTargets::default(),
+            vec![1, 2, 3],
+            Sampler::new(SamplingParams::default(), 16),
+            StopConditions::max_tokens(8),
+            16,
+            tx,
+            Instant::now(),
+            pool.new_table(),
+        );
+        (s, rx)
+    }
+
+    #[test]
+    fn the_lifecycle_moves_by_its_transitions() {
+        let pool = BlockPool::new(8, 4);
+        let (mut s, _rx) = seq(&pool);
+        assert_eq!((s.phase(), s.has_started()), (Phase::Waiting, false));
+        assert!(s.admit(), "first admission");
+        assert_eq!(s.phase(), Phase::Prefilling { done: 0, of: 3 });
+        s.num_computed = 3;
+        s.tokens.push(9);
+        assert_eq!(s.phase(), Phase::Decoding);
+        assert!(s.is_active());
+        s.preempt();
+        assert_eq!(
+            (s.phase(), s.num_computed, s.timings.preemptions),
+            (Phase::Preempted, 0, 1)
+        );
+        assert!(!s.is_active() && s.is_preempted());
+        s.requeue();
+        assert_eq!((s.state(), s.has_started()), (&SeqState::Requeued, true));
+        assert!(!s.admit(), "a readmission");
+        assert_eq!(s.phase(), Phase::Prefilling { done: 0, of: 4 });
+        s.finish(FinishReason::Stop);
+        s.finish(FinishReason::Cancelled);
+        assert_eq!(
+            s.finish_reason(),
+            Some(&FinishReason::Stop),
+            "the first reason wins"
+        );
+        assert!(!s.is_active());
+    }
+
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "admitted from Running")]
+    fn a_transition_from_the_wrong_state_is_caught() {
+        let pool = BlockPool::new(8, 4);
+        let (mut s, _rx) = seq(&pool);
+        s.admit();
+        s.admit();
     }
 }

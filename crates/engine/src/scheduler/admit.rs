@@ -125,10 +125,9 @@ impl Scheduler {
         let c = &mut self.counters;
         c.prefix_cache_queried_tokens += s.tokens.len() as u64;
         c.prefix_cache_hit_tokens += matched as u64;
-        if s.started {
+        if !s.admit() {
             c.recomputed_tokens += (s.tokens.len() - matched) as u64;
         } else {
-            s.started = true;
             s.cached_prompt_tokens = matched;
             c.requests_started += 1;
             c.prompt_tokens_cached += matched as u64;

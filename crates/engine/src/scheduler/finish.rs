@@ -64,13 +64,13 @@ impl Scheduler {
                 time: t,
             };
             if s.tx.send(ev).is_err() {
-                s.finish = Some(FinishReason::Cancelled);
+                s.finish(FinishReason::Cancelled);
             } else if let Some(end) = s.sampler.constraint_end() {
-                s.finish = Some(end);
+                s.finish(end);
             } else if s.stop.is_stop_token(id) {
-                s.finish = Some(FinishReason::Stop);
+                s.finish(FinishReason::Stop);
             } else if s.num_generated() >= s.max_tokens() || s.tokens.len() >= s.max_len {
-                s.finish = Some(FinishReason::Length);
+                s.finish(FinishReason::Length);
             }
         }
         self.counters.prefill_tokens += out.prefill_tokens as u64;
@@ -106,8 +106,7 @@ impl Scheduler {
         for &i in &self.step_seqs {
             let s = &mut self.running[i];
             s.reset_kv();
-            s.scheduled = 0;
-            s.finish = Some(FinishReason::Error(msg.to_owned()));
+            s.finish(FinishReason::Error(msg.to_owned()));
         }
     }
 
@@ -136,7 +135,7 @@ impl Scheduler {
             q.retain_mut(|s| {
                 let waited = now.saturating_duration_since(s.timings.arrival);
                 let (limit_s, reason) = limit(s);
-                if s.started || waited.as_secs_f64() <= limit_s {
+                if s.has_started() || waited.as_secs_f64() <= limit_s {
                     return true;
                 }
                 released[s.class].record(s, None);
@@ -155,7 +154,7 @@ impl Scheduler {
                 if !s.is_cancelled() {
                     return true;
                 }
-                if !s.started {
+                if !s.has_started() {
                     released[s.class].record(s, None);
                 }
                 counters.requests_cancelled += 1;
@@ -164,8 +163,8 @@ impl Scheduler {
             });
         }
         for s in &mut self.running {
-            if s.finish.is_none() && s.is_cancelled() {
-                s.finish = Some(FinishReason::Cancelled);
+            if s.is_active() && s.is_cancelled() {
+                s.finish(FinishReason::Cancelled);
             }
         }
         self.reap_finished(now);
@@ -176,9 +175,7 @@ impl Scheduler {
     /// if no such sequence is left (it already finished).
     pub fn cancel(&mut self, id: u64, reason: FinishReason, now: Instant) {
         if let Some(s) = self.running.iter_mut().find(|s| s.id == id) {
-            if s.finish.is_none() {
-                s.finish = Some(reason);
-            }
+            s.finish(reason);
             self.reap_finished(now);
             return;
         }
@@ -188,7 +185,7 @@ impl Scheduler {
                 continue;
             };
             let mut s = q.remove(k).expect("position is in range");
-            if !s.started {
+            if !s.has_started() {
                 released[s.class].record(&s, None);
             }
             count_finish(counters, &reason);
@@ -201,7 +198,7 @@ impl Scheduler {
     pub fn reap_finished(&mut self, now: Instant) {
         let c = &mut self.counters;
         self.running.retain_mut(|s| {
-            let Some(reason) = s.finish.take() else {
+            let Some(reason) = s.finish_reason().cloned() else {
                 return true;
             };
             count_finish(c, &reason);
@@ -213,13 +210,13 @@ impl Scheduler {
     /// Finishes every request, running and waiting, with `reason`.
     pub fn fail_all(&mut self, reason: FinishReason, now: Instant) {
         for s in &mut self.running {
-            s.finish = Some(reason.clone());
+            s.finish(reason.clone());
         }
         self.reap_finished(now);
         let (c, released) = (&mut self.counters, &mut self.released);
         for (_, q) in self.waiting.iter_mut() {
             for mut s in q.drain(..) {
-                if !s.started {
+                if !s.has_started() {
                     released[s.class].record(&s, None);
                 }
                 count_finish(c, &reason);

@@ -68,7 +68,7 @@ impl Scheduler {
                     );
                     let s = &mut self.running[i];
                     s.reset_kv();
-                    s.finish = Some(FinishReason::Length);
+                    s.finish(FinishReason::Length);
                     return false;
                 }
                 _ => {
@@ -99,11 +99,9 @@ impl Scheduler {
         if s.scheduled > 0 {
             budget.give_back(part(s, s.scheduled));
         }
-        s.reset_kv();
-        s.preempted = true;
-        s.timings.preemptions += 1;
+        tracing::debug!(seq = s.id, class = %s.class, phase = ?s.phase(), "preempting");
+        s.preempt();
         self.counters.preemptions += 1;
-        tracing::debug!(seq = s.id, class = %s.class, "preempted");
     }
 
     /// A running batch sequence to preempt for a waiting sequence of `rank`:
@@ -123,14 +121,14 @@ impl Scheduler {
     pub(super) fn requeue_preempted(&mut self) {
         let mut k = 0;
         while k < self.running.len() {
-            if self.running[k].preempted {
+            if self.running[k].is_preempted() {
                 self.preempt_buf.push(self.running.remove(k));
             } else {
                 k += 1;
             }
         }
         while let Some(mut s) = self.preempt_buf.pop() {
-            s.preempted = false;
+            s.requeue();
             self.waiting[s.class].push_front(s);
         }
     }
