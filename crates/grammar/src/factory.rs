@@ -3,6 +3,7 @@
 //! `CompiledGrammar`: one compiled constraint, the engine's `ConstraintFactory`.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +13,34 @@ use sloserve_engine::sampler::constraint::{ConstraintFactory, TokenConstraint};
 use sloserve_model::tokenizer::Tokenizer;
 
 use crate::{Constraint, GrammarError, GrammarMatcher, Vocab};
+
+/// [`GrammarFactory::compile`] calls of the whole process (every factory), as
+/// `/metrics` reports them: each a request's constraint (a cached compile too).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompileCounts {
+    /// Constraints compiled (or found cached): requests decoded under a grammar.
+    pub ok: u64,
+    /// Constraints that did not compile (a 400, or the vocabulary's failure).
+    pub errors: u64,
+}
+
+struct AtomicCounts {
+    ok: AtomicU64,
+    errors: AtomicU64,
+}
+
+static COUNTS: AtomicCounts = AtomicCounts {
+    ok: AtomicU64::new(0),
+    errors: AtomicU64::new(0),
+};
+
+/// The process's compile counts so far.
+pub fn compile_counts() -> CompileCounts {
+    CompileCounts {
+        ok: COUNTS.ok.load(Ordering::Relaxed),
+        errors: COUNTS.errors.load(Ordering::Relaxed),
+    }
+}
 
 /// Bounds on grammar work, so that one hostile constraint cannot stall a step or
 /// the server.
@@ -105,8 +134,20 @@ impl GrammarFactory {
     }
 
     /// Compiles `c` (or returns the cached compile of the same text). Errors are
-    /// the client's (a 400 naming why), except `Vocab`.
+    /// the client's (a 400 naming why), except `Vocab`. Counted in
+    /// [`compile_counts`].
     pub fn compile(&self, c: &Constraint) -> Result<Arc<CompiledGrammar>, GrammarError> {
+        let r = self.compile_uncounted(c);
+        let n = if r.is_ok() {
+            &COUNTS.ok
+        } else {
+            &COUNTS.errors
+        };
+        n.fetch_add(1, Ordering::Relaxed);
+        r
+    }
+
+    fn compile_uncounted(&self, c: &Constraint) -> Result<Arc<CompiledGrammar>, GrammarError> {
         let key = c.cache_key();
         if key.len() > self.limits.max_constraint_bytes {
             return Err(GrammarError::TooLarge(format!(

@@ -18,7 +18,7 @@ mod tools;
 mod vocab;
 
 pub use error::GrammarError;
-pub use factory::{CompiledGrammar, GrammarFactory, GrammarLimits};
+pub use factory::{compile_counts, CompileCounts, CompiledGrammar, GrammarFactory, GrammarLimits};
 pub use matcher::GrammarMatcher;
 pub use spec::{from_response_format, Constraint};
 pub use tools::{tool_call_constraint, ToolChoice, ToolFunction};

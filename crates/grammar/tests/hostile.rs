@@ -130,6 +130,24 @@ fn hostile_constraints_fail_clearly_or_mask_in_bounded_time() {
 }
 
 #[test]
+fn compiles_and_compile_errors_are_counted() {
+    let (_, f) = qwen();
+    let before = sloserve_grammar::compile_counts();
+    let ok = Constraint::JsonSchema {
+        schema: json!({"type": "object", "properties": {"n": {"type": "integer"}}}),
+        strict: true,
+    };
+    f.compile(&ok).unwrap();
+    f.compile(&ok).unwrap(); // cached: still a request
+    let bad = Constraint::Regex("(".into());
+    assert!(f.compile(&bad).is_err());
+    // Other tests compile in this process too: at least these.
+    let after = sloserve_grammar::compile_counts();
+    assert!(after.ok >= before.ok + 2, "{before:?} {after:?}");
+    assert!(after.errors > before.errors, "{before:?} {after:?}");
+}
+
+#[test]
 fn bad_constraints_are_clear_errors() {
     let (_, f) = qwen();
     // An unsupported keyword under strict names it.

@@ -1,7 +1,9 @@
 //! Prometheus metrics in the text exposition format, written by hand. Histograms
 //! (per SLO class) are observed from each finished request's engine timings (TTFT,
 //! queue, prefill, e2e, TPOT) and from token times (ITL); gauges and counters are
-//! read from `EngineHandle::stats()` at scrape time. Names follow vLLM's pattern,
+//! read from `EngineHandle::stats()` at scrape time (the grammar's mask-time
+//! histogram too: the engine's thread keeps it), the grammar's compile counts from
+//! `sloserve_grammar::compile_counts()`. Names follow vLLM's pattern,
 //! plus the `vllm:` gauges the Kubernetes inference gateway reads.
 //!
 //! Observing takes no lock: every bucket, count and sum is an atomic (an ITL is
@@ -11,6 +13,7 @@ use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use sloserve_engine::stats::MASK_TIME_BUCKETS;
 use sloserve_engine::{EngineStats, FinishInfo, FinishReason, SloClass};
 
 /// Seconds; from 5 ms (a 100 ms voice SLO falls well inside) to 60 s.
@@ -203,6 +206,26 @@ impl Metrics {
                 let _ = writeln!(out, "sloserve:{name}_count{{{labels}}} {}", hg.count);
             }
         }
+        // The grammar's mask time per constrained token (kept by the engine's
+        // thread, read with its stats): one series, no class split.
+        {
+            let mt = &st.counters.mask_times;
+            let name = "sloserve:grammar_mask_time_seconds";
+            let labels = format!("model_name=\"{model}\"");
+            let _ = writeln!(
+                out,
+                "# HELP {name} Time the grammar took to compute each constrained token's mask."
+            );
+            let _ = writeln!(out, "# TYPE {name} histogram");
+            let mut cum = 0;
+            for (b, n) in MASK_TIME_BUCKETS.iter().zip(mt.buckets) {
+                cum += n;
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
+            }
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", mt.count);
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", mt.sum_ns as f64 / 1e9);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", mt.count);
+        }
         let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -338,6 +361,19 @@ impl Metrics {
             "counter",
             "Batch decode rows left out of a step to keep an interactive target.",
             one(c.batch_rows_deferred as f64),
+        );
+        let grammar = sloserve_grammar::compile_counts();
+        family(
+            "sloserve:constrained_requests_total",
+            "counter",
+            "Requests decoded under a grammar (response_format json_schema / json_object, constrained tool calls): constraints compiled or found in the compile cache.",
+            one(grammar.ok as f64),
+        );
+        family(
+            "sloserve:grammar_compile_errors_total",
+            "counter",
+            "Constraints that did not compile (answered 400, naming why).",
+            one(grammar.errors as f64),
         );
         let cost = &st.step_cost;
         family(

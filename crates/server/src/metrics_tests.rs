@@ -156,3 +156,41 @@ fn exposition_has_buckets_and_gauges() {
     );
     assert!(s.contains("finished_reason=\"length\"} 1"));
 }
+
+#[test]
+fn grammar_families_render_the_mask_times_and_compile_counts() {
+    use sloserve_engine::stats::MASK_TIME_BUCKETS;
+    let m = Metrics::new("smol");
+    let mut st = EngineStats::default();
+    for us in [3, 3, 80, 4000, 90_000] {
+        st.counters.mask_times.observe(Duration::from_micros(us));
+    }
+    let text = m.render(&st);
+    let h = "sloserve:grammar_mask_time_seconds";
+    let l = "model_name=\"smol\"";
+    assert!(text.contains(&format!("# TYPE {h} histogram")), "{text}");
+    // 3 us twice in le=5e-6, 80 us in 1e-4, 4 ms in 5e-3; 90 ms only in +Inf.
+    for (le, n) in [
+        ("0.000001", 0),
+        ("0.000005", 2),
+        ("0.0001", 3),
+        ("0.005", 4),
+        ("0.05", 4),
+        ("+Inf", 5),
+    ] {
+        assert!(
+            text.contains(&format!("{h}_bucket{{{l},le=\"{le}\"}} {n}")),
+            "{le}: {text}"
+        );
+    }
+    assert_eq!(MASK_TIME_BUCKETS.len(), 14);
+    assert!(text.contains(&format!("{h}_count{{{l}}} 5")));
+    assert!(text.contains(&format!("{h}_sum{{{l}}} 0.094086")), "{text}");
+    for c in [
+        "sloserve:constrained_requests_total",
+        "sloserve:grammar_compile_errors_total",
+    ] {
+        assert!(text.contains(&format!("# TYPE {c} counter")));
+        assert!(text.contains(&format!("{c}{{{l}}} ")));
+    }
+}
