@@ -1,7 +1,8 @@
 //! Mask time per token for the schema suite on the Qwen vocabulary (151,936
 //! tokens): seeded walks over each schema's allowed tokens, each `fill_mask` timed;
-//! then the whole constrained draw (mask + masked copy + greedy / temperature draw
-//! in the engine's `Sampler`) against the unconstrained draw on a random row.
+//! then the whole constrained draw in the engine's `Sampler` (mask, then the draw
+//! over the allowed tokens) against the unconstrained draw on a random row: greedy,
+//! temperature 0.8, and temperature 0.8 with top-p 0.9.
 //! Run: `make bench-grammar` (or `cargo bench -p sloserve-grammar --bench mask`).
 
 #[path = "../tests/common/mod.rs"]
@@ -119,6 +120,15 @@ fn main() {
             "t=0.8",
             SamplingParams {
                 temperature: 0.8,
+                seed: Some(1),
+                ..Default::default()
+            },
+        ),
+        (
+            "t=0.8 top_p=0.9",
+            SamplingParams {
+                temperature: 0.8,
+                top_p: 0.9,
                 seed: Some(1),
                 ..Default::default()
             },
