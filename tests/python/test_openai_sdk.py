@@ -135,6 +135,26 @@ def test_logit_bias_bans_and_forces(client, base):
         check(e.body.get("param") == "logit_bias", e.body)
 
 
+def test_n_choices(client, base):
+    """n=3: three choices (seed + i each), the prompt counted once, streamed by index."""
+    kw = dict(model=MODEL, messages=[{"role": "user", "content": "Name an animal."}],
+              max_tokens=6, temperature=1.0, seed=11)
+    one = client.chat.completions.create(n=1, **kw)
+    r = client.chat.completions.create(n=3, **kw)
+    check([c.index for c in r.choices] == [0, 1, 2], r.choices)
+    check(all(c.finish_reason in ("stop", "length") for c in r.choices), r.choices)
+    check(r.usage.prompt_tokens == one.usage.prompt_tokens, (r.usage, one.usage))
+    check(r.usage.completion_tokens <= 18, r.usage)
+    roles, finishes = [], []
+    for chunk in client.chat.completions.create(n=3, stream=True, **kw):
+        for ch in chunk.choices:
+            if ch.delta.role:
+                roles.append(ch.index)
+            if ch.finish_reason:
+                finishes.append(ch.index)
+    check(sorted(roles) == [0, 1, 2] and sorted(finishes) == [0, 1, 2], (roles, finishes))
+
+
 def test_models_list(client, base):
     ids = [m.id for m in client.models.list()]
     check(ids == [MODEL], ids)
@@ -199,10 +219,10 @@ def main():
         client = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
         tests = [test_streaming_chat, test_completion_and_usage, test_chat_with_extra_body,
                  test_errors_are_openai_errors, test_models_list, test_logit_bias_bans_and_forces,
-                 lambda c, b: test_readme_curl_examples(c, b, args.readme)]
+                 test_n_choices, lambda c, b: test_readme_curl_examples(c, b, args.readme)]
         names = ["test_streaming_chat", "test_completion_and_usage", "test_chat_with_extra_body",
                  "test_errors_are_openai_errors", "test_models_list", "test_logit_bias_bans_and_forces",
-                 "test_readme_curl_examples"]
+                 "test_n_choices", "test_readme_curl_examples"]
         for name, t in zip(names, tests):
             try:
                 t(client, base)

@@ -191,6 +191,7 @@ impl RequestFields {
             }
         };
         let sampling = sampling.validate()?;
+        sampling.check_best_of()?;
         let slo = Asked {
             class: self.slo_class,
             objective: None,

@@ -28,7 +28,7 @@ pub use completion::{
 };
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use parse::parse_json;
-pub use sampling::{Sampling, SamplingFields};
+pub use sampling::{Sampling, SamplingFields, MAX_CHOICES};
 pub use sloserve_slo::{Asked, SloClass};
 pub use tokenize::{
     DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,

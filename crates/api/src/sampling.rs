@@ -56,10 +56,11 @@ sampling_fields! {
     repetition_penalty: f64 => f32 = range(0.01, 10.0, 1.0);
     /// sloserve/vLLM: keep generating through end-of-sequence (benchmarks).
     ignore_eos: bool => bool = |_, b: Option<&bool>| Ok::<_, ApiError>(b.copied().unwrap_or(false));
-    /// Choices per request (1 only).
-    n: i64 => u32 = only_one("several choices per request are not supported");
-    /// Completions only (1 only).
-    best_of: i64 => u32 = only_one("not supported");
+    /// Choices per request, 1 to 16 (each its own engine request; choice `i`
+    /// samples with `seed + i`; they share the prompt's cached KV blocks).
+    n: i64 => u32 = choices;
+    /// Completions: accepted equal to `n` only (choices are not ranked here).
+    best_of: i64 => Option<u32> = best_of;
     /// Token id (as a string) -> bias added to its logit, -100 to 100 (OpenAI's).
     #[schema(value_type = Option<Object>)]
     logit_bias: serde_json::Map<String, serde_json::Value> => Vec<(u32, f32)> = logit_bias;
@@ -116,13 +117,38 @@ fn stop(param: &str, v: Option<&StopSpec>) -> Result<Vec<String>, ApiError> {
     Ok(stop)
 }
 
-fn only_one(why: &'static str) -> impl Fn(&str, Option<&i64>) -> Result<u32, ApiError> {
-    move |param, v| match v.copied() {
-        None | Some(1) => Ok(1),
+/// Most choices per request (`n`).
+pub const MAX_CHOICES: i64 = 16;
+
+fn choices(param: &str, v: Option<&i64>) -> Result<u32, ApiError> {
+    match v.copied() {
+        None => Ok(1),
+        Some(n) if (1..=MAX_CHOICES).contains(&n) => Ok(n as u32),
         Some(n) => Err(ApiError::invalid(
             param,
-            format!("{param} must be 1 ({why}), got {n}"),
+            format!("{param} must be between 1 and {MAX_CHOICES}, got {n}"),
         )),
+    }
+}
+
+fn best_of(param: &str, v: Option<&i64>) -> Result<Option<u32>, ApiError> {
+    v.map(|&b| choices(param, Some(&b))).transpose()
+}
+
+impl Sampling {
+    /// Cross-field checks: `best_of`, when given, must equal `n` (sloserve does
+    /// not generate extra choices to rank them by likelihood).
+    pub fn check_best_of(&self) -> Result<(), ApiError> {
+        match self.best_of {
+            Some(b) if b != self.n => Err(ApiError::invalid(
+                "best_of",
+                format!(
+                    "best_of must equal n when given (got best_of {b}, n {}): choices are not ranked by likelihood here; ask for n choices instead",
+                    self.n
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -182,6 +208,15 @@ mod tests {
             .unwrap();
         assert_eq!((s.temperature, s.top_k, s.seed), (0.0, 0, Some(7)));
         assert_eq!((s.stop, s.min_p), (vec!["x".to_string()], 0.1));
+        let s = fields(r#"{"n":16,"best_of":16}"#).validate().unwrap();
+        assert_eq!((s.n, s.best_of), (16, Some(16)));
+        s.check_best_of().unwrap();
+        let e = fields(r#"{"n":2,"best_of":3}"#)
+            .validate()
+            .unwrap()
+            .check_best_of()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("best_of"));
         let s = fields(r#"{"logit_bias":{"7":-100," 3":2.5}}"#)
             .validate()
             .unwrap();
@@ -193,7 +228,9 @@ mod tests {
             (r#"{"top_p":0}"#, "top_p"),
             (r#"{"top_k":-2}"#, "top_k"),
             (r#"{"min_p":1.5}"#, "min_p"),
-            (r#"{"n":3}"#, "n"),
+            (r#"{"n":0}"#, "n"),
+            (r#"{"n":17}"#, "n"),
+            (r#"{"best_of":17}"#, "best_of"),
             (r#"{"logit_bias":{"x":5}}"#, "logit_bias"),
             (r#"{"logit_bias":{"1":101}}"#, "logit_bias"),
             (r#"{"logit_bias":{"1":"5"}}"#, "logit_bias"),

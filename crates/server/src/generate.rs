@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sloserve_api::{
     ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, GenParams,
-    ResponseMessage, ToolMode,
+    ResponseMessage, ToolMode, Usage,
 };
 
 use crate::auth::Caller;
@@ -59,25 +59,51 @@ pub async fn generate(
     };
     let ingress = crate::ingress::build(&state, prompt, &params, headers, caller, constraint)?;
     state.check_accepting()?;
-    let stream = state
-        .engine
-        .submit(ingress.request)
-        .map_err(|e| ServerError::engine(e, prompt_param))?;
-    let class = stream.admitted().class;
     let id = state.new_id(match kind {
         Kind::Completion => "cmpl",
         Kind::Chat => "chatcmpl",
     });
-    let gen = Generation::new(
-        &state,
-        id,
-        stream,
-        class,
-        prompt_len,
-        params.sampling.stop.clone(),
-        params.logprobs.is_some(),
-    )
-    .with_timeout(ingress.timeout);
+    let n = params.sampling.n;
+    let submit = |i: u32| -> Result<Generation, ServerError> {
+        let mut request = ingress.request.clone();
+        request.sampling.seed = request.sampling.seed.map(|s| s.wrapping_add(i as u64));
+        let stream = state
+            .engine
+            .submit(request)
+            .map_err(|e| ServerError::engine(e, prompt_param))?;
+        let class = stream.admitted().class;
+        Ok(Generation::new(
+            &state,
+            id.clone(),
+            stream,
+            class,
+            prompt_len,
+            params.sampling.stop.clone(),
+            params.logprobs.is_some(),
+        )
+        .with_timeout(ingress.timeout)
+        .with_choice(i))
+    };
+    let mut gens = vec![submit(0)?];
+    // n > 1: one prefill. The later choices are submitted once the first one's
+    // prompt has been prefilled (its first token came), so the prefix cache gives
+    // them its full blocks (only the last partial block is computed again). A
+    // refusal of a later choice fails the request: dropping `gens` cancels the
+    // choices already running.
+    let mut first = None;
+    if n > 1 {
+        if state.engine.config().enable_prefix_cache {
+            first = gens[0].first_token().await;
+            if first.is_none() {
+                if let Some(e) = gens[0].failure() {
+                    return Err(e);
+                }
+            }
+        }
+        for i in 1..n {
+            gens.push(submit(i)?);
+        }
+    }
     let out = Out {
         kind,
         created: unix_now(),
@@ -88,9 +114,16 @@ pub async fn generate(
         },
     };
     if params.stream {
-        sse_response(gen, out, params.include_usage, state.stream_write_timeout).await
+        sse_response(
+            gens,
+            first,
+            out,
+            params.include_usage,
+            state.stream_write_timeout,
+        )
+        .await
     } else {
-        collect(gen, out).await
+        collect(gens, first, out).await
     }
 }
 
@@ -108,56 +141,54 @@ pub(crate) fn wire_finish_reason(gen: &Generation) -> Option<String> {
     gen.finish_reason().map(|r| r.as_openai().to_string())
 }
 
-async fn collect(mut gen: Generation, out: Out) -> Result<Response, ServerError> {
-    let mut text = String::new();
-    let mut lps = Vec::new();
-    let want_lp = gen.wants_logprobs();
-    while let Some(Delta { text: t, logprobs }) = gen.next().await {
-        text.push_str(&t);
-        lps.extend(logprobs);
-    }
-    if let Some(e) = gen.failure() {
-        return Err(e);
-    }
-    let usage = gen.usage();
-    let mut finish_reason = wire_finish_reason(&gen);
-    let (content, tool_calls) = if let Some(names) = out.tools.clone() {
-        let (content, calls) = crate::tools::ToolOutput::message(names, &text);
-        finish_reason = crate::tools::finish_reason(finish_reason, calls.len());
-        (content, (!calls.is_empty()).then_some(calls))
-    } else {
-        (Some(text.clone()), None)
-    };
-    let tok = gen.tokenizer();
+/// The choices' answers, in index order, in one JSON response. The first
+/// failure fails the request (the other choices are dropped, so cancelled).
+async fn collect(
+    gens: Vec<Generation>,
+    mut first: Option<Delta>,
+    out: Out,
+) -> Result<Response, ServerError> {
+    let id = gens[0].id().to_string();
+    let out_ref = &out;
+    let choices =
+        futures_util::future::try_join_all(gens.into_iter().enumerate().map(|(i, gen)| {
+            collect_choice(
+                gen,
+                i as u32,
+                if i == 0 { first.take() } else { None },
+                out_ref,
+            )
+        }))
+        .await?;
+    let usage =
+        crate::generation::usage::merge_choices(choices.iter().map(|c| c.1.clone()).collect());
     let body = match out.kind {
         Kind::Completion => serde_json::to_string(&CompletionResponse {
-            id: gen.id().to_string(),
+            id,
             object: "text_completion".into(),
             created: out.created,
             model: out.model,
-            choices: vec![CompletionChoice {
-                index: 0,
-                text,
-                logprobs: want_lp.then(|| completion_logprobs(tok, &lps)),
-                finish_reason,
-            }],
+            choices: choices
+                .into_iter()
+                .filter_map(|(c, _)| match c {
+                    WireChoice::Completion(c) => Some(c),
+                    WireChoice::Chat(_) => None,
+                })
+                .collect(),
             usage,
         }),
         Kind::Chat => serde_json::to_string(&ChatCompletionResponse {
-            id: gen.id().to_string(),
+            id,
             object: "chat.completion".into(),
             created: out.created,
             model: out.model,
-            choices: vec![ChatChoice {
-                index: 0,
-                message: ResponseMessage {
-                    role: "assistant".into(),
-                    content,
-                    tool_calls,
-                },
-                logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),
-                finish_reason,
-            }],
+            choices: choices
+                .into_iter()
+                .filter_map(|(c, _)| match c {
+                    WireChoice::Chat(c) => Some(c),
+                    WireChoice::Completion(_) => None,
+                })
+                .collect(),
             usage,
         }),
     };
@@ -171,4 +202,64 @@ async fn collect(mut gen: Generation, out: Out) -> Result<Response, ServerError>
         body,
     )
         .into_response())
+}
+
+/// One choice of a JSON answer, in the endpoint's shape.
+pub(crate) enum WireChoice {
+    Completion(CompletionChoice),
+    Chat(ChatChoice),
+}
+
+/// Runs one choice to its end: its answer (tool calls parsed per choice) and usage.
+pub(crate) async fn collect_choice(
+    mut gen: Generation,
+    index: u32,
+    first: Option<Delta>,
+    out: &Out,
+) -> Result<(WireChoice, Usage), ServerError> {
+    let mut text = String::new();
+    let mut lps = Vec::new();
+    let want_lp = gen.wants_logprobs();
+    if let Some(Delta { text: t, logprobs }) = first {
+        text.push_str(&t);
+        lps.extend(logprobs);
+    }
+    while let Some(Delta { text: t, logprobs }) = gen.next().await {
+        text.push_str(&t);
+        lps.extend(logprobs);
+    }
+    if let Some(e) = gen.failure() {
+        return Err(e);
+    }
+    let usage = gen.usage();
+    let mut finish_reason = wire_finish_reason(&gen);
+    let tok = gen.tokenizer();
+    let choice = match out.kind {
+        Kind::Completion => WireChoice::Completion(CompletionChoice {
+            index,
+            logprobs: want_lp.then(|| completion_logprobs(tok, &lps)),
+            text,
+            finish_reason,
+        }),
+        Kind::Chat => {
+            let (content, tool_calls) = if let Some(names) = out.tools.clone() {
+                let (content, calls) = crate::tools::ToolOutput::message(names, &text);
+                finish_reason = crate::tools::finish_reason(finish_reason, calls.len());
+                (content, (!calls.is_empty()).then_some(calls))
+            } else {
+                (Some(text), None)
+            };
+            WireChoice::Chat(ChatChoice {
+                index,
+                message: ResponseMessage {
+                    role: "assistant".into(),
+                    content,
+                    tool_calls,
+                },
+                logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),
+                finish_reason,
+            })
+        }
+    };
+    Ok((choice, usage))
 }

@@ -1,6 +1,9 @@
 //! The Server-Sent Events answer of a generation: `data: {json}\n\n` chunks (chat
 //! first sends the assistant role), the finish chunk, an optional usage chunk, then
-//! `data: [DONE]`; an engine failure mid-stream becomes an error event. With tools,
+//! `data: [DONE]`; an engine failure mid-stream becomes an error event. With `n` > 1
+//! the choices' chunks interleave as their tokens come, each naming its `index`
+//! (each choice its role chunk first, its finish chunk when it ends), and one usage
+//! chunk covers them all. With tools,
 //! the text goes through the tool-call parser: content deltas never hold part of a
 //! `<tool_call>` tag, each call is a delta with its index, id and name, then one with
 //! its arguments. Frames go through a bounded channel; a reader stalled past the
@@ -27,16 +30,29 @@ use crate::generation::logprobs::{chat_logprobs, completion_logprobs, TokenLogpr
 use crate::generation::{Delta, Generation};
 use crate::tools::ToolOutput;
 
-/// One chunk: text (or a chat role / finish), its logprobs, finish reason, usage.
+/// One choice of a streamed request (`n` > 1: several, each chunk names its
+/// index).
+struct Choice {
+    index: u32,
+    gen: Generation,
+    /// An output taken before the status line was sent.
+    first: Option<Delta>,
+    /// The tool-call parser, when the request has tools.
+    tools: Option<ToolOutput>,
+    /// Its finish chunk was made.
+    done: bool,
+}
+
+/// One chunk of choice `c`: text (or a chat role / finish), its logprobs, finish
+/// reason.
 fn chunk(
     out: &Out,
-    gen: &Generation,
+    c: &Choice,
     delta: Option<Delta>,
     role: bool,
     finish: Option<String>,
-    usage: Option<Usage>,
 ) -> String {
-    let no_choice = usage.is_some();
+    let gen = &c.gen;
     let (text, lps) = match delta {
         Some(d) => (Some(d.text), Some(d.logprobs)),
         None => (None, None),
@@ -48,19 +64,14 @@ fn chunk(
             object: "text_completion".into(),
             created: out.created,
             model: out.model.clone(),
-            choices: if no_choice {
-                Vec::new()
-            } else {
-                vec![CompletionChoice {
-                    index: 0,
-                    text: text.unwrap_or_default(),
-                    logprobs: lp_present.then(|| {
-                        completion_logprobs(gen.tokenizer(), lps.as_deref().unwrap_or(&[]))
-                    }),
-                    finish_reason: finish,
-                }]
-            },
-            usage,
+            choices: vec![CompletionChoice {
+                index: c.index,
+                text: text.unwrap_or_default(),
+                logprobs: lp_present
+                    .then(|| completion_logprobs(gen.tokenizer(), lps.as_deref().unwrap_or(&[]))),
+                finish_reason: finish,
+            }],
+            usage: None,
         }),
         Kind::Chat => {
             let delta = ChatDelta {
@@ -69,54 +80,73 @@ fn chunk(
                 tool_calls: None,
             };
             let lps = lps.filter(|_| lp_present);
-            return chat_chunk(out, gen, delta, lps.as_deref(), finish, usage);
+            return chat_chunk(out, c, delta, lps.as_deref(), finish);
         }
     };
     format!("data: {}\n\n", json.unwrap_or_else(|_| "{}".into()))
 }
 
-/// One chat chunk: a delta (role, content, tool calls), its logprobs, finish
-/// reason, or usage (then no choice).
+/// The last chunk with `stream_options.include_usage`: the request's usage (all
+/// its choices), no choice.
+fn usage_chunk(out: &Out, id: &str, usage: Usage) -> String {
+    let json = match out.kind {
+        Kind::Completion => serde_json::to_string(&CompletionChunk {
+            id: id.to_string(),
+            object: "text_completion".into(),
+            created: out.created,
+            model: out.model.clone(),
+            choices: Vec::new(),
+            usage: Some(usage),
+        }),
+        Kind::Chat => serde_json::to_string(&ChatCompletionChunk {
+            id: id.to_string(),
+            object: "chat.completion.chunk".into(),
+            created: out.created,
+            model: out.model.clone(),
+            choices: Vec::new(),
+            usage: Some(usage),
+        }),
+    };
+    format!("data: {}\n\n", json.unwrap_or_else(|_| "{}".into()))
+}
+
+/// One chat chunk of choice `c`: a delta (role, content, tool calls), its
+/// logprobs, finish reason.
 fn chat_chunk(
     out: &Out,
-    gen: &Generation,
+    c: &Choice,
     delta: ChatDelta,
     lps: Option<&[TokenLogprob]>,
     finish: Option<String>,
-    usage: Option<Usage>,
 ) -> String {
     let json = serde_json::to_string(&ChatCompletionChunk {
-        id: gen.id().to_string(),
+        id: c.gen.id().to_string(),
         object: "chat.completion.chunk".into(),
         created: out.created,
         model: out.model.clone(),
-        choices: if usage.is_some() {
-            Vec::new()
-        } else {
-            vec![ChatChunkChoice {
-                index: 0,
-                delta,
-                logprobs: lps.map(|l| chat_logprobs(gen.tokenizer(), l)),
-                finish_reason: finish,
-            }]
-        },
-        usage,
+        choices: vec![ChatChunkChoice {
+            index: c.index,
+            delta,
+            logprobs: lps.map(|l| chat_logprobs(c.gen.tokenizer(), l)),
+            finish_reason: finish,
+        }],
+        usage: None,
     });
     format!("data: {}\n\n", json.unwrap_or_else(|_| "{}".into()))
 }
 
-/// The frames of one output with tools: its content and call deltas (the
-/// delta's logprobs go with the first; alone if it released nothing).
-fn tool_frames(s: &mut SseState, d: Option<Delta>) -> Vec<String> {
+/// The frames of one output of a choice with tools: its content and call deltas
+/// (the delta's logprobs go with the first; alone if it released nothing).
+fn tool_frames(out: &Out, c: &mut Choice, d: Option<Delta>) -> Vec<String> {
     let (text, lps) = match d {
         Some(d) => (Some(d.text), d.logprobs),
         None => (None, Vec::new()),
     };
-    let Some(tools) = s.tools.as_mut() else {
+    let Some(tools) = c.tools.as_mut() else {
         return Vec::new();
     };
     let mut deltas = tools.deltas(text.as_deref());
-    let lps = (s.gen.wants_logprobs() && !lps.is_empty()).then_some(lps);
+    let lps = (c.gen.wants_logprobs() && !lps.is_empty()).then_some(lps);
     if deltas.is_empty() && lps.is_some() {
         deltas.push(ChatDelta {
             content: Some(String::new()),
@@ -126,7 +156,7 @@ fn tool_frames(s: &mut SseState, d: Option<Delta>) -> Vec<String> {
     let mut lps = lps;
     deltas
         .into_iter()
-        .map(|delta| chat_chunk(&s.out, &s.gen, delta, lps.take().as_deref(), None, None))
+        .map(|delta| chat_chunk(out, c, delta, lps.take().as_deref(), None))
         .collect()
 }
 
@@ -139,14 +169,10 @@ enum Phase {
 }
 
 struct SseState {
-    gen: Generation,
-    /// The first output, taken before the status line was sent.
-    first: Option<Delta>,
+    choices: Vec<Choice>,
     out: Out,
     phase: Phase,
     include_usage: bool,
-    /// The tool-call parser, when the request has tools.
-    tools: Option<ToolOutput>,
     /// Frames made, not yet sent (one output can make several).
     pending: VecDeque<String>,
 }
@@ -154,12 +180,30 @@ struct SseState {
 /// Frames produced ahead of what the connection has taken.
 const FRAME_BUFFER: usize = 8;
 
-/// The next output: the one taken before the status line, then the stream's.
-async fn next_delta(s: &mut SseState) -> Option<Delta> {
-    match s.first.take() {
-        Some(d) => Some(d),
-        None => s.gen.next().await,
+/// The next output of a running choice (its index; `None`: that choice ended),
+/// as the choices' tokens come. `gen.next()` is cancel-safe (it awaits the
+/// engine's channel), so the outputs of the choices not picked are not lost.
+async fn next_output(choices: &mut [Choice]) -> (usize, Option<Delta>) {
+    if let Some(found) = choices
+        .iter_mut()
+        .enumerate()
+        .find_map(|(i, c)| c.first.take().map(|d| (i, d)))
+    {
+        return (found.0, Some(found.1));
     }
+    let mut running: Vec<_> = choices
+        .iter_mut()
+        .enumerate()
+        .filter(|(_, c)| !c.done)
+        .collect();
+    if running.len() == 1 {
+        let (i, c) = running.pop().expect("one running choice");
+        return (i, c.gen.next().await);
+    }
+    let futs = running
+        .into_iter()
+        .map(|(i, c)| Box::pin(async move { (i, c.gen.next().await) }));
+    futures_util::future::select_all(futs).await.0
 }
 
 /// The next SSE frame, `None` after `[DONE]`.
@@ -171,44 +215,58 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
         return Some(match s.phase {
             Phase::Role => {
                 s.phase = Phase::Tokens;
-                chunk(&s.out, &s.gen, None, true, None, None)
+                for c in &s.choices {
+                    s.pending.push_back(chunk(&s.out, c, None, true, None));
+                }
+                continue;
             }
-            Phase::Tokens => match next_delta(s).await {
-                Some(d) if s.tools.is_some() => {
-                    let frames = tool_frames(s, Some(d));
+            Phase::Tokens if s.choices.iter().all(|c| c.done) => {
+                s.phase = if s.include_usage {
+                    Phase::Usage
+                } else {
+                    Phase::Done
+                };
+                continue;
+            }
+            Phase::Tokens => match next_output(&mut s.choices).await {
+                (_, Some(d)) if d.text.is_empty() && d.logprobs.is_empty() => continue,
+                (i, Some(d)) if s.choices[i].tools.is_some() => {
+                    let frames = tool_frames(&s.out, &mut s.choices[i], Some(d));
                     s.pending.extend(frames);
                     continue;
                 }
-                Some(d) => chunk(&s.out, &s.gen, Some(d), false, None, None),
-                None => match s.gen.failure() {
+                (i, Some(d)) => chunk(&s.out, &s.choices[i], Some(d), false, None),
+                (i, None) => match s.choices[i].gen.failure() {
                     Some(e) => {
+                        // One choice failed: the request did; the others end now.
+                        for c in &mut s.choices {
+                            c.gen.cancel();
+                        }
                         s.phase = Phase::Done;
                         format!("data: {}\n\n", e.to_api().0.to_json())
                     }
                     None => {
-                        s.phase = if s.include_usage {
-                            Phase::Usage
-                        } else {
-                            Phase::Done
-                        };
-                        let mut reason = wire_finish_reason(&s.gen);
-                        let frames = tool_frames(s, None);
+                        let c = &mut s.choices[i];
+                        c.done = true;
+                        let mut reason = wire_finish_reason(&c.gen);
+                        let frames = tool_frames(&s.out, c, None);
                         s.pending.extend(frames);
-                        if let Some(t) = &s.tools {
+                        if let Some(t) = &c.tools {
                             reason = crate::tools::finish_reason(reason, t.calls());
                         }
                         // Completions end with empty text; chat with an empty delta `{}`.
                         let d = (s.out.kind == Kind::Completion).then(Delta::default);
-                        s.pending
-                            .push_back(chunk(&s.out, &s.gen, d, false, reason, None));
+                        s.pending.push_back(chunk(&s.out, c, d, false, reason));
                         continue;
                     }
                 },
             },
             Phase::Usage => {
                 s.phase = Phase::Done;
-                let usage = s.gen.usage();
-                chunk(&s.out, &s.gen, None, false, None, Some(usage))
+                let usage = crate::generation::usage::merge_choices(
+                    s.choices.iter().map(|c| c.gen.usage()).collect(),
+                );
+                usage_chunk(&s.out, s.choices[0].gen.id(), usage)
             }
             Phase::Done => {
                 s.phase = Phase::End;
@@ -242,11 +300,13 @@ async fn produce(mut s: SseState, tx: mpsc::Sender<Bytes>, write_timeout: Option
             Err(stalled) => {
                 if stalled {
                     tracing::warn!(
-                        id = s.gen.id(),
+                        id = s.choices[0].gen.id(),
                         timeout_s = write_timeout.unwrap_or_default().as_secs_f64(),
                         "stream not read for the write timeout; cancelling it (client_stalled)"
                     );
-                    s.gen.stall();
+                    for c in &mut s.choices {
+                        c.gen.stall();
+                    }
                 }
                 break;
             }
@@ -254,35 +314,52 @@ async fn produce(mut s: SseState, tx: mpsc::Sender<Bytes>, write_timeout: Option
     }
 }
 
-/// The streaming response: a task produces the frames (it owns the `Generation`,
-/// and so the engine's `RequestStream`) into a bounded channel the body reads.
-/// The status line waits for the first output, so a request the engine ends
+/// The streaming response: a task produces the frames (it owns the choices'
+/// `Generation`s, and so the engine's `RequestStream`s) into a bounded channel
+/// the body reads. The status line waits for the first choice's first output
+/// (`first`, when the caller already took it), so a request the engine ends
 /// before producing any (shed from an overloaded queue, timed out, failed) gets
 /// a plain HTTP error that a client or router can act on (retry elsewhere).
 pub(crate) async fn sse_response(
-    mut gen: Generation,
+    mut gens: Vec<Generation>,
+    first: Option<Delta>,
     out: Out,
     include_usage: bool,
     write_timeout: Option<Duration>,
 ) -> Result<Response, ServerError> {
-    let first = gen.next().await;
-    if first.is_none() {
-        if let Some(e) = gen.failure() {
-            return Err(e);
+    let first = match first {
+        Some(d) => Some(d),
+        None => {
+            let d = gens[0].next().await;
+            if d.is_none() {
+                if let Some(e) = gens[0].failure() {
+                    return Err(e);
+                }
+            }
+            d
         }
-    }
+    };
     let phase = match out.kind {
         Kind::Chat => Phase::Role,
         Kind::Completion => Phase::Tokens,
     };
-    let tools = out.tools.clone().map(ToolOutput::new);
+    let mut first = first;
+    let choices = gens
+        .into_iter()
+        .enumerate()
+        .map(|(i, gen)| Choice {
+            index: i as u32,
+            gen,
+            first: if i == 0 { first.take() } else { None },
+            tools: out.tools.clone().map(ToolOutput::new),
+            done: false,
+        })
+        .collect();
     let st = SseState {
-        gen,
-        first,
+        choices,
         out,
         phase,
         include_usage,
-        tools,
         pending: VecDeque::new(),
     };
     let (tx, rx) = mpsc::channel::<Bytes>(FRAME_BUFFER);

@@ -85,7 +85,8 @@ fn out_of_range_values_are_400() {
         (json!({"presence_penalty": 2.5}), "presence_penalty"),
         (json!({"frequency_penalty": -9}), "frequency_penalty"),
         (json!({"logprobs": 50}), "logprobs"),
-        (json!({"n": 2}), "n"),
+        (json!({"n": 17}), "n"),
+        (json!({"n": 0}), "n"),
         (json!({"slo_class": "gold"}), "slo_class"),
         (json!({"max_tokens": 5000}), "max_tokens"),
     ] {

@@ -78,6 +78,10 @@ pub struct Generation {
     deadline: Option<(tokio::time::Instant, Duration)>,
     /// The deadline passed: the engine was told, its `Finished` is awaited.
     timed_out: bool,
+    /// Which choice of its request this is (`n` > 1), for the log line.
+    choice: u32,
+    /// `next` returns at the first token even when it released no text.
+    until_first: bool,
     _inflight: InflightGuard,
 }
 
@@ -103,6 +107,8 @@ impl Generation {
             reason: None,
             deadline: None,
             timed_out: false,
+            choice: 0,
+            until_first: false,
             _inflight: InflightGuard::new(state),
         }
     }
@@ -110,6 +116,12 @@ impl Generation {
     /// Ends the request `timeout` from now (the engine frees its blocks then).
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.deadline = timeout.map(|t| (tokio::time::Instant::now() + t, t));
+        self
+    }
+
+    /// Choice `index` of its request (its log line says which).
+    pub fn with_choice(mut self, index: u32) -> Self {
+        self.choice = index;
         self
     }
 
@@ -124,6 +136,27 @@ impl Generation {
         if self.reason.is_none() {
             self.reason = Some(FinishReason::ClientStalled);
         }
+    }
+
+    /// Ends the request now (another choice of its request failed): the engine
+    /// frees its blocks; the log line says `cancelled`.
+    pub fn cancel(&mut self) {
+        if let Some(s) = self.stream.take() {
+            self.state.engine.cancel(s.id(), FinishReason::Cancelled);
+        }
+        if self.reason.is_none() {
+            self.reason = Some(FinishReason::Cancelled);
+        }
+    }
+
+    /// Waits for the first token (the prompt has been prefilled, its full blocks
+    /// are in the prefix cache): what `next` returns, but at the first token
+    /// even when it released no text (then an empty delta). `None` once finished.
+    pub async fn first_token(&mut self) -> Option<Delta> {
+        self.until_first = self.acct.tokens() == 0;
+        let d = self.next().await;
+        self.until_first = false;
+        d
     }
 
     /// The response id ("cmpl-…" / "chatcmpl-…").
@@ -221,6 +254,9 @@ impl Generation {
                     if let Some(d) = self.take_delta(text) {
                         return Some(d);
                     }
+                    if self.until_first {
+                        return Some(Delta::default());
+                    }
                 }
                 Some(Event::Finished(info)) => {
                     self.stream = None;
@@ -278,6 +314,7 @@ impl Drop for Generation {
         tracing::info!(
             target: "sloserve::request",
             id = %self.id,
+            choice = self.choice,
             class = class.as_str(),
             prompt_tokens = u.prompt_tokens,
             completion_tokens = u.completion_tokens,

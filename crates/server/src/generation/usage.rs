@@ -64,6 +64,11 @@ impl Accounting {
         self.slo = info.slo;
     }
 
+    /// Tokens handed to the client so far.
+    pub fn tokens(&self) -> usize {
+        self.completion_tokens
+    }
+
     /// The targets the request missed, for its log line.
     pub fn missed_targets(&self) -> &'static str {
         self.slo.missed()
@@ -104,6 +109,19 @@ impl Accounting {
             }),
         }
     }
+}
+
+/// The usage of a request with several choices (`n` > 1), from each choice's
+/// own: the prompt counted once, completion tokens summed; cached tokens and
+/// timings are the first choice's (it prefilled the prompt the others reused).
+pub fn merge_choices(usages: Vec<Usage>) -> Usage {
+    let mut it = usages.into_iter();
+    let mut u = it.next().unwrap_or_default();
+    for o in it {
+        u.completion_tokens += o.completion_tokens;
+    }
+    u.total_tokens = u.prompt_tokens + u.completion_tokens;
+    u
 }
 
 #[cfg(test)]
