@@ -83,9 +83,13 @@ impl RequestLimits {
     pub fn decide(&self, cfg: &EngineConfig, req: &Request) -> Result<Admitted, EngineError> {
         let max_tokens = self.validate(req)?;
         let (class, targets) = sloserve_slo::resolve(&req.slo, &cfg.slo_policy());
+        // Only a target the request set itself may refuse or shed it: a profile's
+        // default target is a goal the scheduler works toward, best effort.
+        let refuse_ttft_ms = targets.ttft_ms.filter(|_| req.slo.ttft_ms.is_some());
         Ok(Admitted {
             class,
             targets,
+            refuse_ttft_ms,
             max_tokens,
         })
     }

@@ -67,6 +67,12 @@ fn decide_resolves_class_and_targets_once() {
     assert_eq!(a.class, SloClass::Interactive);
     assert_eq!(a.targets.ttft_ms, Some(500.0));
     assert_eq!(a.targets.tpot_ms, Some(40.0));
+    assert_eq!(
+        a.refuse_ttft_ms, None,
+        "a profile's default target never refuses"
+    );
+    let own = l.decide(&cfg, &r.clone().with_ttft_slo_ms(300.0)).unwrap();
+    assert_eq!(own.refuse_ttft_ms, Some(300.0));
     assert_eq!(a.max_tokens, 3);
     let b = l
         .decide(&cfg, &r.clone().with_class(SloClass::Batch))

@@ -171,6 +171,7 @@ impl EngineCore {
         );
         seq.cache_salt = salt;
         seq.deadline = deadline;
+        seq.refuse_ttft_ms = admitted.refuse_ttft_ms;
         seq
     }
 

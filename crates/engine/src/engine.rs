@@ -179,7 +179,7 @@ impl EngineHandle {
             class,
             prompt_len,
             cached,
-            admitted.targets.ttft_ms,
+            admitted.refuse_ttft_ms,
             req.deadline.map(|d| d.as_secs_f64()),
         )?;
         let id = sh.next_id.fetch_add(1, Ordering::Relaxed);

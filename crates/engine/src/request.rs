@@ -113,6 +113,9 @@ pub struct Admitted {
     /// The class it runs as.
     pub class: SloClass,
     pub targets: SloTargets,
+    /// The TTFT target it may be refused or shed for: its own (a profile's
+    /// default target is best effort, never a refusal).
+    pub refuse_ttft_ms: Option<f64>,
     /// Most tokens it may generate (its `max_tokens`, or what the context leaves).
     pub max_tokens: usize,
 }

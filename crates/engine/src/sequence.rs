@@ -47,6 +47,9 @@ pub(crate) struct Sequence {
     /// The client's own deadline, from arrival (`Request::deadline`): a batch
     /// sequence still waiting to start when it passes finishes `TimedOut`.
     pub deadline: Option<std::time::Duration>,
+    /// The TTFT target it is shed for when still waiting (its own; see
+    /// `Admitted::refuse_ttft_ms`).
+    pub refuse_ttft_ms: Option<f64>,
     /// Where it is in its life (private: the transitions check their precondition).
     state: SeqState,
     /// Order of its latest admission to the running set ("most recently started").
@@ -135,12 +138,14 @@ impl Sequence {
             cached_prompt_tokens: 0,
             cache_salt: 0,
             deadline: None,
+            refuse_ttft_ms: None,
             state: SeqState::Waiting,
             start_order: 0,
             scheduled: 0,
         }
     }
 
+    #[cfg(test)]
     pub fn state(&self) -> &SeqState {
         &self.state
     }

@@ -88,6 +88,10 @@ pub struct Counters {
     pub steps: u64,
     /// Batch decode rows left out of a step to keep an interactive target.
     pub batch_rows_deferred: u64,
+    /// Steps whose interactive work alone was predicted to miss the tightest
+    /// interactive target (the machine cannot meet it even without batch rows:
+    /// the step runs the interactive work, batch rows only as starving ones).
+    pub slo_unreachable_steps: u64,
     /// Targets met / missed, per class.
     pub slo: PerClass<SloAttainment>,
     /// The grammar's mask time of each constrained token sampled.

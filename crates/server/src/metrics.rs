@@ -362,6 +362,12 @@ impl Metrics {
             "Batch decode rows left out of a step to keep an interactive target.",
             one(c.batch_rows_deferred as f64),
         );
+        family(
+            "sloserve:slo_unreachable_steps_total",
+            "counter",
+            "Steps whose interactive work alone was predicted to miss the tightest interactive target (the machine cannot meet it even without batch work).",
+            one(c.slo_unreachable_steps as f64),
+        );
         let grammar = sloserve_grammar::compile_counts();
         family(
             "sloserve:constrained_requests_total",

@@ -119,7 +119,7 @@ impl Scheduler {
     pub(super) fn shed_overdue(&mut self, now: Instant) {
         let adm = &self.cfg.admission;
         let queue_limit = adm.max_queue_wait_s * 2.0;
-        let limit = |s: &Sequence| match (s.class, s.targets.ttft_ms) {
+        let limit = |s: &Sequence| match (s.class, s.refuse_ttft_ms) {
             (SloClass::Batch, _) => (
                 s.deadline.map_or(f64::INFINITY, |d| d.as_secs_f64()),
                 FinishReason::TimedOut,

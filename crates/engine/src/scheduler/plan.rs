@@ -42,6 +42,9 @@ impl Scheduler {
         let bounded = self.time_limit(now, budget);
         let limit = match bounded {
             Some((limit, base)) => {
+                if limit <= base {
+                    self.counters.slo_unreachable_steps += 1;
+                }
                 self.last_interactive = Some((now, base));
                 // This step's allowance joins what earlier steps left unused, so
                 // batch work too large for one step's allowance still runs, at the

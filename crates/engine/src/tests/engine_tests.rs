@@ -140,6 +140,30 @@ fn predicted_ttft_over_the_slo_is_refused() {
     assert_eq!(engine.stats().rejected.interactive, 1);
 }
 
+/// A profile's default TTFT target is a goal, not a contract: a request that gives
+/// none is never refused for it (nor shed while it waits), however far over.
+#[test]
+fn a_default_ttft_target_never_refuses() {
+    let cfg = EngineConfig {
+        default_ttft_slo_ms: Some(1.0),
+        ..EngineConfig::default()
+    };
+    let engine = start(256, Duration::from_micros(200), cfg);
+    engine
+        .submit(Request::greedy(prompt(0, 100), 2))
+        .unwrap()
+        .collect_blocking();
+    let long = engine
+        .submit(Request::greedy(prompt(1, 400), 1))
+        .expect("admitted");
+    let done = long.collect_blocking();
+    assert!(
+        done.finish.slo.ttft_met == Some(false),
+        "judged against the default"
+    );
+    assert_eq!(engine.stats().rejected.interactive, 0);
+}
+
 #[test]
 fn a_mostly_cached_prompt_is_admitted_where_a_cold_one_is_refused() {
     // ~5000 prefill tokens/s: 420 cold tokens take >= 84 ms, far over 2 x 25 ms;
