@@ -1,4 +1,4 @@
-//! OpenAI-compatible wire types of sloserve's HTTP API: completion and chat requests,
+//! OpenAI-compatible wire types of sloserve's HTTP API: completion, chat and Responses requests,
 //! responses and stream chunks, usage with per-request SLO timings, logprobs, vLLM's
 //! `/tokenize` and `/detokenize`, `/v1/models`, and the OpenAI error body. Parsing
 //! ([`parse_json`]) and validation produce [`ApiError`]s whose message and `param`
@@ -9,6 +9,7 @@ pub mod common;
 pub mod completion;
 pub mod error;
 pub mod parse;
+pub mod responses;
 pub mod sampling;
 pub mod tokenize;
 pub mod tools;
@@ -28,6 +29,10 @@ pub use completion::{
 };
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use parse::parse_json;
+pub use responses::{
+    Echo, IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponseUsage,
+    ResponsesRequest,
+};
 pub use sampling::{Sampling, SamplingFields, MAX_CHOICES};
 pub use sloserve_slo::{Asked, SloClass};
 pub use tokenize::{

@@ -63,16 +63,12 @@ pub fn encode_messages(
         })
 }
 
-pub async fn handle(
-    State(state): State<Arc<AppState>>,
-    caller: Option<Extension<Caller>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServerError> {
-    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    state.check_accepting()?;
-    let req: ChatCompletionRequest = parse_json(&body)?;
-    state.check_model(req.model.as_deref())?;
+/// A chat request's validated parameters and its prompt (the template rendered
+/// and tokenized off the async workers).
+pub async fn prompt_and_params(
+    state: &Arc<AppState>,
+    req: ChatCompletionRequest,
+) -> Result<(Vec<u32>, sloserve_api::GenParams), ServerError> {
     let params = req.params()?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let messages = req.messages;
@@ -88,6 +84,20 @@ pub async fn handle(
             encode_messages(st, &messages, tools.as_ref(), add_generation_prompt, true)
         })
         .await??;
+    Ok((prompt, params))
+}
+
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    caller: Option<Extension<Caller>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ServerError> {
+    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
+    state.check_accepting()?;
+    let req: ChatCompletionRequest = parse_json(&body)?;
+    state.check_model(req.model.as_deref())?;
+    let (prompt, params) = prompt_and_params(&state, req).await?;
     let caller = caller.map_or(Caller::OPEN, |c| c.0);
     generate(state, &headers, &caller, prompt, params, Kind::Chat).await
 }

@@ -33,6 +33,34 @@ pub async fn generate(
     params: GenParams,
     kind: Kind,
 ) -> Result<Response, ServerError> {
+    let (stream, include_usage) = (params.stream, params.include_usage);
+    let write_timeout = state.stream_write_timeout;
+    let Started { gens, first, out } = start(state, headers, caller, prompt, params, kind).await?;
+    if stream {
+        sse_response(gens, first, out, include_usage, write_timeout).await
+    } else {
+        collect(gens, first, out).await
+    }
+}
+
+/// A request submitted: its choices (choice 0's first output taken when `n` > 1)
+/// and how to shape them.
+pub(crate) struct Started {
+    pub gens: Vec<Generation>,
+    pub first: Option<Delta>,
+    pub out: Out,
+}
+
+/// Compiles the request's constraint, builds and submits its choices (see
+/// [`generate`]).
+pub(crate) async fn start(
+    state: Arc<AppState>,
+    headers: &HeaderMap,
+    caller: &Caller,
+    prompt: Vec<u32>,
+    params: GenParams,
+    kind: Kind,
+) -> Result<Started, ServerError> {
     let prompt_param = match kind {
         Kind::Completion => "prompt",
         Kind::Chat => "messages",
@@ -113,18 +141,7 @@ pub async fn generate(
             _ => None,
         },
     };
-    if params.stream {
-        sse_response(
-            gens,
-            first,
-            out,
-            params.include_usage,
-            state.stream_write_timeout,
-        )
-        .await
-    } else {
-        collect(gens, first, out).await
-    }
+    Ok(Started { gens, first, out })
 }
 
 /// Shapes the chunks and responses of one request.

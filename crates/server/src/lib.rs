@@ -28,6 +28,7 @@ pub mod openapi;
 pub mod prompt_bound;
 pub mod render;
 pub mod request_id;
+pub mod responses;
 pub mod routes;
 pub mod shutdown;
 pub mod state;
@@ -64,6 +65,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let app = Router::new()
         .route("/v1/completions", post(completions::handle))
         .route("/v1/chat/completions", post(chat::handle))
+        .route("/v1/responses", post(responses::handle))
         .route("/v1/completions/render", post(render::completions))
         .route("/v1/chat/completions/render", post(render::chat))
         .route("/v1/models", get(routes::models))

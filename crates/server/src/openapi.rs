@@ -8,8 +8,8 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use sloserve_api::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
-    DetokenizeRequest, DetokenizeResponse, ErrorBody, ModelCard, ModelList, TokenizeRequest,
-    TokenizeResponse,
+    DetokenizeRequest, DetokenizeResponse, ErrorBody, ModelCard, ModelList, ResponseObject,
+    ResponsesRequest, TokenizeRequest, TokenizeResponse,
 };
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -51,6 +51,25 @@ fn completions() {}
     )
 )]
 fn chat_completions() {}
+
+#[utoipa::path(
+    post, path = "/v1/responses", tag = "generation",
+    request_body = ResponsesRequest,
+    responses(
+        (status = 200, description = "The response object (JSON), or Server-Sent Events with `stream: true` (`event:` lines: response.created, response.in_progress, response.output_item.added, response.content_part.added, response.output_text.delta, ..., response.completed or response.incomplete; each data with `type` and `sequence_number`). Stateless: nothing is stored",
+         content((ResponseObject = "application/json"), (String = "text/event-stream"))),
+        (status = 400, description = "Invalid request (also `previous_response_id` and `conversation`: nothing is stored)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 403, description = "The API key does not allow the asked SLO class", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 408, description = "The request's deadline passed", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 429, description = "Overloaded (Retry-After)", body = ErrorBody),
+        (status = 500, description = "Internal error", body = ErrorBody),
+        (status = 503, description = "Draining, engine stopped, or too many requests (Retry-After)", body = ErrorBody),
+    )
+)]
+fn responses() {}
 
 #[utoipa::path(
     post, path = "/v1/completions/render", tag = "generation",
@@ -163,7 +182,7 @@ impl Modify for Keys {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
-    paths(completions, chat_completions, completions_render, chat_completions_render, models, model, tokenize, detokenize, health, ready, metrics),
+    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, health, ready, metrics),
     modifiers(&Keys),
     security(("bearer" = []), ("x-api-key" = [])),
 )]
@@ -199,6 +218,7 @@ mod tests {
         for p in [
             "/v1/completions",
             "/v1/chat/completions",
+            "/v1/responses",
             "/v1/completions/render",
             "/v1/chat/completions/render",
             "/tokenize",
@@ -209,7 +229,11 @@ mod tests {
         }
         let s = &v["components"]["schemas"];
         // The shared fields are declared once and referenced by both requests.
-        for req in ["CompletionRequest", "ChatCompletionRequest"] {
+        for req in [
+            "CompletionRequest",
+            "ChatCompletionRequest",
+            "ResponsesRequest",
+        ] {
             let parts = s[req]["allOf"].to_string();
             for shared in ["SamplingFields", "RequestFields"] {
                 assert!(
@@ -244,5 +268,26 @@ mod tests {
             assert!(s[schema]["properties"][f].is_object(), "{schema}.{f}");
         }
         assert!(s["ErrorBody"].is_object() && s["Usage"].is_object());
+        // The Responses API: its request's own fields, the response object and items.
+        let r = s["ResponsesRequest"]["allOf"].to_string();
+        for f in [
+            "input",
+            "instructions",
+            "text",
+            "max_output_tokens",
+            "previous_response_id",
+        ] {
+            assert!(r.contains(&format!("\"{f}\"")), "{f}: {r}");
+        }
+        for (schema, f) in [
+            ("ResponseObject", "output"),
+            ("ResponseObject", "usage"),
+            ("OutputItem", "call_id"),
+            ("OutputText", "annotations"),
+            ("ResponseUsage", "input_tokens_details"),
+        ] {
+            let v = s[schema].to_string();
+            assert!(v.contains(&format!("\"{f}\"")), "{schema}.{f}: {v}");
+        }
     }
 }

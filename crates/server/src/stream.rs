@@ -277,13 +277,39 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
     }
 }
 
+/// A source of SSE frames: what [`sse_body`] sends (chat and completion chunks
+/// here, the Responses API's events in [`crate::responses`]).
+pub(crate) trait Frames: Send + 'static {
+    /// The next frame, `None` at the end. Dropped (and the source with it) when
+    /// the client goes away.
+    fn next_frame(&mut self) -> impl std::future::Future<Output = Option<String>> + Send;
+    /// The client stopped reading: cancel the generation (`client_stalled`).
+    fn stall(&mut self);
+    /// The response id, for the log line.
+    fn id(&self) -> &str;
+}
+
+impl Frames for SseState {
+    fn next_frame(&mut self) -> impl std::future::Future<Output = Option<String>> + Send {
+        next_frame(self)
+    }
+    fn stall(&mut self) {
+        for c in &mut self.choices {
+            c.gen.stall();
+        }
+    }
+    fn id(&self) -> &str {
+        self.choices[0].gen.id()
+    }
+}
+
 /// Produces the frames into the body's bounded channel. A client that takes none
 /// for `write_timeout` is stalled: the request is cancelled (`client_stalled`);
 /// one that went away (the body was dropped) cancels it too.
-async fn produce(mut s: SseState, tx: mpsc::Sender<Bytes>, write_timeout: Option<Duration>) {
+async fn produce<F: Frames>(mut s: F, tx: mpsc::Sender<Bytes>, write_timeout: Option<Duration>) {
     loop {
         let frame = tokio::select! {
-            f = next_frame(&mut s) => f,
+            f = s.next_frame() => f,
             _ = tx.closed() => None,
         };
         let Some(frame) = frame else { break };
@@ -300,18 +326,39 @@ async fn produce(mut s: SseState, tx: mpsc::Sender<Bytes>, write_timeout: Option
             Err(stalled) => {
                 if stalled {
                     tracing::warn!(
-                        id = s.choices[0].gen.id(),
+                        id = s.id(),
                         timeout_s = write_timeout.unwrap_or_default().as_secs_f64(),
                         "stream not read for the write timeout; cancelling it (client_stalled)"
                     );
-                    for c in &mut s.choices {
-                        c.gen.stall();
-                    }
+                    s.stall();
                 }
                 break;
             }
         }
     }
+}
+
+/// The 200 `text/event-stream` answer whose body a task fills from `frames`
+/// through a bounded channel.
+pub(crate) fn sse_body<F: Frames>(frames: F, write_timeout: Option<Duration>) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(FRAME_BUFFER);
+    tokio::spawn(produce(frames, tx, write_timeout));
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let b = rx.recv().await?;
+        Some((Ok::<Bytes, Infallible>(b), rx))
+    });
+    (
+        StatusCode::OK,
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("text/event-stream"),
+            ),
+            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 /// The streaming response: a task produces the frames (it owns the choices'
@@ -362,22 +409,5 @@ pub(crate) async fn sse_response(
         include_usage,
         pending: VecDeque::new(),
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(FRAME_BUFFER);
-    tokio::spawn(produce(st, tx, write_timeout));
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        let b = rx.recv().await?;
-        Some((Ok::<Bytes, Infallible>(b), rx))
-    });
-    Ok((
-        StatusCode::OK,
-        [
-            (
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("text/event-stream"),
-            ),
-            (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
-        ],
-        Body::from_stream(stream),
-    )
-        .into_response())
+    Ok(sse_body(st, write_timeout))
 }
