@@ -3,9 +3,7 @@
 //! logged; the caller's class ceiling for the routing decision. The key itself
 //! travels on to the replica, which checks it again.
 
-use std::fmt;
 use std::path::Path;
-use std::str::FromStr;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
@@ -19,41 +17,7 @@ use sloserve_slo::SloClass;
 use crate::error::RouterError;
 use crate::state::RouterState;
 
-/// One `KEY[:CLASS]`: a key and the highest class it may ask for. `Debug` hides the key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct KeySpec {
-    pub key: String,
-    /// `Some(Batch)`: this key's requests are routed (and run) as batch.
-    pub ceiling: Option<SloClass>,
-}
-
-impl FromStr for KeySpec {
-    type Err = String;
-    /// `KEY` or `KEY:interactive|batch`; a suffix that is not a class is part of the key.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let (key, ceiling) = match s.rsplit_once(':') {
-            Some((k, c)) if c.parse::<SloClass>().is_ok() => (k, c.parse::<SloClass>().ok()),
-            _ => (s, None),
-        };
-        if key.is_empty() {
-            return Err("an API key cannot be empty".into());
-        }
-        Ok(KeySpec {
-            key: key.to_string(),
-            ceiling,
-        })
-    }
-}
-
-impl fmt::Debug for KeySpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.ceiling {
-            Some(c) => write!(f, "KeySpec(<redacted>:{c})"),
-            None => f.write_str("KeySpec(<redacted>)"),
-        }
-    }
-}
+pub use sloserve_slo::KeySpec;
 
 /// A key file: one `KEY[:CLASS]` a line; blank lines and `#` comments skipped.
 pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<KeySpec>> {
@@ -134,13 +98,15 @@ impl ApiKeys {
 
 /// The key in `Authorization: Bearer KEY`, else in `x-api-key`.
 fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
-    if let Some(v) = headers.get(axum::http::header::AUTHORIZATION) {
-        let v = v.as_bytes();
-        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
-            return Some(v[7..].trim_ascii());
-        }
-    }
-    headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii())
+    let get = |name| {
+        headers
+            .get(name)
+            .map(|v: &axum::http::HeaderValue| v.as_bytes())
+    };
+    sloserve_slo::presented_key(
+        get(axum::http::header::AUTHORIZATION.as_str()),
+        get(sloserve_slo::headers::API_KEY),
+    )
 }
 
 /// The middleware: 401 (OpenAI's shape) without a valid key on a closed path,

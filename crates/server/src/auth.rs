@@ -131,13 +131,15 @@ impl ApiKeys {
 
 /// The key in `Authorization: Bearer KEY`, else in `x-api-key`.
 fn presented_key(headers: &HeaderMap) -> Option<&[u8]> {
-    if let Some(v) = headers.get(axum::http::header::AUTHORIZATION) {
-        let v = v.as_bytes();
-        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
-            return Some(v[7..].trim_ascii());
-        }
-    }
-    headers.get("x-api-key").map(|v| v.as_bytes().trim_ascii())
+    let get = |name| {
+        headers
+            .get(name)
+            .map(|v: &axum::http::HeaderValue| v.as_bytes())
+    };
+    sloserve_slo::presented_key(
+        get(axum::http::header::AUTHORIZATION.as_str()),
+        get(sloserve_slo::headers::API_KEY),
+    )
 }
 
 /// The middleware: 401 (OpenAI's shape) without a valid key on a closed path; the

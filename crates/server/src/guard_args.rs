@@ -1,49 +1,12 @@
 //! The flags that make a replica safe to expose: API keys, prefix-cache scope,
 //! connection and in-flight limits, and the timeouts (flattened into `ServeArgs`).
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use sloserve_engine::SloClass;
 
-/// One `--api-key KEY[:CLASS]`: a key and the highest SLO class it may ask for.
-/// Its `Debug` never shows the key.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ApiKeySpec {
-    pub key: String,
-    /// `Some(Batch)`: this key's requests run as batch (asking `interactive` is a 403).
-    pub ceiling: Option<SloClass>,
-}
-
-impl FromStr for ApiKeySpec {
-    type Err = String;
-    /// `KEY` or `KEY:interactive|batch`; a suffix that is not a class is part of the key.
-    fn from_str(s: &str) -> Result<Self, String> {
-        let s = s.trim();
-        let (key, ceiling) = match s.rsplit_once(':') {
-            Some((k, c)) if c.parse::<SloClass>().is_ok() => (k, c.parse::<SloClass>().ok()),
-            _ => (s, None),
-        };
-        if key.is_empty() {
-            return Err("an API key cannot be empty".into());
-        }
-        Ok(ApiKeySpec {
-            key: key.to_string(),
-            ceiling,
-        })
-    }
-}
-
-impl fmt::Debug for ApiKeySpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.ceiling {
-            Some(c) => write!(f, "ApiKeySpec(<redacted>:{c})"),
-            None => f.write_str("ApiKeySpec(<redacted>)"),
-        }
-    }
-}
+/// One `--api-key KEY[:CLASS]` (the contract crate's one parse).
+pub use sloserve_slo::KeySpec as ApiKeySpec;
 
 /// Whose requests may reuse each other's cached prompt blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -129,7 +92,7 @@ mod tests {
         let k: ApiKeySpec = "sk-abc:batch".parse().unwrap();
         assert_eq!(
             (k.key.as_str(), k.ceiling),
-            ("sk-abc", Some(SloClass::Batch))
+            ("sk-abc", Some(sloserve_engine::SloClass::Batch))
         );
         let k: ApiKeySpec = "a:b:c".parse().unwrap();
         assert_eq!((k.key.as_str(), k.ceiling), ("a:b:c", None));

@@ -16,6 +16,8 @@ pub const TPOT: [&str; 2] = ["x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"];
 /// The client's or gateway's request id: used in the server's logs and echoed on
 /// the response (one is made when the request has none).
 pub const REQUEST_ID: &str = "x-request-id";
+/// An API key (the other place is `Authorization: Bearer`).
+pub const API_KEY: &str = "x-api-key";
 /// On a refused or shed request's response: why, as one word the gateway can act
 /// on (`queue-full`, `queue-wait`, `deadline`, `ttft`, `shed`, `draining`,
 /// `stopped`).

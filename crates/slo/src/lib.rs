@@ -9,9 +9,11 @@ mod asked;
 mod class;
 mod error;
 pub mod headers;
+mod key;
 mod resolve;
 
 pub use asked::{check_target_ms, Asked};
 pub use class::SloClass;
 pub use error::SloError;
+pub use key::{presented_key, KeySpec};
 pub use resolve::{resolve, Policy, SloTargets};

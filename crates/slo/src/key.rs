@@ -1,0 +1,83 @@
+//! An API key with its class ceiling (`KEY[:CLASS]`, the server's and the
+//! router's format), and where a request presents it: one parse, one rule.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::SloClass;
+
+/// One `KEY[:CLASS]`: a key and the highest class it may ask for. `Debug` hides the key.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeySpec {
+    pub key: String,
+    /// `Some(Batch)`: this key's requests run as batch (asking `interactive` is a 403).
+    pub ceiling: Option<SloClass>,
+}
+
+impl FromStr for KeySpec {
+    type Err = String;
+    /// `KEY` or `KEY:interactive|batch`; a suffix that is not a class is part of the key.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let (key, ceiling) = match s.rsplit_once(':') {
+            Some((k, c)) if c.parse::<SloClass>().is_ok() => (k, c.parse::<SloClass>().ok()),
+            _ => (s, None),
+        };
+        if key.is_empty() {
+            return Err("an API key cannot be empty".into());
+        }
+        Ok(KeySpec {
+            key: key.to_string(),
+            ceiling,
+        })
+    }
+}
+
+impl fmt::Debug for KeySpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.ceiling {
+            Some(c) => write!(f, "KeySpec(<redacted>:{c})"),
+            None => f.write_str("KeySpec(<redacted>)"),
+        }
+    }
+}
+
+/// The key a request presents: `Authorization: Bearer KEY` (either header value
+/// given as bytes), else `x-api-key: KEY` ([`crate::headers::API_KEY`]).
+pub fn presented_key<'a>(
+    authorization: Option<&'a [u8]>,
+    x_api_key: Option<&'a [u8]>,
+) -> Option<&'a [u8]> {
+    if let Some(v) = authorization {
+        if v.len() > 7 && v[..7].eq_ignore_ascii_case(b"bearer ") {
+            return Some(v[7..].trim_ascii());
+        }
+    }
+    x_api_key.map(|v| v.trim_ascii())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_never_print_the_key() {
+        let k: KeySpec = "sk-abc:batch".parse().unwrap();
+        assert_eq!(
+            (k.key.as_str(), k.ceiling),
+            ("sk-abc", Some(SloClass::Batch))
+        );
+        assert_eq!("a:b:c".parse::<KeySpec>().unwrap().key, "a:b:c");
+        assert!("".parse::<KeySpec>().is_err() && ":batch".parse::<KeySpec>().is_err());
+        assert!(!format!("{k:?}").contains("sk-abc"));
+        assert_eq!(
+            presented_key(Some(b"Bearer  k1 "), Some(b"k2")),
+            Some(&b"k1"[..])
+        );
+        assert_eq!(
+            presented_key(Some(b"Basic x"), Some(b" k2")),
+            Some(&b"k2"[..])
+        );
+        assert_eq!(presented_key(None, None), None);
+    }
+}
