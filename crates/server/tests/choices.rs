@@ -247,3 +247,23 @@ fn a_disconnect_cancels_every_choice() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+#[test]
+fn without_the_prefix_cache_the_choices_start_together() {
+    let _l = serial();
+    let mut a = test_args();
+    a.precision = "exact".parse().unwrap();
+    a.engine.set("no-prefix-cache", "true").unwrap();
+    let own = TestServer::start(a);
+    assert!(!own.state.engine.config().enable_prefix_cache);
+    let body = json!({"prompt": "The three primary colors are", "max_tokens": 5,
+        "temperature": 1, "seed": 3, "n": 2});
+    let v = ok(post(own.addr, "/v1/completions", &body));
+    assert_eq!(v["choices"].as_array().unwrap().len(), 2);
+    // The same answers as with the cache's one prefill.
+    assert_eq!(
+        texts(&v),
+        texts(&ok(post(server().addr, "/v1/completions", &body)))
+    );
+    own.shutdown();
+}
