@@ -367,6 +367,12 @@ fn health_ready_and_metrics() {
         &json!({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true}),
     );
     assert_eq!(r.status, 200);
+    // The engine publishes its counters after the step whose last token the
+    // client may already hold.
+    wait_for("the engine's snapshot", 10, || {
+        let text = get(s.addr, "/metrics").text();
+        metric(&text, "sloserve:generation_tokens_total{").unwrap_or(0.0) >= 3.0
+    });
     let m = get(s.addr, "/metrics");
     assert!(m.header("content-type").unwrap().starts_with("text/plain"));
     let text = m.text();

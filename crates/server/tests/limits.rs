@@ -20,14 +20,6 @@ fn args(f: impl FnOnce(&mut ServeArgs)) -> ServeArgs {
     a
 }
 
-fn wait_for(what: &str, secs: u64, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn metrics(addr: SocketAddr) -> String {
     get(addr, "/metrics").text()
 }

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{get, metric, post, test_args, TestServer};
+use common::{get, metric, post, test_args, wait_for, TestServer};
 use serde_json::json;
 
 #[test]
@@ -52,19 +52,27 @@ fn constrained_requests_mask_times_and_compile_errors_are_on_metrics() {
     let tokens = r.json()["usage"]["completion_tokens"].as_f64().unwrap();
     assert!(tokens >= 1.0);
     assert!(read("sloserve:constrained_requests_total") >= req0 + 1.0);
-    // Every token of the constrained request had its mask timed.
-    assert!(read(mask_count) >= masks0 + tokens, "{tokens} tokens");
+    // Every token of the constrained request had its mask timed (the snapshot is
+    // published after the step whose last token the client may already hold).
+    wait_for(&format!("{tokens} mask times"), 10, || {
+        read(mask_count) >= masks0 + tokens
+    });
     let sum = read("sloserve:grammar_mask_time_seconds_sum");
     assert!(sum > 0.0 && sum < 60.0, "{sum}");
 
-    // A free request adds no mask time.
+    // A free request adds no mask time (its tokens reach the snapshot, none of
+    // them as a mask time).
     let before = read(mask_count);
+    let gen0 = read("sloserve:generation_tokens_total");
     let r = post(
         s.addr,
         "/v1/completions",
         &json!({"prompt": "Hi", "max_tokens": 3, "ignore_eos": true}),
     );
     assert_eq!(r.status, 200);
+    wait_for("the free request's tokens", 10, || {
+        read("sloserve:generation_tokens_total") >= gen0 + 3.0
+    });
     assert_eq!(read(mask_count), before);
 
     // A pattern that does not compile: a 400 and one more compile error.
