@@ -9,8 +9,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 use common::*;
 use serde_json::{json, Value};
-use sloserve_slo::SloClass;
 use sloserve_router::RouterConfig;
+use sloserve_slo::SloClass;
 
 struct Setup {
     interactive: Replica,
