@@ -62,6 +62,7 @@ test-python: model model-qwen0.5b $(VENV)/.requirements-installed
 	$(VENV)/bin/python tests/python/test_structured_output.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_tool_calling.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_responses.py --bin "$(TARGET_DIR)/debug/sloserve"
+	$(VENV)/bin/python tests/python/test_langchain.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_batch_api.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_server.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_router.py --bin "$(TARGET_DIR)/debug/sloserve"
