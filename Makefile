@@ -56,13 +56,21 @@ $(VENV)/.requirements-installed: $(PY_REQUIREMENTS)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check $(addprefix -r ,$(PY_REQUIREMENTS))
 	touch $@
 
-test-python: model model-qwen0.5b $(VENV)/.requirements-installed
+# instructor in its own venv: its jiter pin excludes the openai release pinned above.
+VENV_INSTRUCTOR := .venv-instructor
+$(VENV_INSTRUCTOR)/.requirements-installed: tests/python/requirements-instructor.txt
+	python3 -m venv $(VENV_INSTRUCTOR)
+	$(VENV_INSTRUCTOR)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements-instructor.txt
+	touch $@
+
+test-python: model model-qwen0.5b $(VENV)/.requirements-installed $(VENV_INSTRUCTOR)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_structured_output.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_tool_calling.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_responses.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_langchain.py --bin "$(TARGET_DIR)/debug/sloserve"
+	$(VENV_INSTRUCTOR)/bin/python tests/python/test_instructor.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_batch_api.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_server.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_router.py --bin "$(TARGET_DIR)/debug/sloserve"
