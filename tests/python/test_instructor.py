@@ -8,16 +8,16 @@ tool_choice) and through response_format json_schema (JSON_SCHEMA mode).
 usage: tests/python/test_instructor.py [--bin BINARY] [--model GGUF]
 Ends with 'python: N passed, M failed'.
 """
-import argparse, os, signal, subprocess, sys, time, traceback
+import os, sys
 
 import instructor
 from openai import OpenAI
 from pydantic import BaseModel, Field
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_openai_sdk import ROOT, check, free_port, wait_ready  # noqa: E402
-
-MODEL = "qwen"
+import qwen_serve  # noqa: E402
+from qwen_serve import MODEL  # noqa: E402
+from test_openai_sdk import check  # noqa: E402
 
 
 class City(BaseModel):
@@ -43,40 +43,9 @@ def test_extract(base, mode):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    ap.add_argument("--bin", default=os.path.join(target, "debug", "sloserve"))
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
-    args = ap.parse_args()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
-    log = open(os.path.join(ROOT, "target", "test_instructor.log"), "w")
-    proc = subprocess.Popen([args.bin, "serve", "--model", args.model, "--port", str(port),
-                             "--served-model-name", MODEL, "--no-batch-api"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    passed = failed = 0
-    try:
-        wait_ready(base, proc, timeout=300)
-        tests = [("instructor TOOLS mode", lambda: test_extract(base, instructor.Mode.TOOLS)),
-                 ("instructor JSON_SCHEMA mode", lambda: test_extract(base, instructor.Mode.JSON_SCHEMA))]
-        for name, t in tests:
-            t0 = time.time()
-            try:
-                t()
-                passed += 1
-                print(f"ok   {name} ({time.time() - t0:.1f}s)")
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {name}\n{traceback.format_exc()}")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    print(f"python: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    qwen_serve.run("test_instructor", lambda base: [
+        ("instructor TOOLS mode", lambda: test_extract(base, instructor.Mode.TOOLS)),
+        ("instructor JSON_SCHEMA mode", lambda: test_extract(base, instructor.Mode.JSON_SCHEMA))])
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ pydantic model.
 usage: tests/python/test_langchain.py [--bin BINARY] [--model GGUF]
 Ends with 'python: N passed, M failed'.
 """
-import argparse, os, signal, subprocess, sys, time, traceback
+import os, sys
 
 from langchain_core.messages import HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
@@ -16,9 +16,9 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_openai_sdk import ROOT, check, free_port, wait_ready  # noqa: E402
-
-MODEL = "qwen"
+import qwen_serve  # noqa: E402
+from qwen_serve import MODEL  # noqa: E402
+from test_openai_sdk import check  # noqa: E402
 
 
 @tool
@@ -67,41 +67,10 @@ def test_structured(base, method):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    ap.add_argument("--bin", default=os.path.join(target, "debug", "sloserve"))
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
-    args = ap.parse_args()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
-    log = open(os.path.join(ROOT, "target", "test_langchain.log"), "w")
-    proc = subprocess.Popen([args.bin, "serve", "--model", args.model, "--port", str(port),
-                             "--served-model-name", MODEL, "--no-batch-api"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    passed = failed = 0
-    try:
-        wait_ready(base, proc, timeout=300)
-        tests = [("bind_tools and a tool loop", lambda: test_tool_loop(base)),
-                 ("with_structured_output json_schema", lambda: test_structured(base, "json_schema")),
-                 ("with_structured_output function_calling", lambda: test_structured(base, "function_calling"))]
-        for name, t in tests:
-            t0 = time.time()
-            try:
-                t()
-                passed += 1
-                print(f"ok   {name} ({time.time() - t0:.1f}s)")
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {name}\n{traceback.format_exc()}")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    print(f"python: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    qwen_serve.run("test_langchain", lambda base: [
+        ("bind_tools and a tool loop", lambda: test_tool_loop(base)),
+        ("with_structured_output json_schema", lambda: test_structured(base, "json_schema")),
+        ("with_structured_output function_calling", lambda: test_structured(base, "function_calling"))])
 
 
 if __name__ == "__main__":

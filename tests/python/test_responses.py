@@ -10,7 +10,7 @@ and an Agents SDK agent running one function tool.
 usage: tests/python/test_responses.py [--bin BINARY] [--model GGUF]
 Ends with 'python: N passed, M failed'.
 """
-import argparse, asyncio, json, os, signal, subprocess, sys, time, traceback
+import asyncio, json, os, sys
 import urllib.request
 
 import jsonschema
@@ -18,9 +18,9 @@ import openai
 import pydantic
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_openai_sdk import ROOT, check, free_port, wait_ready  # noqa: E402
-
-MODEL = "qwen"
+import qwen_serve  # noqa: E402
+from qwen_serve import MODEL, client  # noqa: E402
+from test_openai_sdk import check  # noqa: E402
 WEATHER = {"type": "function", "name": "get_weather", "description": "Get the current weather in a city.",
            "parameters": {"type": "object", "properties": {
                "city": {"type": "string", "description": "The city, e.g. Paris", "maxLength": 40}},
@@ -155,45 +155,14 @@ def test_agents_sdk(base):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    ap.add_argument("--bin", default=os.path.join(target, "debug", "sloserve"))
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
-    args = ap.parse_args()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = open(os.path.join(ROOT, "target", "test_responses.log"), "w")
-    proc = subprocess.Popen([args.bin, "serve", "--model", args.model, "--port", str(port),
-                             "--served-model-name", MODEL, "--no-batch-api"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    passed = failed = 0
-    try:
-        wait_ready(base, proc, timeout=300)
-        client = openai.OpenAI(base_url=base + "/v1", api_key="none", timeout=600, max_retries=0)
-        tests = [("plain text and instructions", lambda: test_plain_text_and_instructions(client, base)),
-                 ("text.format json_schema", lambda: test_json_schema(client)),
-                 ("required call and a function_call_output round trip",
-                  lambda: test_required_call_and_round_trip(client)),
-                 ("streaming events", lambda: test_streaming_events(client)),
-                 ("previous_response_id is 400", lambda: test_previous_response_id_is_400(client)),
-                 ("Agents SDK agent with a function tool", lambda: test_agents_sdk(base))]
-        for name, t in tests:
-            t0 = time.time()
-            try:
-                t()
-                passed += 1
-                print(f"ok   {name} ({time.time() - t0:.1f}s)")
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {name}\n{traceback.format_exc()}")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    print(f"python: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    qwen_serve.run("test_responses", lambda base: [
+        ("plain text and instructions", lambda: test_plain_text_and_instructions(client(base), base)),
+        ("text.format json_schema", lambda: test_json_schema(client(base))),
+        ("required call and a function_call_output round trip",
+         lambda: test_required_call_and_round_trip(client(base))),
+        ("streaming events", lambda: test_streaming_events(client(base))),
+        ("previous_response_id is 400", lambda: test_previous_response_id_is_400(client(base))),
+        ("Agents SDK agent with a function tool", lambda: test_agents_sdk(base))])
 
 
 if __name__ == "__main__":

@@ -9,15 +9,15 @@ bad tool_choice / tools are 400s naming the field.
 usage: tests/python/test_tool_calling.py [--bin BINARY] [--model GGUF]
 Ends with 'python: N passed, M failed'.
 """
-import argparse, json, os, signal, subprocess, sys, time, traceback
+import json, os, sys
 
 import jsonschema
 import openai
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_openai_sdk import ROOT, check, free_port, wait_ready  # noqa: E402
-
-MODEL = "qwen"
+import qwen_serve  # noqa: E402
+from qwen_serve import MODEL, client  # noqa: E402
+from test_openai_sdk import check  # noqa: E402
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city.",
     "parameters": {"type": "object", "properties": {
@@ -145,43 +145,12 @@ def test_bad_requests_are_400(client):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
-    ap.add_argument("--bin", default=os.path.join(target, "debug", "sloserve"))
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"))
-    args = ap.parse_args()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = open(os.path.join(ROOT, "target", "test_tool_calling.log"), "w")
-    proc = subprocess.Popen([args.bin, "serve", "--model", args.model, "--port", str(port),
-                             "--served-model-name", MODEL, "--no-batch-api"],
-                            stdout=log, stderr=subprocess.STDOUT)
-    passed = failed = 0
-    try:
-        wait_ready(base, proc, timeout=300)
-        client = openai.OpenAI(base_url=base + "/v1", api_key="none", timeout=600, max_retries=0)
-        tests = [("required", lambda: test_required(client)),
-                 ("named", lambda: test_named(client)),
-                 ("auto and a tool round trip", lambda: test_auto_round_trip(client)),
-                 ("streaming deltas match", lambda: test_streaming_matches(client)),
-                 ("bad requests are 400", lambda: test_bad_requests_are_400(client))]
-        for name, t in tests:
-            t0 = time.time()
-            try:
-                t()
-                passed += 1
-                print(f"ok   {name} ({time.time() - t0:.1f}s)")
-            except Exception:  # noqa: BLE001
-                failed += 1
-                print(f"FAIL {name}\n{traceback.format_exc()}")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    print(f"python: {passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    qwen_serve.run("test_tool_calling", lambda base: [
+        ("required", lambda: test_required(client(base))),
+        ("named", lambda: test_named(client(base))),
+        ("auto and a tool round trip", lambda: test_auto_round_trip(client(base))),
+        ("streaming deltas match", lambda: test_streaming_matches(client(base))),
+        ("bad requests are 400", lambda: test_bad_requests_are_400(client(base)))])
 
 
 if __name__ == "__main__":
