@@ -13,14 +13,17 @@
 //! `max_output_tokens` the length limit. Nothing is stored: `store` is accepted and
 //! taken as false, `previous_response_id` (and `conversation`) are a 400.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::chat::{ChatCompletionRequest, ChatMessage, MessageContent, ROLES};
-use crate::common::{PromptTokensDetails, RequestFields, SloTimings};
+use crate::common::RequestFields;
 use crate::error::ApiError;
 use crate::sampling::SamplingFields;
 use crate::tools::{FunctionCall, FunctionDef, Tool, ToolCall, ToolChoice, ToolFields};
+
+mod object;
+pub use object::*;
 
 /// A `POST /v1/responses` body. The fields whose shapes differ from chat's are
 /// kept as JSON here and checked by [`ResponsesRequest::to_chat`], each error
@@ -456,179 +459,6 @@ impl ResponsesRequest {
             user: self.fields.user.clone(),
         }
     }
-}
-
-/// The request fields echoed in a response object.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct Echo {
-    #[schema(value_type = Option<String>)]
-    pub instructions: Option<Value>,
-    #[schema(value_type = Object)]
-    pub metadata: Value,
-    #[schema(value_type = Vec<Object>)]
-    pub tools: Value,
-    #[schema(value_type = Object)]
-    pub tool_choice: Value,
-    pub temperature: f64,
-    pub top_p: f64,
-    pub parallel_tool_calls: bool,
-    #[schema(value_type = Object)]
-    pub text: Value,
-    pub max_output_tokens: Option<i64>,
-    pub user: Option<String>,
-}
-
-/// An `output_text` content part.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct OutputText {
-    /// "output_text".
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub text: String,
-    #[schema(value_type = Vec<Object>)]
-    pub annotations: Vec<Value>,
-    #[schema(value_type = Vec<Object>)]
-    pub logprobs: Vec<Value>,
-}
-
-impl OutputText {
-    pub fn new(text: String) -> Self {
-        OutputText {
-            kind: "output_text".into(),
-            text,
-            annotations: Vec::new(),
-            logprobs: Vec::new(),
-        }
-    }
-}
-
-/// An output item: a `message` (role, content) or a `function_call` (call_id,
-/// name, arguments).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct OutputItem {
-    /// "message" or "function_call".
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// `msg_...` or `fc_...`.
-    pub id: String,
-    /// "in_progress", "completed" or "incomplete".
-    pub status: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<Vec<OutputText>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub call_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub arguments: Option<String>,
-}
-
-impl OutputItem {
-    pub fn message(id: String, status: &str, content: Vec<OutputText>) -> Self {
-        OutputItem {
-            kind: "message".into(),
-            id,
-            status: status.into(),
-            role: Some("assistant".into()),
-            content: Some(content),
-            call_id: None,
-            name: None,
-            arguments: None,
-        }
-    }
-
-    pub fn function_call(
-        id: String,
-        status: &str,
-        call_id: String,
-        name: String,
-        arguments: String,
-    ) -> Self {
-        OutputItem {
-            kind: "function_call".into(),
-            id,
-            status: status.into(),
-            role: None,
-            content: None,
-            call_id: Some(call_id),
-            name: Some(name),
-            arguments: Some(arguments),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct InputTokensDetails {
-    pub cached_tokens: u32,
-    pub cache_write_tokens: u32,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct OutputTokensDetails {
-    pub reasoning_tokens: u32,
-}
-
-/// A response's usage, with sloserve's timings as chat's `usage.sloserve`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ResponseUsage {
-    pub input_tokens: u32,
-    pub input_tokens_details: InputTokensDetails,
-    pub output_tokens: u32,
-    pub output_tokens_details: OutputTokensDetails,
-    pub total_tokens: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sloserve: Option<SloTimings>,
-}
-
-impl From<crate::Usage> for ResponseUsage {
-    fn from(u: crate::Usage) -> Self {
-        ResponseUsage {
-            input_tokens: u.prompt_tokens,
-            input_tokens_details: InputTokensDetails {
-                cached_tokens: u
-                    .prompt_tokens_details
-                    .map_or(0, |d: PromptTokensDetails| d.cached_tokens),
-                cache_write_tokens: 0,
-            },
-            output_tokens: u.completion_tokens,
-            output_tokens_details: OutputTokensDetails::default(),
-            total_tokens: u.total_tokens,
-            sloserve: u.sloserve,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct IncompleteDetails {
-    /// "max_output_tokens".
-    pub reason: String,
-}
-
-/// The response object (`object: "response"`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ResponseObject {
-    /// `resp_...`.
-    pub id: String,
-    /// "response".
-    pub object: String,
-    pub created_at: u64,
-    /// "in_progress", "completed" or "incomplete".
-    pub status: String,
-    pub incomplete_details: Option<IncompleteDetails>,
-    #[schema(value_type = Option<Object>)]
-    pub error: Option<Value>,
-    pub model: String,
-    pub output: Vec<OutputItem>,
-    pub usage: Option<ResponseUsage>,
-    /// Always false: nothing is stored.
-    pub store: bool,
-    pub previous_response_id: Option<String>,
-    /// "disabled".
-    pub truncation: String,
-    #[serde(flatten)]
-    pub echo: Echo,
 }
 
 #[cfg(test)]
