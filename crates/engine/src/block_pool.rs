@@ -237,6 +237,20 @@ impl BlockTable {
         self.ids[i] = id;
     }
 
+    /// Releases the blocks past the first `n` (KV written past a sequence's
+    /// accepted tokens: a rejected speculative draft).
+    pub fn truncate(&mut self, n: usize) {
+        if n >= self.ids.len() {
+            return;
+        }
+        let mut p = self.pool.inner.borrow_mut();
+        for &id in &self.ids[n..] {
+            p.release(id);
+        }
+        drop(p);
+        self.ids.truncate(n);
+    }
+
     /// Releases every block.
     pub fn clear(&mut self) {
         if self.ids.is_empty() {
@@ -286,6 +300,21 @@ mod tests {
         assert_eq!(pool.num_used(), 2);
         assert!(t.is_writable(17));
         drop(t);
+        assert_eq!(pool.num_free(), 4);
+        pool.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn truncate_releases_the_tail_only() {
+        let pool = BlockPool::new(4, 4);
+        let mut t = pool.new_table();
+        let ids: Vec<u32> = (0..3).map(|_| t.push_new().unwrap()).collect();
+        t.truncate(5);
+        assert_eq!(t.ids(), &ids[..], "longer than the table: nothing");
+        t.truncate(1);
+        assert_eq!((t.ids(), pool.num_free()), (&ids[..1], 3));
+        pool.check_invariants().unwrap();
+        t.truncate(0);
         assert_eq!(pool.num_free(), 4);
         pool.check_invariants().unwrap();
     }

@@ -172,6 +172,19 @@ pub struct EngineConfig {
     /// sequences can grow without immediate preemption.
     [flag "kv-watermark"]
     pub kv_watermark: f64 = 0.01,
+    /// N-gram speculation (prompt lookup) for interactive decode rows: the most
+    /// draft tokens verified in one step (0: off). A row drafts only when its
+    /// measured acceptance pays for the verification in the step-time model
+    /// (so not in large batches); batch-class rows never draft.
+    [flag "spec-max-draft"]
+    pub spec_max_draft: usize = 8,
+    /// N-gram speculation: the longest suffix of a sequence looked up among its
+    /// earlier tokens (prompt and output).
+    [flag "spec-ngram-max"]
+    pub spec_ngram_max: usize = 4,
+    /// N-gram speculation: the shortest suffix looked up.
+    [flag "spec-ngram-min"]
+    pub spec_ngram_min: usize = 2,
     /// Admission limits (queue bounds per class, latency-based refusal).
     pub admission: AdmissionConfig = AdmissionConfig::default(),
     /// Inference objectives (the gateway's `x-llm-d-inference-objective` header)
@@ -199,6 +212,15 @@ pub(crate) fn merge_toml(base: &mut toml::Table, over: toml::Table) {
 }
 
 impl EngineConfig {
+    /// How n-gram drafts are found.
+    pub fn ngram_params(&self) -> crate::speculate::NgramParams {
+        crate::speculate::NgramParams {
+            ngram_max: self.spec_ngram_max,
+            ngram_min: self.spec_ngram_min,
+            max_draft: self.spec_max_draft,
+        }
+    }
+
     /// The profile's side of the SLO contract (`sloserve_slo::resolve`).
     pub fn slo_policy(&self) -> sloserve_slo::Policy<'_> {
         sloserve_slo::Policy {
@@ -257,6 +279,11 @@ impl EngineConfig {
         }
         if self.max_num_batched_tokens == 0 {
             return Err(bad("max_num_batched_tokens must be > 0"));
+        }
+        if self.spec_ngram_min == 0 || self.spec_ngram_min > self.spec_ngram_max {
+            return Err(bad(
+                "spec_ngram_min must be at least 1 and at most spec_ngram_max",
+            ));
         }
         if self.max_num_batched_tokens < self.max_num_seqs {
             return Err(bad(

@@ -25,6 +25,7 @@ pub mod profile;
 pub mod request;
 mod scheduler;
 mod sequence;
+pub mod speculate;
 pub mod stats;
 pub mod step_cost;
 pub mod supervisor;
@@ -49,5 +50,5 @@ pub use event::{
 pub use prefix_cache::PrefixCache;
 pub use profile::{Profile, BUILTIN_PROFILES};
 pub use request::{Admitted, Asked, Request, SloClass, SloTargets, StopConditions};
-pub use stats::{Counters, EngineStats, PerClass, SloAttainment};
+pub use stats::{Counters, EngineStats, PerClass, SloAttainment, SpecCounters};
 pub use step_cost::{StepCostFigures, StepCostModel, StepShape};

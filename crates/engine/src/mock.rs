@@ -42,6 +42,9 @@ pub struct MockRunner {
     calls: usize,
     panic_on_token: Option<u32>,
     reset_fails: bool,
+    /// `with_period`: the next token repeats the one this many positions back,
+    /// except after one prefix in `noise` (by its hash; 0: never).
+    period: Option<(usize, u64)>,
 }
 
 impl MockRunner {
@@ -67,6 +70,7 @@ impl MockRunner {
             calls: 0,
             panic_on_token: None,
             reset_fails: false,
+            period: None,
         }
     }
 
@@ -101,28 +105,51 @@ impl MockRunner {
         self
     }
 
+    /// A model whose text repeats: after position `p` (at least `period - 1`) it
+    /// predicts the token at `p + 1 - period` (so n-gram drafts from the context
+    /// are right), before that, and after one prefix in `noise` (0: none), the
+    /// hash's token (a draft from the context is then wrong). The prefix hash
+    /// chain is still checked.
+    pub fn with_period(mut self, period: usize, noise: u64) -> Self {
+        self.period = Some((period.max(1), noise));
+        self
+    }
+
     /// The token the mock model predicts after a prefix whose last hash is `h`.
     fn predict(h: u64, vocab: usize) -> u32 {
         (splitmix(h ^ 0xa5a5) % vocab as u64) as u32
     }
 
+    /// The prediction after position `pos` (hash `h`); `at(q)` is the token at
+    /// position `q <= pos`.
+    fn next_token(&self, h: u64, pos: usize, at: impl Fn(usize) -> u32) -> u32 {
+        match self.period {
+            Some((p, noise)) if pos + 1 >= p && (noise == 0 || h % noise != 0) => at(pos + 1 - p),
+            _ => Self::predict(h, self.info.vocab_size),
+        }
+    }
+
     /// What greedy decoding of `prompt` yields for `n` tokens, computed directly
     /// (no engine, no KV cache): the ground truth for engine outputs.
     pub fn reference(prompt: &[u32], n: usize, vocab_size: usize) -> Vec<u32> {
+        MockRunner::new(1, 1, vocab_size, usize::MAX).greedy(prompt, n)
+    }
+
+    /// What greedy decoding of `prompt` yields for `n` tokens on this mock (its
+    /// period, if any), computed directly.
+    pub fn greedy(&self, prompt: &[u32], n: usize) -> Vec<u32> {
         let mut h = SEED;
-        let mut pos = 0;
-        for &t in prompt {
+        let mut all = prompt.to_vec();
+        for (pos, &t) in prompt.iter().enumerate() {
             h = chain(h, t, pos);
-            pos += 1;
         }
-        let mut out = Vec::with_capacity(n);
         for _ in 0..n {
-            let t = Self::predict(h, vocab_size);
-            out.push(t);
-            h = chain(h, t, pos);
-            pos += 1;
+            let pos = all.len() - 1;
+            let t = self.next_token(h, pos, |q| all[q]);
+            all.push(t);
+            h = chain(h, t, pos + 1);
         }
-        out
+        all.split_off(prompt.len())
     }
 
     fn slot(&self, table: &[u32], pos: usize) -> usize {
@@ -227,18 +254,21 @@ impl ModelRunner for MockRunner {
                     "MockRunner: KV at position {pos} belongs to another prefix"
                 );
             }
+            let first_row = s.num_tokens - s.num_logits;
             for (i, &t) in batch.seq_tokens(s).iter().enumerate() {
                 let pos = s.position(i);
                 h = chain(h, t, pos);
                 let slot = self.slot(table, pos);
                 self.slots[slot] = Some((t, h));
-            }
-            if s.want_logits {
-                let next = Self::predict(h, vocab) as usize;
-                let start = out.data.len();
-                out.data.resize(start + vocab, 0.0);
-                out.data[start + next] = 10.0;
-                out.data[start + (next + 1) % vocab] = 5.0;
+                if i >= first_row {
+                    let slots = &self.slots;
+                    let at = |q: usize| slots[self.slot(table, q)].expect("written").0;
+                    let next = self.next_token(h, pos, at) as usize;
+                    let start = out.data.len();
+                    out.data.resize(start + vocab, 0.0);
+                    out.data[start + next] = 10.0;
+                    out.data[start + (next + 1) % vocab] = 5.0;
+                }
             }
         }
         if !self.delay_per_token.is_zero() {

@@ -36,8 +36,11 @@ pub struct BatchSeq {
     pub block_table_start: usize,
     /// Length of this sequence's block table; it covers `num_cached + num_tokens` slots.
     pub block_table_len: usize,
-    /// Whether the runner must return logits for this sequence's last new token.
-    pub want_logits: bool,
+    /// How many of this sequence's last new tokens the runner returns logits
+    /// for: 0 (a prefill chunk that samples nothing), 1 (the next token), or
+    /// `num_tokens` for a speculative verification row (the newest token and its
+    /// draft: one row per position, so every draft token is checked in one step).
+    pub num_logits: usize,
 }
 
 impl BatchSeq {
@@ -50,6 +53,17 @@ impl BatchSeq {
     #[inline]
     pub fn context_len(&self) -> usize {
         self.num_cached + self.num_tokens
+    }
+    /// Whether the runner returns any logits for this sequence.
+    #[inline]
+    pub fn want_logits(&self) -> bool {
+        self.num_logits > 0
+    }
+    /// Offsets in [`Batch::tokens`] of the tokens whose logits rows are returned.
+    #[inline]
+    pub fn logit_tokens(&self) -> std::ops::Range<usize> {
+        let end = self.token_start + self.num_tokens;
+        end - self.num_logits.min(self.num_tokens)..end
     }
 }
 
@@ -71,7 +85,8 @@ impl Batch {
         self.block_tables.clear();
     }
 
-    /// Appends one sequence's new tokens and its block table.
+    /// Appends one sequence's new tokens and its block table; `want_logits`: a
+    /// logits row for the last of them.
     pub fn push(
         &mut self,
         tokens: &[u32],
@@ -79,15 +94,40 @@ impl Batch {
         block_table: &[u32],
         want_logits: bool,
     ) {
+        self.push_rows(
+            tokens,
+            &[],
+            num_cached,
+            block_table,
+            usize::from(want_logits),
+        );
+    }
+
+    /// Appends a speculative verification row: the sequence's newest token
+    /// `tokens` (its uncomputed tail) followed by `draft`, with a logits row for the
+    /// newest token and for each draft token.
+    pub fn push_verify(&mut self, tokens: &[u32], draft: &[u32], num_cached: usize, table: &[u32]) {
+        self.push_rows(tokens, draft, num_cached, table, 1 + draft.len());
+    }
+
+    fn push_rows(
+        &mut self,
+        tokens: &[u32],
+        draft: &[u32],
+        num_cached: usize,
+        block_table: &[u32],
+        num_logits: usize,
+    ) {
         self.seqs.push(BatchSeq {
             token_start: self.tokens.len(),
-            num_tokens: tokens.len(),
+            num_tokens: tokens.len() + draft.len(),
             num_cached,
             block_table_start: self.block_tables.len(),
             block_table_len: block_table.len(),
-            want_logits,
+            num_logits,
         });
         self.tokens.extend_from_slice(tokens);
+        self.tokens.extend_from_slice(draft);
         self.block_tables.extend_from_slice(block_table);
     }
 
@@ -107,14 +147,18 @@ impl Batch {
         self.seqs.is_empty()
     }
 
-    /// Number of sequences that want logits (rows of the runner's output).
+    /// Number of logits rows the runner returns (one per sequence that wants
+    /// logits, one per position of a verification row).
     pub fn num_logit_rows(&self) -> usize {
-        self.seqs.iter().filter(|s| s.want_logits).count()
+        self.seqs
+            .iter()
+            .map(|s| s.num_logits.min(s.num_tokens))
+            .sum()
     }
 }
 
-/// Logits returned by a runner: one row of `vocab_size` for each sequence of the
-/// batch with `want_logits`, in batch order.
+/// Logits returned by a runner: rows of `vocab_size`, for each sequence of the
+/// batch in order, one per token of its [`BatchSeq::logit_tokens`] in order.
 #[derive(Debug, Default, Clone)]
 pub struct Logits {
     pub data: Vec<f32>,
@@ -147,7 +191,10 @@ impl std::error::Error for RunnerError {}
 /// allocates KV blocks and passes block tables; the runner writes the new keys and
 /// values into the slots those tables name (slot = `table[pos / block_size] *
 /// block_size + pos % block_size`), attends causally over each sequence's own
-/// cached tokens, and fills `out` with one logits row per sequence that wants it.
+/// cached tokens, and fills `out` with the logits rows the batch asks for
+/// ([`BatchSeq::num_logits`]: the last token of a sequence, or each position of
+/// a verification row). A position's row must not depend on how many other
+/// positions share the step (the engine's speculation relies on it).
 pub trait ModelRunner: Send {
     fn info(&self) -> &RunnerInfo;
     fn execute(&mut self, batch: &Batch, out: &mut Logits) -> Result<(), RunnerError>;

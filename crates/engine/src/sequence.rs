@@ -11,6 +11,7 @@ use crate::block_pool::BlockTable;
 use crate::event::{Event, FinishInfo, FinishReason, RequestTimings, SloReport};
 use crate::request::{SloClass, SloTargets, StopConditions};
 use crate::sampler::Sampler;
+use crate::speculate::Acceptance;
 use crate::stats::SloAttainment;
 
 pub(crate) struct Sequence {
@@ -54,8 +55,14 @@ pub(crate) struct Sequence {
     state: SeqState,
     /// Order of its latest admission to the running set ("most recently started").
     pub start_order: u64,
-    /// Tokens planned for the current step (0: not scheduled).
+    /// Tokens planned for the current step (0: not scheduled); a verification
+    /// row's count includes its draft.
     pub scheduled: usize,
+    /// The speculative draft planned after the newest token this step (empty:
+    /// none); cleared when the step's results come back.
+    pub draft: Vec<u32>,
+    /// How often its drafts are accepted.
+    pub acceptance: Acceptance,
 }
 
 /// A sequence's lifecycle:
@@ -142,6 +149,8 @@ impl Sequence {
             state: SeqState::Waiting,
             start_order: 0,
             scheduled: 0,
+            draft: Vec::new(),
+            acceptance: Acceptance::default(),
         }
     }
 
@@ -268,6 +277,7 @@ impl Sequence {
         self.num_computed = 0;
         self.num_cache_inserted = 0;
         self.scheduled = 0;
+        self.draft.clear();
     }
 
     /// Sends `Finished` (ignoring a closed stream); the caller then drops the

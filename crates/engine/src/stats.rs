@@ -96,6 +96,22 @@ pub struct Counters {
     pub slo: PerClass<SloAttainment>,
     /// The grammar's mask time of each constrained token sampled.
     pub mask_times: MaskTimes,
+    /// N-gram speculation, per class (batch rows never draft).
+    pub spec: PerClass<SpecCounters>,
+}
+
+/// What n-gram speculation did for one class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SpecCounters {
+    /// Verification rows run (a decode row with a draft).
+    pub verify_rows: u64,
+    /// Draft tokens verified.
+    pub drafted_tokens: u64,
+    /// Draft tokens accepted.
+    pub accepted_tokens: u64,
+    /// Tokens the verification rows emitted (the accepted ones, plus the one
+    /// sampled where the draft stopped or was rejected).
+    pub emitted_tokens: u64,
 }
 
 /// Upper bounds (seconds) of the [`MaskTimes`] buckets: 1 µs to 50 ms (the issue's

@@ -262,8 +262,8 @@ impl Llama {
         }
     }
 
-    /// Final norm and output projection, only for the last row of each sequence
-    /// that wants logits.
+    /// Final norm and output projection, only for the rows the batch wants logits
+    /// of (each sequence's `logit_tokens`).
     fn logits(
         &self,
         x: &[f32],
@@ -274,12 +274,7 @@ impl Llama {
     ) {
         let c = &self.config;
         let h = c.hidden_size;
-        let rows = step
-            .batch
-            .seqs
-            .iter()
-            .filter(|q| q.want_logits)
-            .map(|q| q.token_start + q.num_tokens - 1);
+        let rows = step.batch.seqs.iter().flat_map(|q| q.logit_tokens());
         let r = rows.clone().count();
         let last = sized(last, r * h);
         for (dst, row) in last.chunks_exact_mut(h).zip(rows) {

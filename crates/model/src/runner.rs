@@ -125,6 +125,12 @@ impl LlamaRunner {
             if s.token_start != next || s.num_tokens == 0 {
                 return err(format!("batch: sequence {i} has a bad token range"));
             }
+            if s.num_logits > s.num_tokens {
+                return err(format!(
+                    "batch: sequence {i} wants {} logits rows of {} tokens",
+                    s.num_logits, s.num_tokens
+                ));
+            }
             next += s.num_tokens;
             if s.context_len() > info.max_model_len || s.context_len() > self.model.rope_positions()
             {

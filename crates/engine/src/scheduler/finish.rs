@@ -23,59 +23,50 @@ pub(crate) struct StepOutcome {
 impl Scheduler {
     /// Takes the results of the planned step (`batch` as built by `schedule`,
     /// `logits` from the runner, which took `secs` with postprocessing): appends
-    /// sampled tokens, sends events, caches newly full blocks, checks stops.
+    /// sampled tokens (a verification row's accepted draft and one more), sends
+    /// events, caches newly full blocks, checks stops.
     pub fn postprocess(&mut self, batch: &Batch, logits: &Logits, t: Instant) -> StepOutcome {
-        let block_size = self.pool.block_size();
         let mut out = StepOutcome::default();
         let mut row = 0;
-        for (k, &i) in self.step_seqs.iter().enumerate() {
-            let entry = batch.seqs[k];
+        for k in 0..self.step_seqs.len() {
+            let (entry, i) = (batch.seqs[k], self.step_seqs[k]);
             let s = &mut self.running[i];
+            s.scheduled = 0;
+            if entry.num_logits > 1 {
+                out.decode_tokens += 1;
+                self.verify(i, logits, row, t);
+                row += entry.num_logits;
+                self.cache_full_blocks(i);
+                continue;
+            }
             if s.is_decoding() {
                 out.decode_tokens += 1;
             } else {
                 out.prefill_tokens += entry.num_tokens;
             }
             s.num_computed += entry.num_tokens;
-            s.scheduled = 0;
-            if let Some(cache) = &mut self.cache {
-                let full = s.num_computed / block_size;
-                if full > s.num_cache_inserted {
-                    cache.insert_salted(s.cache_salt, &s.tokens[..s.num_computed], &mut s.blocks);
-                    s.num_cache_inserted = full;
-                }
-            }
-            if !entry.want_logits {
-                continue;
-            }
-            let sampled = s.sampler.sample_lean(logits.row(row));
-            row += 1;
-            if let Some(d) = s.sampler.last_mask_time() {
-                self.counters.mask_times.observe(d);
-            }
-            let id = sampled.id;
-            s.tokens.push(id);
-            s.timings.on_token(t);
-            self.counters.generation_tokens += 1;
-            let ev = Event::Token {
-                id,
-                logprob: s.want_logprobs.then_some(sampled.logprob),
-                top_logprobs: sampled.top_logprobs,
-                time: t,
-            };
-            if s.tx.send(ev).is_err() {
-                s.finish(FinishReason::Cancelled);
-            } else if let Some(end) = s.sampler.constraint_end() {
-                s.finish(end);
-            } else if s.stop.is_stop_token(id) {
-                s.finish(FinishReason::Stop);
-            } else if s.num_generated() >= s.max_tokens() || s.tokens.len() >= s.max_len {
-                s.finish(FinishReason::Length);
+            self.cache_full_blocks(i);
+            if entry.want_logits() {
+                emit(&mut self.running[i], logits.row(row), t, &mut self.counters);
+                row += 1;
             }
         }
         self.counters.prefill_tokens += out.prefill_tokens as u64;
         self.counters.steps += 1;
         out
+    }
+
+    /// Offers running sequence `i`'s newly full blocks to the prefix cache.
+    fn cache_full_blocks(&mut self, i: usize) {
+        let Some(cache) = &mut self.cache else {
+            return;
+        };
+        let s = &mut self.running[i];
+        let full = s.num_computed / self.pool.block_size();
+        if full > s.num_cache_inserted {
+            cache.insert_salted(s.cache_salt, &s.tokens[..s.num_computed], &mut s.blocks);
+            s.num_cache_inserted = full;
+        }
     }
 
     /// Feeds the measured seconds of the step just run into the step-time model,
@@ -224,6 +215,36 @@ impl Scheduler {
             }
         }
     }
+}
+
+/// Samples `s`'s next token from `row` with its sampler, appends and sends it,
+/// and finishes `s` on a stop (the grammar's end, a stop token, its length) or a
+/// closed stream. Returns whether `s` goes on.
+pub(super) fn emit(s: &mut Sequence, row: &[f32], t: Instant, c: &mut Counters) -> bool {
+    let sampled = s.sampler.sample_lean(row);
+    if let Some(d) = s.sampler.last_mask_time() {
+        c.mask_times.observe(d);
+    }
+    let id = sampled.id;
+    s.tokens.push(id);
+    s.timings.on_token(t);
+    c.generation_tokens += 1;
+    let ev = Event::Token {
+        id,
+        logprob: s.want_logprobs.then_some(sampled.logprob),
+        top_logprobs: sampled.top_logprobs,
+        time: t,
+    };
+    if s.tx.send(ev).is_err() {
+        s.finish(FinishReason::Cancelled);
+    } else if let Some(end) = s.sampler.constraint_end() {
+        s.finish(end);
+    } else if s.stop.is_stop_token(id) {
+        s.finish(FinishReason::Stop);
+    } else if s.num_generated() >= s.max_tokens() || s.tokens.len() >= s.max_len {
+        s.finish(FinishReason::Length);
+    }
+    s.finish_reason().is_none()
 }
 
 /// Counts a finished request by its reason.

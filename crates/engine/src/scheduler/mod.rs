@@ -43,6 +43,7 @@ mod admit;
 mod finish;
 mod memory;
 mod plan;
+mod speculate;
 
 pub(crate) use finish::StepOutcome;
 
@@ -220,12 +221,17 @@ impl Scheduler {
             let start = s.num_computed;
             let end = start + s.scheduled;
             debug_assert!(s.blocks.is_writable(start), "writing a shared KV block");
-            batch.push(
-                &s.tokens[start..end],
-                start,
-                s.blocks.ids(),
-                end == s.tokens.len(),
-            );
+            if s.draft.is_empty() {
+                batch.push(
+                    &s.tokens[start..end],
+                    start,
+                    s.blocks.ids(),
+                    end == s.tokens.len(),
+                );
+            } else {
+                debug_assert_eq!(end, s.tokens.len() + s.draft.len());
+                batch.push_verify(&s.tokens[start..], &s.draft, start, s.blocks.ids());
+            }
             s.timings.first_scheduled.get_or_insert(now);
             s.last_run_step = self.step;
             self.step_seqs.push(i);

@@ -19,6 +19,7 @@ impl Scheduler {
         for rank in SloClass::ALL {
             self.plan_decodes(rank, budget);
         }
+        self.plan_drafts(budget);
         self.plan_prefills(SloClass::Interactive, budget);
         if self.cfg.slo_classes {
             self.admit(now, budget, true);
@@ -37,6 +38,7 @@ impl Scheduler {
     /// batch work only as far as the step's time limit allows.
     pub(super) fn plan_slo_aware(&mut self, now: Instant, budget: &mut StepBudget) {
         self.plan_decodes(SloClass::Interactive, budget);
+        self.plan_drafts(budget);
         self.plan_prefills(SloClass::Interactive, budget);
         self.admit(now, budget, true);
         let bounded = self.time_limit(now, budget);
@@ -275,7 +277,10 @@ impl Scheduler {
                 continue;
             }
             let b = if s.is_decoding() {
-                s.targets.tpot_ms.map_or(relative, |t| t / 1e3)
+                // A drafting row's step emits more than one token on average: its
+                // TPOT target bounds the time per expected token.
+                let per_step = s.acceptance.expected_tokens(s.draft.len());
+                s.targets.tpot_ms.map_or(relative, |t| t / 1e3 * per_step)
             } else if let Some(t) = s.targets.ttft_ms {
                 // Its share of the TTFT slack: this step and the chunks still left.
                 let waited = now.saturating_duration_since(s.timings.arrival);

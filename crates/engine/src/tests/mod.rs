@@ -10,6 +10,7 @@ mod invariants;
 mod policy_tests;
 mod preemption_tests;
 mod slo_steps_tests;
+mod speculation_tests;
 mod supervise_tests;
 
 use std::time::Instant;

@@ -111,7 +111,7 @@ fn decodes_run_every_step_while_a_long_prompt_is_chunked() {
         // Only the chunk reaching the prompt's end asks for logits.
         assert!(chunks
             .iter()
-            .all(|s| s.want_logits == (s.context_len() == 200)));
+            .all(|s| s.want_logits() == (s.context_len() == 200)));
     }
     run_to_idle(&mut core, 1000);
     long.poll();
