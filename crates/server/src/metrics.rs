@@ -368,6 +368,45 @@ impl Metrics {
             "Steps whose interactive work alone was predicted to miss the tightest interactive target (the machine cannot meet it even without batch work).",
             one(c.slo_unreachable_steps as f64),
         );
+        family(
+            "sloserve:engine_steps_total",
+            "counter",
+            "Engine steps run (generation_tokens_total over this: tokens per step).",
+            one(c.steps as f64),
+        );
+        family(
+            "sloserve:spec_decode_num_drafts_total",
+            "counter",
+            "N-gram speculation: decode rows that carried a draft to verify (batch-class rows never draft).",
+            per_class(&|k| c.spec[k].verify_rows as f64),
+        );
+        family(
+            "sloserve:spec_decode_num_draft_tokens_total",
+            "counter",
+            "N-gram speculation: draft tokens verified.",
+            per_class(&|k| c.spec[k].drafted_tokens as f64),
+        );
+        family(
+            "sloserve:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "N-gram speculation: draft tokens accepted (the output is the same as without speculation).",
+            per_class(&|k| c.spec[k].accepted_tokens as f64),
+        );
+        family(
+            "sloserve:spec_decode_num_emitted_tokens_total",
+            "counter",
+            "N-gram speculation: tokens the verifying rows emitted (accepted drafts plus the one sampled where each draft ended).",
+            per_class(&|k| c.spec[k].emitted_tokens as f64),
+        );
+        family(
+            "sloserve:spec_decode_acceptance_rate",
+            "gauge",
+            "N-gram speculation: accepted over drafted tokens since start (0 before any draft).",
+            per_class(&|k| {
+                let s = c.spec[k];
+                s.accepted_tokens as f64 / s.drafted_tokens.max(1) as f64
+            }),
+        );
         let grammar = sloserve_grammar::compile_counts();
         family(
             "sloserve:constrained_requests_total",
