@@ -431,6 +431,8 @@ def table(result):
 
 def plot(result, path):
     plt = pyplot()
+    if plt is None:
+        return
     meds = medians(result)
     fig, axes = plt.subplots(1, len(meds), figsize=(4.5 * len(meds), 4))
     if len(meds) == 1:

@@ -22,7 +22,9 @@ struct Outcome {
 }
 
 fn stream(addr: std::net::SocketAddr, started: mpsc::Sender<String>) -> Outcome {
-    let b = json!({"prompt": "Tell me a long story about a dragon.", "max_tokens": 24,
+    // Long enough that the kill, sent once the first token arrives, always lands
+    // mid-stream (with 24 tokens the stream on A sometimes finished first on CI).
+    let b = json!({"prompt": "Tell me a long story about a dragon.", "max_tokens": 128,
                    "ignore_eos": true, "stream": true, "temperature": 0});
     let mut s = send(
         addr,
@@ -33,14 +35,18 @@ fn stream(addr: std::net::SocketAddr, started: mpsc::Sender<String>) -> Outcome 
     );
     assert_eq!(s.status, 200, "every request gets an answer");
     let backend = s.header("x-sloserve-backend").unwrap().to_owned();
-    let _ = started.send(backend.clone());
     let mut o = Outcome {
-        backend,
+        backend: backend.clone(),
         events: 0,
         error: false,
         done: false,
     };
+    let mut started = Some(started);
     while let Some(ev) = s.next_event() {
+        // Streaming: its first token has arrived.
+        if let Some(tx) = started.take() {
+            let _ = tx.send(backend.clone());
+        }
         let data = ev.strip_prefix("data: ").unwrap_or(&ev).to_owned();
         if data == "[DONE]" {
             o.done = true;
@@ -58,6 +64,8 @@ fn killed_replica_requests_fail_over_then_it_is_readmitted() {
     // One sequence at a time per replica: the rest of its requests wait unstarted.
     let mut args = replica_args("interactive");
     args.engine.set("max-num-seqs", "1").unwrap();
+    // Every token its own step, so a stream's length in time is predictable.
+    args.engine.set("spec-max-draft", "0").unwrap();
     let mut a = Replica::start(args.clone(), 0);
     let b = Replica::start(args.clone(), 0);
     let (a_url, b_url) = (a.url(), b.url());
@@ -78,7 +86,7 @@ fn killed_replica_requests_fail_over_then_it_is_readmitted() {
             c
         })
         .collect();
-    // Kill A as soon as one of its requests streams.
+    // Kill A as soon as one of its requests has streamed a token.
     loop {
         let backend = rx
             .recv_timeout(Duration::from_secs(120))
