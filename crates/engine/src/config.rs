@@ -185,6 +185,11 @@ pub struct EngineConfig {
     /// N-gram speculation: the shortest suffix looked up.
     [flag "spec-ngram-min"]
     pub spec_ngram_min: usize = 2,
+    /// Structured output: the most tokens a grammar forces (its only
+    /// continuation) that one decode row verifies in a step as its draft
+    /// (fast-forward), for both classes, beside any n-gram draft (0: off).
+    [flag "grammar-max-forced"]
+    pub grammar_max_forced: usize = 16,
     /// Admission limits (queue bounds per class, latency-based refusal).
     pub admission: AdmissionConfig = AdmissionConfig::default(),
     /// Inference objectives (the gateway's `x-llm-d-inference-objective` header)

@@ -50,5 +50,5 @@ pub use event::{
 pub use prefix_cache::PrefixCache;
 pub use profile::{Profile, BUILTIN_PROFILES};
 pub use request::{Admitted, Asked, Request, SloClass, SloTargets, StopConditions};
-pub use stats::{Counters, EngineStats, PerClass, SloAttainment, SpecCounters};
+pub use stats::{Counters, EngineStats, ForcedCounters, PerClass, SloAttainment, SpecCounters};
 pub use step_cost::{StepCostFigures, StepCostModel, StepShape};

@@ -61,6 +61,9 @@ pub(crate) struct Sequence {
     /// The speculative draft planned after the newest token this step (empty:
     /// none); cleared when the step's results come back.
     pub draft: Vec<u32>,
+    /// How many leading tokens of `draft` the grammar forces (fast-forward); the
+    /// rest is an n-gram draft.
+    pub forced: usize,
     /// How often its drafts are accepted.
     pub acceptance: Acceptance,
 }
@@ -150,6 +153,7 @@ impl Sequence {
             start_order: 0,
             scheduled: 0,
             draft: Vec::new(),
+            forced: 0,
             acceptance: Acceptance::default(),
         }
     }
@@ -278,6 +282,15 @@ impl Sequence {
         self.num_cache_inserted = 0;
         self.scheduled = 0;
         self.draft.clear();
+        self.forced = 0;
+    }
+
+    /// Tokens this step is expected to emit for it: the forced draft tokens (the
+    /// grammar allows only them), then the newest token's sample and each n-gram
+    /// draft token accepted (`1 + a + ... + a^k`).
+    pub fn expected_step_tokens(&self) -> f64 {
+        let ngram = self.draft.len().saturating_sub(self.forced);
+        self.forced as f64 + self.acceptance.expected_tokens(ngram)
     }
 
     /// Sends `Finished` (ignoring a closed stream); the caller then drops the

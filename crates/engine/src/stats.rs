@@ -98,6 +98,18 @@ pub struct Counters {
     pub mask_times: MaskTimes,
     /// N-gram speculation, per class (batch rows never draft).
     pub spec: PerClass<SpecCounters>,
+    /// Grammar fast-forward (tokens a grammar forced, verified as drafts), per class.
+    pub forced: PerClass<ForcedCounters>,
+}
+
+/// What grammar fast-forward did for one class.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ForcedCounters {
+    /// Forced tokens verified as drafts.
+    pub drafted_tokens: u64,
+    /// Forced tokens accepted: each emitted without a step of its own (a model
+    /// may draw another tokenization of the forced text, which rejects the rest).
+    pub accepted_tokens: u64,
 }
 
 /// What n-gram speculation did for one class.

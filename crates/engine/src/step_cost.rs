@@ -175,6 +175,11 @@ impl StepCostModel {
         self
     }
 
+    /// The runner's small-batch token limit (0: none).
+    pub fn small_batch_tokens(&self) -> usize {
+        self.small
+    }
+
     /// Predicted seconds of a step of this shape (0 for an empty step).
     pub fn predict(&self, shape: &StepShape) -> f64 {
         if shape.is_empty() {

@@ -41,6 +41,7 @@
 
 mod admit;
 mod finish;
+mod forced;
 mod memory;
 mod plan;
 mod speculate;
@@ -122,6 +123,8 @@ pub(crate) struct Scheduler {
     interference_credit: f64,
     /// The planned step's own time bound (before carried-over allowance).
     step_bound: Option<f64>,
+    /// Scratch: a row's n-gram draft while it is planned.
+    ngram: Vec<u32>,
 }
 
 impl Scheduler {
@@ -152,6 +155,7 @@ impl Scheduler {
             last_interactive: None,
             interference_credit: 0.0,
             step_bound: None,
+            ngram: Vec::new(),
         }
     }
 

@@ -150,15 +150,23 @@ impl Scheduler {
             }
             let row = StepShape::of_seq(1, s.num_computed, true);
             if budget.fits(&self.cost, row) {
-                self.plan_running(i, 1, budget);
+                self.plan_batch_row(i, budget);
             } else if !forced && self.is_starving(s.last_run_step) {
                 // One starving row a step: rows skipped together are forced on
                 // consecutive steps, and stay staggered after.
                 forced = true;
-                self.plan_running(i, 1, budget);
+                self.plan_batch_row(i, budget);
             } else {
                 self.counters.batch_rows_deferred += 1;
             }
+        }
+    }
+
+    /// Plans batch decode row `i` with the tokens its grammar forces, if any
+    /// (fast-forward: both classes; n-gram drafts are interactive only).
+    fn plan_batch_row(&mut self, i: usize, budget: &mut StepBudget) {
+        if self.plan_running(i, 1, budget) {
+            self.plan_forced(i, budget);
         }
     }
 
@@ -279,7 +287,7 @@ impl Scheduler {
             let b = if s.is_decoding() {
                 // A drafting row's step emits more than one token on average: its
                 // TPOT target bounds the time per expected token.
-                let per_step = s.acceptance.expected_tokens(s.draft.len());
+                let per_step = s.expected_step_tokens();
                 s.targets.tpot_ms.map_or(relative, |t| t / 1e3 * per_step)
             } else if let Some(t) = s.targets.ttft_ms {
                 // Its share of the TTFT slack: this step and the chunks still left.

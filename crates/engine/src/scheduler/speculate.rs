@@ -1,17 +1,18 @@
-//! Speculative drafts in a step: which interactive decode rows carry an n-gram
-//! draft and how long, and taking a verification row's results back (the accepted
+//! Speculative drafts in a step: which decode rows carry a draft (the tokens a
+//! grammar forces, `forced.rs`; for interactive rows an n-gram draft after them)
+//! and how long, and taking a verification row's results back (the accepted
 //! prefix of the draft, the KV past it released).
 
 use std::time::Instant;
 
 use super::finish::emit;
+use super::forced::extra_positions;
 use super::Scheduler;
 use crate::budget::StepBudget;
 use crate::request::SloClass;
 use crate::runner::Logits;
 use crate::sequence::Sequence;
 use crate::speculate;
-use crate::step_cost::StepShape;
 
 /// A draft joins a step only if it raises the step's expected tokens per second
 /// by at least this factor over the step without it (room for the step-time
@@ -25,78 +26,86 @@ const MIN_GAIN: f64 = 1.05;
 const PROBE_EVERY: u64 = 32;
 const PROBE_LEN: usize = 2;
 
-/// Whether `s` may carry a draft this step: an interactive-class decode row
-/// planned for its one token (a batch request promoted by aging stays batch).
+/// Whether `s` may carry an n-gram draft this step: an interactive-class decode
+/// row planned (a batch request promoted by aging stays batch).
 fn may_draft(s: &Sequence) -> bool {
-    s.is_active() && s.class == SloClass::Interactive && s.is_decoding() && s.scheduled == 1
+    s.is_active() && s.class == SloClass::Interactive && s.is_decoding() && s.scheduled > 0
 }
 
 impl Scheduler {
-    /// Gives the interactive decode rows planned so far their drafts, each as long
-    /// as pays: the draft length `k` that maximises the step's expected tokens
-    /// per predicted second (its rows' tokens, each drafting row's expected
-    /// `1 + a + ... + a^k` for its acceptance `a`), with the KV blocks the pool has
-    /// free (no eviction, no preemption for a draft). In a large batch a draft's
-    /// tokens cost more than they add, so none joins.
+    /// Gives the decode rows planned so far their drafts: first the tokens a
+    /// grammar forces (`forced.rs`, both classes), then for interactive rows an
+    /// n-gram draft after them, as long as pays: the length `k` that maximises the
+    /// step's expected tokens per predicted second (its rows' tokens, each
+    /// drafting row's expected `1 + a + ... + a^k` for its acceptance `a`), with
+    /// the KV blocks the pool has free (no eviction, no preemption for a draft). In
+    /// a large batch an n-gram draft's tokens cost more than they add, so none joins.
     pub(super) fn plan_drafts(&mut self, budget: &mut StepBudget) {
         let params = self.cfg.ngram_params();
-        if params.max_draft == 0 {
+        if params.max_draft == 0 && self.cfg.grammar_max_forced == 0 {
             return;
         }
         // Tokens the step is expected to emit: one per planned decode row so far.
         let mut expected = budget.shape().decode_rows as f64;
         for i in 0..self.running.len() {
-            if !may_draft(&self.running[i]) {
+            let s = &self.running[i];
+            if !(s.is_active() && s.is_decoding() && s.scheduled == 1) {
+                continue;
+            }
+            let f = self.plan_forced(i, budget);
+            expected += f as f64;
+            if params.max_draft == 0 || !may_draft(&self.running[i]) {
                 continue;
             }
             let s = &mut self.running[i];
             // The draft ends before the context length and the last token asked for.
-            let room = s.max_len.saturating_sub(s.tokens.len());
-            let left = s.max_tokens().saturating_sub(s.num_generated() + 1);
+            let room = s.max_len.saturating_sub(s.tokens.len() + f);
+            let left = s.max_tokens().saturating_sub(s.num_generated() + 1 + f);
             let cap = params.max_draft.min(room).min(left).min(budget.remaining());
             let p = speculate::NgramParams {
                 max_draft: cap,
                 ..params
             };
-            speculate::draft(&s.tokens, &p, &mut s.draft);
+            // Looked up after the forced tokens (pushed for the lookup only).
+            let mark = s.tokens.len();
+            s.tokens.extend_from_slice(&s.draft);
+            speculate::draft(&s.tokens, &p, &mut self.ngram);
+            s.tokens.truncate(mark);
+            s.draft.extend_from_slice(&self.ngram);
             let k = self.pick_draft_len(i, expected, budget);
             let s = &mut self.running[i];
-            s.draft.truncate(k);
+            s.draft.truncate(f + k);
             if k == 0 {
                 s.acceptance.relax();
                 continue;
             }
             let nc = s.num_computed;
-            let need = self.pool.blocks_for(nc + 1 + k) - s.blocks.len();
+            let need = self.pool.blocks_for(nc + 1 + f + k) - s.blocks.len();
             for _ in 0..need {
                 s.blocks
                     .push_new()
                     .expect("pick_draft_len checked free blocks");
             }
-            let mut extra = StepShape::of_seq(1 + k, nc, true);
-            extra -= StepShape::of_seq(1, nc, true);
-            budget.take(extra);
-            s.scheduled = 1 + k;
+            budget.take(extra_positions(nc, 1 + f, k));
+            s.scheduled = 1 + f + k;
             expected += s.acceptance.expected_tokens(k) - 1.0;
         }
     }
 
-    /// The draft length for running row `i` (its draft already found) that
-    /// maximises the step's expected tokens per predicted second, given the
-    /// `expected` tokens of the step planned so far; 0 if no length gains
-    /// `MIN_GAIN` (but a probe now and then) or the pool lacks blocks.
+    /// The n-gram draft length for running row `i` (its forced tokens planned,
+    /// its n-gram draft found after them) that maximises the step's expected
+    /// tokens per predicted second, given the `expected` tokens of the step
+    /// planned so far; 0 if no length gains `MIN_GAIN` (but a probe now and
+    /// then) or the pool lacks blocks.
     fn pick_draft_len(&self, i: usize, expected: f64, budget: &StepBudget) -> usize {
         let s = &self.running[i];
-        let nc = s.num_computed;
+        let (nc, f) = (s.num_computed, s.forced);
         let bs = self.pool.block_size();
         // Positions the held blocks and the free pool can take.
         let free_slots = (s.blocks.len() + self.pool.num_free()) * bs;
-        let max_k = s.draft.len().min(free_slots.saturating_sub(nc + 1));
-        let one = StepShape::of_seq(1, nc, true);
+        let max_k = (s.draft.len() - f).min(free_slots.saturating_sub(nc + 1 + f));
         let rate = |k: usize| {
-            let mut shape = *budget.shape();
-            shape -= one;
-            shape += StepShape::of_seq(1 + k, nc, true);
+            let shape = *budget.shape() + extra_positions(nc, 1 + f, k);
             let e = expected - 1.0 + s.acceptance.expected_tokens(k);
             e / self.cost.predict(&shape).max(1e-9)
         };
@@ -117,10 +126,13 @@ impl Scheduler {
     /// Takes back verification row `i`'s results (its logits rows from `first`):
     /// samples each position in order with the sequence's own sampler ([`emit`]),
     /// stops at the first sample that differs from the draft (or a stop), and keeps
-    /// the KV of the accepted prefix only.
+    /// the KV of the accepted prefix only. The forced and the n-gram part of the
+    /// draft are counted apart; an n-gram part the verification never reached (a
+    /// forced token rejected, or a stop) teaches the acceptance estimate nothing.
     pub(super) fn verify(&mut self, i: usize, logits: &Logits, first: usize, t: Instant) {
         let s = &mut self.running[i];
         let draft = std::mem::take(&mut s.draft);
+        let f = std::mem::take(&mut s.forced);
         let (mut accepted, mut emitted) = (0, 0);
         for j in 0..=draft.len() {
             let goes_on = emit(s, logits.row(first + j), t, &mut self.counters);
@@ -135,12 +147,19 @@ impl Scheduler {
         // written past them goes with the blocks it alone occupied.
         s.num_computed += 1 + accepted;
         s.blocks.truncate(self.pool.blocks_for(s.tokens.len()));
-        s.acceptance.observe(draft.len(), accepted);
-        let c = &mut self.counters.spec[s.class];
-        c.verify_rows += 1;
-        c.drafted_tokens += draft.len() as u64;
-        c.accepted_tokens += accepted as u64;
-        c.emitted_tokens += emitted as u64;
+        let forced = &mut self.counters.forced[s.class];
+        forced.drafted_tokens += f as u64;
+        forced.accepted_tokens += accepted.min(f) as u64;
+        let ngram = draft.len() - f;
+        if ngram > 0 && accepted >= f {
+            let ngram_accepted = accepted - f;
+            s.acceptance.observe(ngram, ngram_accepted);
+            let c = &mut self.counters.spec[s.class];
+            c.verify_rows += 1;
+            c.drafted_tokens += ngram as u64;
+            c.accepted_tokens += ngram_accepted as u64;
+            c.emitted_tokens += (emitted - f) as u64;
+        }
         s.draft = draft;
         s.draft.clear();
     }
