@@ -2,9 +2,9 @@
 //! Q4_K_M, fast precision): a json_schema reply (greedy and seeded sampling) and a
 //! named tool call, run concurrently on an engine with fast-forward off and on,
 //! give the same tokens, and with it on the forced tokens went in as drafts, most
-//! were accepted, and the engine took fewer steps (54 -> 34 at this commit). N-gram speculation is off in
-//! both runs, so the steps saved are fast-forward's. One test in this file (one
-//! 0.5B load at a time).
+//! were accepted, and the engine took fewer steps (54 -> 34 at this commit).
+//! N-gram speculation is off in both runs, so the steps saved are fast-forward's.
+//! One test in this file (one 0.5B load at a time).
 
 mod common;
 

@@ -420,6 +420,18 @@ impl Metrics {
             "Constraints that did not compile (answered 400, naming why).",
             one(grammar.errors as f64),
         );
+        family(
+            "sloserve:grammar_forced_draft_tokens_total",
+            "counter",
+            "Grammar fast-forward: tokens a grammar forced (its only continuation), verified as a draft instead of a step each.",
+            per_class(&|k| c.forced[k].drafted_tokens as f64),
+        );
+        family(
+            "sloserve:grammar_forced_tokens_total",
+            "counter",
+            "Grammar fast-forward: forced tokens accepted, each emitted without a step of its own (the model may draw another tokenization of the forced text, which ends the run).",
+            per_class(&|k| c.forced[k].accepted_tokens as f64),
+        );
         let cost = &st.step_cost;
         family(
             "sloserve:step_cost_seconds",

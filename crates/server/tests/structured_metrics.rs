@@ -2,7 +2,9 @@
 //! (issue #32 item 7): `sloserve:constrained_requests_total`, the grammar's mask
 //! time per constrained token (`sloserve:grammar_mask_time_seconds`, one
 //! observation per token generated under the grammar) and
-//! `sloserve:grammar_compile_errors_total` after a schema that does not compile.
+//! `sloserve:grammar_compile_errors_total` after a schema that does not compile,
+//! and the forced tokens fast-forward drafted and the model accepted
+//! (`sloserve:grammar_forced_draft_tokens_total`, `sloserve:grammar_forced_tokens_total`).
 
 mod common;
 
@@ -59,6 +61,20 @@ fn constrained_requests_mask_times_and_compile_errors_are_on_metrics() {
     });
     let sum = read("sloserve:grammar_mask_time_seconds_sum");
     assert!(sum > 0.0 && sum < 60.0, "{sum}");
+    // The schema's `"n": ` after the first token is forced: fast-forward (on by
+    // default) drafted it and the model took it.
+    let forced = |name: &str| {
+        let text = get(s.addr, "/metrics").text();
+        let labels = "{model_name=\"smol\",slo_class=\"interactive\"}";
+        metric(&text, &format!("{name}{labels}"))
+            .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+    };
+    let drafted = forced("sloserve:grammar_forced_draft_tokens_total");
+    let accepted = forced("sloserve:grammar_forced_tokens_total");
+    assert!(
+        accepted >= 1.0 && accepted <= drafted && accepted < tokens,
+        "forced {accepted} of {drafted} drafted, {tokens} tokens"
+    );
 
     // A free request adds no mask time (its tokens reach the snapshot, none of
     // them as a mask time).
