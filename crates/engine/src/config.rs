@@ -94,9 +94,11 @@ pub struct EngineConfig {
     [flag "block-size"]
     pub block_size: usize = 16,
     /// KV cache memory budget in bytes (suffixes KiB, MiB, GiB); the runner
-    /// allocates as many blocks as fit.
+    /// allocates as many blocks as fit. Unset: half of the memory the machine has
+    /// available at start once the weights and a 300 MB margin are taken, at most
+    /// 8 GiB (docs/serving.md, "KV cache memory").
     [flag "kv-cache-memory" bytes]
-    pub kv_cache_memory: u64 = 2 << 30,
+    pub kv_cache_memory: Option<u64> = None,
     /// Exact number of KV blocks, overriding the memory budget (at most what it holds).
     [flag "num-kv-blocks"]
     pub num_kv_blocks: Option<usize> = None,
@@ -264,14 +266,16 @@ impl EngineConfig {
         toml::to_string(self).unwrap_or_default()
     }
 
-    /// Blocks of `block_size` tokens that fit the memory budget (or the override).
+    /// Blocks of `block_size` tokens that fit the memory budget (or the override);
+    /// unbounded when neither is set (the runner sized its pool from the machine).
     pub fn num_kv_blocks_for(&self, kv_bytes_per_token: usize) -> usize {
-        match self.num_kv_blocks {
-            Some(n) => n,
-            None => {
+        match (self.num_kv_blocks, self.kv_cache_memory) {
+            (Some(n), _) => n,
+            (None, Some(bytes)) => {
                 let per_block = (kv_bytes_per_token.max(1) * self.block_size.max(1)) as u64;
-                (self.kv_cache_memory / per_block) as usize
+                (bytes / per_block) as usize
             }
+            (None, None) => usize::MAX,
         }
     }
 
@@ -407,10 +411,12 @@ mod tests {
     #[test]
     fn blocks_from_memory_budget() {
         let c = EngineConfig {
-            kv_cache_memory: 1 << 20,
+            kv_cache_memory: Some(1 << 20),
             ..Default::default()
         };
         assert_eq!(c.num_kv_blocks_for(1024), 64);
+        // Unset: the runner's pool stands.
+        assert_eq!(EngineConfig::default().num_kv_blocks_for(1024), usize::MAX);
     }
 
     #[test]

@@ -186,7 +186,7 @@ fn run_precision(
     let opts = RunnerOptions {
         precision,
         block_size: BLOCK,
-        kv_cache_memory: 256 << 20,
+        kv_cache_memory: Some(256 << 20),
         max_model_len: None,
         quantize,
     };

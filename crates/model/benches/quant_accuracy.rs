@@ -35,7 +35,7 @@ struct Accuracy {
 fn measure(quantize: Option<WeightType>, precision: Precision) -> Accuracy {
     let opts = RunnerOptions {
         precision,
-        kv_cache_memory: 256 << 20,
+        kv_cache_memory: Some(256 << 20),
         quantize,
         ..Default::default()
     };

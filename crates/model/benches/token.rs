@@ -170,7 +170,7 @@ fn model_part(path: &std::path::Path, runs: usize) -> Vec<Row> {
     let opts = RunnerOptions {
         precision: Precision::Fast,
         block_size: BLOCK,
-        kv_cache_memory: 64 << 20,
+        kv_cache_memory: Some(64 << 20),
         max_model_len: None,
         quantize: None,
     };

@@ -43,13 +43,14 @@ pub enum ModelError {
         reason: String,
     },
     #[error(
-        "{path}: does not fit in memory: the weights need about {weights_mb} MB ({precision}) and the KV cache asked for {kv_mb} MB, but the machine has {available_mb} MB available; lower --kv-cache-memory (at most about {fit_mb} MB would fit) or free memory"
+        "{path}: does not fit in memory: the weights need about {weights_mb} MB ({precision}) and the KV cache {kv}, but the machine has {available_mb} MB available; lower --kv-cache-memory (at most about {fit_mb} MB would fit) or free memory"
     )]
     DoesNotFit {
         path: PathBuf,
         precision: String,
         weights_mb: u64,
-        kv_mb: u64,
+        /// "asked for N MB", or the default rule's floor.
+        kv: String,
         available_mb: u64,
         fit_mb: u64,
     },

@@ -5,6 +5,7 @@
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use half::vec::HalfBitsVecExt;
 
 /// Element type of the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +33,9 @@ impl KvData {
     fn zeros(dtype: KvDtype, len: usize) -> Self {
         match dtype {
             KvDtype::F32 => KvData::F32(vec![0.0; len]),
-            KvDtype::F16 => KvData::F16(vec![f16::ZERO; len]),
+            // Zeroed u16s come from the allocator's zeroed pages (`vec![f16::ZERO; n]`
+            // would write every one): the pool is resident only as it fills.
+            KvDtype::F16 => KvData::F16(vec![0u16; len].reinterpret_into()),
         }
     }
 

@@ -17,6 +17,7 @@ pub mod kv_cache;
 pub mod linear;
 pub mod llama;
 pub mod loaded;
+pub mod memory_plan;
 pub mod requantize;
 pub mod rope;
 pub mod runner;

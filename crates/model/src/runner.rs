@@ -6,10 +6,11 @@ use std::path::Path;
 use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
 
 use crate::config::ModelConfig;
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvDtype};
 use crate::llama::{Llama, Scratch};
+use crate::memory_plan::MemoryPlan;
 use crate::requantize::{WeightPlan, WeightType};
 use crate::weights::Precision;
 
@@ -19,8 +20,9 @@ pub struct RunnerOptions {
     pub precision: Precision,
     /// Tokens per KV block.
     pub block_size: usize,
-    /// Bytes of KV cache to allocate (all layers, keys and values, f32).
-    pub kv_cache_memory: usize,
+    /// Bytes of KV cache to allocate (all layers, keys and values); `None`: the
+    /// default rule of `memory_plan` (from the machine's available memory).
+    pub kv_cache_memory: Option<usize>,
     /// Cap on the context length (defaults to the model's own).
     pub max_model_len: Option<usize>,
     /// Re-quantize the weight matrices to this type at load (`--quantize`).
@@ -32,7 +34,7 @@ impl Default for RunnerOptions {
         RunnerOptions {
             precision: Precision::Fast,
             block_size: 16,
-            kv_cache_memory: 512 << 20,
+            kv_cache_memory: Some(512 << 20),
             max_model_len: None,
             quantize: None,
         }
@@ -54,7 +56,7 @@ impl LlamaRunner {
 
     pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
         let c = &ModelConfig::from_gguf(file)?;
-        check_fits(file, opts)?;
+        let plan = MemoryPlan::new(file, opts.precision, opts.kv_cache_memory)?;
         let block_size = opts.block_size.max(1);
         let dtype = match opts.precision {
             Precision::Exact => KvDtype::F32,
@@ -62,7 +64,7 @@ impl LlamaRunner {
         };
         let kv_bytes_per_token = c.kv_bytes_per_token(dtype.size());
         let num_blocks =
-            KvCache::blocks_for_budget(opts.kv_cache_memory, kv_bytes_per_token, block_size).max(1);
+            KvCache::blocks_for_budget(plan.kv as usize, kv_bytes_per_token, block_size).max(1);
         let max_model_len = opts
             .max_model_len
             .map_or(c.context_length, |m| m.min(c.context_length));
@@ -87,6 +89,8 @@ impl LlamaRunner {
             f32 = %mb(held.f32),
             total = %mb(held.total()),
             kv_cache = %mb(num_blocks * block_size * kv_bytes_per_token),
+            kv_budget = ?plan.kv_source,
+            available = %plan.available.map_or("unknown".into(), |a| mb(a as usize)),
             "weights held"
         );
         let cache = KvCache::new(c.num_layers, c.kv_size(), block_size, num_blocks, dtype);
@@ -189,65 +193,4 @@ impl ModelRunner for LlamaRunner {
             .forward(batch, &mut self.cache, &mut self.scratch, out);
         Ok(())
     }
-}
-
-/// Bytes a tensor of `dtype` is held in, per weight, by precision (`linear.rs`'s
-/// forms: panels one byte a value, nibbles for 4-bit types, the file's blocks for
-/// Q2_K/Q3_K; exact precision f32). An estimate for the load-time memory check.
-fn held_bytes_per_weight(dtype: candle_core::quantized::GgmlDType, precision: Precision) -> f64 {
-    use candle_core::quantized::GgmlDType as D;
-    if precision == Precision::Exact {
-        return 4.0;
-    }
-    match dtype {
-        D::F32 => 4.0,
-        D::F16 | D::BF16 => 6.0,
-        D::Q4_0 => 0.5625,
-        D::Q4_1 => 0.625,
-        D::Q4K => 0.58,
-        D::Q5_0 => 1.0625,
-        D::Q5_1 => 1.125,
-        D::Q5K | D::Q6K => 1.08,
-        D::Q8_0 => 1.1875,
-        D::Q2K => 84.0 / 256.0,
-        D::Q3K => 110.0 / 256.0,
-        _ => 4.0,
-    }
-}
-
-/// MemAvailable from /proc/meminfo, in bytes (`None` where there is none).
-fn mem_available() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
-}
-
-/// Refuses, before anything is allocated, a model whose weights (as this precision
-/// holds them) and the KV cache asked for do not fit in the memory available, so
-/// the server says why at start instead of being killed by the kernel later.
-fn check_fits(file: &GgufFile, opts: &RunnerOptions) -> Result<()> {
-    let Some(available) = mem_available() else {
-        return Ok(());
-    };
-    let weights: f64 = file
-        .content
-        .tensor_infos
-        .values()
-        .map(|t| t.shape.elem_count() as f64 * held_bytes_per_weight(t.ggml_dtype, opts.precision))
-        .sum();
-    let kv = opts.kv_cache_memory as f64;
-    // What the process needs beside them: activations, tokenizer, the server.
-    let margin = 200e6;
-    if weights + kv + margin <= available as f64 {
-        return Ok(());
-    }
-    let mb = |b: f64| (b.max(0.0) / 1e6) as u64;
-    Err(ModelError::DoesNotFit {
-        path: file.path.clone(),
-        precision: format!("{:?} precision", opts.precision).to_lowercase(),
-        weights_mb: mb(weights),
-        kv_mb: mb(kv),
-        available_mb: mb(available as f64),
-        fit_mb: mb(available as f64 - weights - margin),
-    })
 }

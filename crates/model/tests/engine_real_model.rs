@@ -125,7 +125,7 @@ fn load_runner() -> LlamaRunner {
     let opts = RunnerOptions {
         precision: Precision::Exact,
         block_size: 16,
-        kv_cache_memory: 128 << 20,
+        kv_cache_memory: Some(128 << 20),
         max_model_len: Some(1024),
         quantize: None,
     };

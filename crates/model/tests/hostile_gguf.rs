@@ -163,7 +163,7 @@ fn dir() -> PathBuf {
 
 fn opts() -> RunnerOptions {
     RunnerOptions {
-        kv_cache_memory: 1 << 20,
+        kv_cache_memory: Some(1 << 20),
         ..Default::default()
     }
 }
@@ -201,7 +201,7 @@ fn a_kv_cache_past_the_machines_memory_is_refused_at_load() {
     let path = dir().join("too-big.gguf");
     std::fs::write(&path, Gguf::valid().bytes()).unwrap();
     let opts = RunnerOptions {
-        kv_cache_memory: usize::MAX / 4,
+        kv_cache_memory: Some(usize::MAX / 4),
         ..Default::default()
     };
     let e = LlamaRunner::load(&path, &opts)

@@ -30,7 +30,7 @@ fn resident_memory_after_load_is_about_the_file() {
     let kv = 64u64 << 20;
     let opts = RunnerOptions {
         precision: Precision::Fast,
-        kv_cache_memory: kv as usize,
+        kv_cache_memory: Some(kv as usize),
         ..Default::default()
     };
     let before = status_kb("VmRSS:") as f64 * 1024.0;

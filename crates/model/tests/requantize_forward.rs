@@ -11,7 +11,7 @@ use sloserve_model::{GgufFile, LlamaRunner, Precision, RunnerOptions, WeightType
 fn load(quantize: Option<WeightType>) -> LlamaRunner {
     let opts = RunnerOptions {
         precision: Precision::Fast,
-        kv_cache_memory: 32 << 20,
+        kv_cache_memory: Some(32 << 20),
         max_model_len: Some(256),
         quantize,
         ..Default::default()

@@ -101,7 +101,7 @@ fn requests(tok: &Tokenizer) -> Vec<(&'static str, Request)> {
 fn run(spec_max_draft: usize) -> (Vec<Vec<u32>>, sloserve_engine::EngineStats) {
     let opts = RunnerOptions {
         precision: Precision::Fast,
-        kv_cache_memory: 64 << 20,
+        kv_cache_memory: Some(64 << 20),
         max_model_len: Some(2048),
         ..Default::default()
     };

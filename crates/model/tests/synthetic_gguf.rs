@@ -167,7 +167,7 @@ fn write_model(path: &Path, arch: &str, dtypes: &[GgmlDType]) {
 fn load(path: &Path, precision: Precision) -> Result<LlamaRunner, ModelError> {
     let opts = RunnerOptions {
         precision,
-        kv_cache_memory: 16 << 20,
+        kv_cache_memory: Some(16 << 20),
         ..Default::default()
     };
     LlamaRunner::load(path, &opts)

@@ -94,7 +94,7 @@ impl ServeArgs {
         RunnerOptions {
             precision: self.precision,
             block_size: cfg.block_size,
-            kv_cache_memory: cfg.kv_cache_memory as usize,
+            kv_cache_memory: cfg.kv_cache_memory.map(|b| b as usize),
             max_model_len: cfg.max_model_len,
             quantize: self.quantize,
         }
@@ -141,7 +141,7 @@ mod tests {
         assert_eq!(c.max_prefill_chunk, 64);
         assert_eq!(c.batch_aging_ms, 5000); // from the profile
         assert_eq!(c.admission.batch.max_waiting_requests, 3);
-        assert_eq!(a.runner_options(&c).kv_cache_memory, 64 << 20);
+        assert_eq!(a.runner_options(&c).kv_cache_memory, Some(64 << 20));
         a.profile = "nope".into();
         assert!(a.engine_config().is_err());
         a.profile = "mixed".into();

@@ -110,7 +110,7 @@ fn tiny_tune_on_the_real_model() {
         assert!(!p.metrics.partial);
         assert!(p.verdict.meets, "{}: {}", p.knobs, p.verdict.why);
         assert_eq!(p.engine_config.max_num_seqs, p.knobs.max_num_seqs);
-        assert_eq!(p.engine_config.kv_cache_memory, 64 << 20);
+        assert_eq!(p.engine_config.kv_cache_memory, Some(64 << 20));
         assert!(p.summary.ttft_ms.count == 6 && p.summary.output_throughput > 0.0);
         assert_eq!(p.summary.total_output_tokens, 6 * 8);
         assert!(

@@ -20,7 +20,7 @@ pub fn start(cfg: EngineConfig) -> EngineHandle {
     let opts = RunnerOptions {
         precision: Precision::Fast,
         block_size: 16,
-        kv_cache_memory: KV_BYTES,
+        kv_cache_memory: Some(KV_BYTES),
         max_model_len: None,
         quantize: None,
     };

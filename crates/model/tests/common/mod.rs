@@ -74,7 +74,7 @@ pub fn read_records(name: &str) -> Vec<GreedyRecord> {
 pub fn load_runner(precision: Precision) -> LlamaRunner {
     let opts = RunnerOptions {
         precision,
-        kv_cache_memory: 256 << 20,
+        kv_cache_memory: Some(256 << 20),
         ..Default::default()
     };
     LlamaRunner::load(model_path(), &opts).expect("load the default model")
@@ -181,7 +181,7 @@ pub fn gemma3_path() -> PathBuf {
 pub fn load_gemma3(precision: Precision) -> LlamaRunner {
     let opts = RunnerOptions {
         precision,
-        kv_cache_memory: 128 << 20,
+        kv_cache_memory: Some(128 << 20),
         max_model_len: Some(4096),
         ..Default::default()
     };
@@ -204,7 +204,7 @@ pub fn qwen05_path() -> PathBuf {
 pub fn load_qwen05(precision: Precision) -> LlamaRunner {
     let opts = RunnerOptions {
         precision,
-        kv_cache_memory: 96 << 20,
+        kv_cache_memory: Some(96 << 20),
         max_model_len: Some(4096),
         ..Default::default()
     };
