@@ -8,8 +8,16 @@
 //! - other quantized types (Q2_K, Q3_K): the file's blocks, 8-bit dot products;
 //! - f16/bf16 (fast precision, AVX2): the 2-byte weights for up to `HALF_MAX_ROWS`
 //!   rows, a packed f32 copy for larger batches (the one form with two copies);
-//! - f32 weights, and exact precision: f32 packed for our AVX2 GEMM (every output
-//!   summed in the same order whatever the batch), every product in f32.
+//! - f32 weights: f32 packed for our AVX2 GEMM (every output summed in the same
+//!   order whatever the batch), every product in f32;
+//! - exact precision, quantized and f16/bf16 types (AVX2): the file's blocks, held
+//!   once; the same f32 GEMM dequantizes each 16-output x 256 slice into a per-task
+//!   buffer laid out as the packed panels and multiplies it there, so the products
+//!   are bit for bit those of a packed f32 copy (what exact precision held before,
+//!   4 bytes a weight), and still match llama.cpp's F32 reference.
+//!
+//! Without AVX2, f16/bf16 and exact precision's weights are f32 row-major for the
+//! `gemm` crate (4 bytes a weight: there is no packed GEMM to dequantize into).
 //!
 //! The switch points are measured (see `HALF_MAX_ROWS`) and decided here only.
 
@@ -17,7 +25,7 @@ use crate::kernels::gemm_f32::gemm_f32;
 use crate::kernels::half_rows::{self, HalfWeights};
 use crate::kernels::int8_gemm::{self, Isa};
 use crate::kernels::int8_panels::Int8Panels;
-use crate::kernels::packed_gemm::PackedMatrix;
+use crate::kernels::packed_gemm::{self, PackedMatrix, RowBlocks};
 use crate::weights::{Precision, WeightData};
 
 /// f16/bf16 weights (fast precision, AVX2): batches up to this many rows
@@ -93,6 +101,22 @@ enum Form {
     Quantized(WeightData),
     /// f16/bf16 weights, and their f32 copy packed for the GEMM.
     Half(WeightData, PackedMatrix),
+    /// Exact precision (AVX2): the file's quantized or f16/bf16 blocks, dequantized
+    /// a panel's K block at a time inside the f32 GEMM.
+    Blocks(WeightData),
+}
+
+/// The rows of a `[n, k]` matrix of the file's blocks, dequantized a K block at a
+/// time (exact precision's GEMM).
+struct BlockRows<'w> {
+    w: &'w WeightData,
+    k: usize,
+}
+
+impl RowBlocks for BlockRows<'_> {
+    fn row_block(&self, r: usize, k0: usize, out: &mut [f32]) {
+        self.w.dequantize_cols(r, self.k, k0, out);
+    }
 }
 
 /// What the bytes of a loaded model are held as (`sloserve inspect`, the load log).
@@ -179,6 +203,10 @@ impl Linear {
             return Form::F32(F32Matrix::new(w, n, k));
         }
         if precision == Precision::Exact {
+            if crate::kernels::cpu::has_avx2() {
+                return Form::Blocks(weight);
+            }
+            // Without AVX2: f32 row-major for the `gemm` crate (4 bytes a weight).
             return Form::F32(F32Matrix::new(weight.to_f32(), n, k));
         }
         if half(&weight).is_some() {
@@ -206,6 +234,8 @@ impl Linear {
                 h.half = w.as_bytes().len();
                 h.f32 = packed.held_bytes();
             }
+            Form::Blocks(w) if half(w).is_some() => h.half = w.as_bytes().len(),
+            Form::Blocks(w) => h.quantized = w.as_bytes().len(),
         }
         h.f32 += self.bias.as_ref().map_or(0, |b| b.len() * 4);
         h
@@ -218,7 +248,9 @@ impl Linear {
         match &self.form {
             Form::F32(w) => w.row(r, out),
             Form::Panels(p, _) => p.row_f32(r, out),
-            Form::Quantized(w) | Form::Half(w, _) => w.dequantize_rows(r, self.k, out),
+            Form::Quantized(w) | Form::Half(w, _) | Form::Blocks(w) => {
+                w.dequantize_rows(r, self.k, out)
+            }
         }
     }
 
@@ -243,6 +275,7 @@ impl Linear {
                 half_rows::matmul(half(w).expect("half weights"), n, k, x, m, out)
             }
             Form::Half(_, packed) => packed.matmul(x, m, out),
+            Form::Blocks(w) => packed_gemm::matmul_rows(&BlockRows { w, k }, n, k, x, m, out),
         }
         if let Some(b) = &self.bias {
             for row in out[..m * n].chunks_exact_mut(n) {
@@ -258,7 +291,9 @@ impl Linear {
 mod tests {
     use super::*;
     use crate::kernels::cpu::{has_avx2, test_data};
-    use candle_core::quantized::k_quants::{BlockQ4K, BlockQ4_1, BlockQ6K, BlockQ8_0, GgmlType};
+    use candle_core::quantized::k_quants::{
+        BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType,
+    };
 
     const N: usize = 24;
     const K: usize = 256;
@@ -279,7 +314,8 @@ mod tests {
     }
 
     /// Quantized weights are held once: the panels' types as panels, the others as
-    /// the file's blocks, nothing as f32 outside exact precision.
+    /// the file's blocks; exact precision holds the file's blocks (f32 row-major
+    /// only without AVX2).
     #[test]
     fn each_matrix_is_held_in_one_form() {
         for w in types() {
@@ -301,8 +337,73 @@ mod tests {
                 fast.total() * 20 <= padded * 27,
                 "{dtype:?}: {fast:?} vs {file}"
             );
-            assert_eq!(exact.f32, N.div_ceil(16) * 16 * K * 4, "{dtype:?}");
-            assert_eq!(exact.total(), exact.f32);
+            if has_avx2() {
+                assert_eq!(exact.total(), file, "{dtype:?}: {exact:?}");
+                assert_eq!((exact.f32, exact.quantized), (0, file), "{dtype:?}");
+            } else {
+                assert_eq!((exact.f32, exact.total()), (N * K * 4, N * K * 4));
+            }
+        }
+    }
+
+    /// Every type exact precision multiplies from the file's blocks, at `[n, k]`
+    /// (K-quants only where k is whole 256-blocks).
+    fn exact_types(n: usize, k: usize) -> Vec<WeightData> {
+        let mut v = vec![
+            WeightData::Q4_0(quantized::<BlockQ4_0>(n, k)),
+            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+            WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
+            WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
+            WeightData::F16(
+                test_data(n * k, 6)
+                    .iter()
+                    .map(|&v| half::f16::from_f32(v))
+                    .collect(),
+            ),
+            WeightData::BF16(
+                test_data(n * k, 8)
+                    .iter()
+                    .map(|&v| half::bf16::from_f32(v))
+                    .collect(),
+            ),
+        ];
+        if k.is_multiple_of(256) {
+            v.push(WeightData::Q4K(quantized::<BlockQ4K>(n, k)));
+            v.push(WeightData::Q5K(quantized::<BlockQ5K>(n, k)));
+            v.push(WeightData::Q6K(quantized::<BlockQ6K>(n, k)));
+        }
+        v
+    }
+
+    /// Exact precision's product from the file's blocks (dequantized a slice at a
+    /// time inside the GEMM) is, bit for bit, the packed f32 copy's, at every batch
+    /// size, K past a block (896: 3.5 blocks) and outputs past a panel (40: 2.5).
+    #[test]
+    fn exact_blocks_multiply_as_the_packed_f32_copy() {
+        if !has_avx2() {
+            eprintln!("skipped: no AVX2/FMA/F16C");
+            return;
+        }
+        let n = 40;
+        for k in [256, 896, 1536] {
+            let x = test_data(100 * k, 3);
+            for w in exact_types(n, k) {
+                let dtype = w.dtype();
+                let packed = PackedMatrix::pack(&w.to_f32(), n, k);
+                let l = Linear::new(w, n, k, None, Precision::Exact);
+                assert!(matches!(l.form, Form::Blocks(_)), "{dtype:?}");
+                for m in [1, 2, 5, 7, 17, 40, 100] {
+                    let (mut a, mut b) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                    let t = Tokens {
+                        n: m,
+                        prompt: m > 1,
+                    };
+                    l.forward(&x[..m * k], t, &mut a);
+                    packed.matmul(&x[..m * k], m, &mut b);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&a), bits(&b), "{dtype:?} m {m} k {k}");
+                }
+            }
         }
     }
 

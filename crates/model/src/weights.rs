@@ -138,6 +138,21 @@ impl WeightData {
         with_blocks!(self, v => rows(v, row, k, out))
     }
 
+    /// Dequantizes columns `k0..k0 + out.len()` of row `row` of a `[rows, k]` matrix
+    /// into `out` (the row's blocks `k0 / bs ..`, bs the type's block size), with
+    /// the type's own dequantization: the values `to_f32` gives there. `k0` and
+    /// `out.len()` must be multiples of bs (a K block of the f32 GEMM is, as is what
+    /// is left of a row: K-quant rows are whole 256-blocks).
+    pub fn dequantize_cols(&self, row: usize, k: usize, k0: usize, out: &mut [f32]) {
+        fn cols<T: GgmlType>(v: &[T], row: usize, k: usize, k0: usize, out: &mut [f32]) {
+            let bs = T::BLCK_SIZE;
+            assert!(k0.is_multiple_of(bs) && out.len().is_multiple_of(bs) && k0 + out.len() <= k);
+            let first = row * (k / bs) + k0 / bs;
+            T::to_float(&v[first..first + out.len() / bs], out);
+        }
+        with_blocks!(self, v => cols(v, row, k, k0, out))
+    }
+
     /// The whole tensor as f32.
     pub fn to_f32(&self) -> Vec<f32> {
         fn all<T: GgmlType>(v: &[T]) -> Vec<f32> {
@@ -182,6 +197,48 @@ impl std::str::FromStr for Precision {
             _ => Err(format!(
                 "unknown precision '{s}' (expected fast, int8 or exact)"
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::cpu::test_data;
+
+    fn blocks<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
+        let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
+        T::from_float(&test_data(n * k, 5), &mut w);
+        w
+    }
+
+    /// A row's column range dequantizes to the same values as the whole tensor does
+    /// there: K blocks of 256 and a row's last, shorter one (896 = 3.5 blocks).
+    #[test]
+    fn column_ranges_dequantize_as_the_whole_tensor() {
+        let n = 3;
+        for k in [256, 896, 1536] {
+            let mut types = vec![
+                WeightData::Q4_0(blocks::<BlockQ4_0>(n, k)),
+                WeightData::Q5_1(blocks::<BlockQ5_1>(n, k)),
+                WeightData::Q8_0(blocks::<BlockQ8_0>(n, k)),
+                WeightData::F16(blocks::<f16>(n, k)),
+            ];
+            if k.is_multiple_of(256) {
+                types.push(WeightData::Q3K(blocks::<BlockQ3K>(n, k)));
+                types.push(WeightData::Q6K(blocks::<BlockQ6K>(n, k)));
+            }
+            for w in types {
+                let all = w.to_f32();
+                for r in 0..n {
+                    for k0 in (0..k).step_by(256) {
+                        let kc = 256.min(k - k0);
+                        let mut out = vec![f32::NAN; kc];
+                        w.dequantize_cols(r, k, k0, &mut out);
+                        assert_eq!(out, all[r * k + k0..][..kc], "{:?} {r} {k0}", w.dtype());
+                    }
+                }
+            }
         }
     }
 }

@@ -3,9 +3,15 @@
 //! multiplies activations by it: 6x16 register tiles of AVX2 FMAs over K blocks that
 //! stay in L1. Packing at load is what a general GEMM redoes on every call.
 //!
+//! The same blocked loop and kernel also multiply by a matrix held in another form
+//! (`matmul_rows`, e.g. a quantized matrix in exact precision): for each K block and
+//! each panel, the 16 x KC slice is written once per task into a small buffer laid
+//! out as the packed panels (dequantized on the fly), and the row tiles run on it.
+//!
 //! Every output element is accumulated in the same order (k ascending, one FMA chain
 //! per `KC` block, blocks summed in order) whatever the batch's size or the row's
-//! place in it, so results are batch-invariant.
+//! place in it, so results are batch-invariant; and whatever the form the weights
+//! come from, so equal f32 weights give bit-identical products.
 
 use crate::kernels::cpu::{has_avx2, OutPtr};
 use crate::kernels::pool::parallel_tiles;
@@ -15,7 +21,8 @@ const NR: usize = 16;
 /// Rows per register tile.
 const MR: usize = 6;
 /// K per block: a 16 x KC panel slice (16 KiB) stays in L1 across the row tiles.
-const KC: usize = 256;
+/// A multiple of every GGML block size (`RowBlocks` relies on it).
+pub const KC: usize = 256;
 /// Rows per task: an MC x KC slice of the activations (96 KiB) stays in L2.
 const MC: usize = 96;
 
@@ -63,35 +70,198 @@ impl PackedMatrix {
 
     /// `out[m, n] = x[m, k] · Wᵀ`. Callers check `cpu::has_avx2()` first.
     pub fn matmul(&self, x: &[f32], m: usize, out: &mut [f32]) {
-        let (n, k) = (self.n, self.k);
-        assert!(has_avx2() && x.len() >= m * k && out.len() >= m * n);
-        if m == 0 || n == 0 {
-            return;
+        blocked(self, x, m, out);
+    }
+}
+
+/// Where the blocked loop reads panel `p`'s rows `k0..k0 + kc` from: the packed
+/// matrix itself, or a buffer (one per task) they are written into.
+trait Panels: Sync {
+    type Buf: Default;
+    fn n(&self) -> usize;
+    fn k(&self) -> usize;
+    fn panel<'a>(
+        &'a self,
+        p: usize,
+        k0: usize,
+        kc: usize,
+        buf: &'a mut Self::Buf,
+    ) -> &'a [PanelRow];
+}
+
+impl Panels for PackedMatrix {
+    type Buf = ();
+    fn n(&self) -> usize {
+        self.n
+    }
+    fn k(&self) -> usize {
+        self.k
+    }
+    fn panel<'a>(&'a self, p: usize, k0: usize, kc: usize, _: &'a mut ()) -> &'a [PanelRow] {
+        &self.rows[p * self.k + k0..][..kc]
+    }
+}
+
+/// A `[n, k]` matrix read a row's K block at a time (a quantized matrix's blocks,
+/// dequantized on the fly).
+pub trait RowBlocks: Sync {
+    /// Writes `W[r, k0..k0 + out.len()]` as f32 into `out`; `k0` is a multiple of
+    /// `KC` and `out.len()` is `KC` or what is left of the row.
+    fn row_block(&self, r: usize, k0: usize, out: &mut [f32]);
+}
+
+/// A `RowBlocks` matrix as panels: each slice written into the task's buffer.
+struct OnTheFly<'w, W> {
+    w: &'w W,
+    n: usize,
+    k: usize,
+}
+
+/// One task's panel slice, and the 16 row blocks it is transposed from.
+struct SliceBuf {
+    rows: [PanelRow; KC],
+    blocks: [[f32; KC]; NR],
+}
+
+impl Default for SliceBuf {
+    fn default() -> Self {
+        SliceBuf {
+            rows: [PanelRow([0.0; NR]); KC],
+            blocks: [[0.0; KC]; NR],
         }
-        let out_ptr = OutPtr(out.as_mut_ptr());
-        parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
-            for k0 in (0..k).step_by(KC) {
-                let kc = KC.min(k - k0);
-                for p in panels.clone() {
-                    let cols = NR.min(n - p * NR);
-                    let b = &self.rows[p * k + k0..][..kc];
-                    let mut r = rows.start;
-                    while r < rows.end {
-                        let mr = tile_rows(rows.end - r);
-                        let a = &x[r * k + k0..];
-                        // SAFETY: the tile (r..r+mr, p*16..p*16+cols) lies inside out
-                        // and only this task writes it; a holds mr rows of stride k
-                        // from k0 with kc values each; the CPU has AVX2 and FMA.
-                        unsafe {
-                            let c = out_ptr.get().add(r * n + p * NR);
-                            tile(mr, a, k, b, c, n, cols, k0 > 0);
-                        }
-                        r += mr;
+    }
+}
+
+impl<W: RowBlocks> Panels for OnTheFly<'_, W> {
+    type Buf = SliceBuf;
+    fn n(&self) -> usize {
+        self.n
+    }
+    fn k(&self) -> usize {
+        self.k
+    }
+    fn panel<'a>(
+        &'a self,
+        p: usize,
+        k0: usize,
+        kc: usize,
+        buf: &'a mut SliceBuf,
+    ) -> &'a [PanelRow] {
+        let cols = NR.min(self.n - p * NR);
+        for (j, block) in buf.blocks.iter_mut().enumerate() {
+            match j < cols {
+                true => self.w.row_block(p * NR + j, k0, &mut block[..kc]),
+                // Columns past n: zero, as in a packed matrix.
+                false => block[..kc].fill(0.0),
+            }
+        }
+        let rows = &mut buf.rows[..kc];
+        let whole = kc / 8 * 8;
+        // SAFETY: the CPU has AVX (callers check has_avx2); whole <= kc <= KC.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            transpose8(&buf.blocks, rows, whole)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let whole = 0;
+        for (i, row) in rows.iter_mut().enumerate().skip(whole) {
+            for (j, v) in row.0.iter_mut().enumerate() {
+                *v = buf.blocks[j][i];
+            }
+        }
+        rows
+    }
+}
+
+/// `rows[i].0[j] = blocks[j][i]` for `i < whole` (a multiple of 8), in 8 x 8 tiles
+/// of register transposes.
+///
+/// # Safety
+/// The CPU must have AVX; `whole` must be a multiple of 8, at most `rows.len()`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx")]
+unsafe fn transpose8(blocks: &[[f32; KC]; NR], rows: &mut [PanelRow], whole: usize) {
+    use std::arch::x86_64::*;
+    assert!(whole.is_multiple_of(8) && whole <= rows.len());
+    for half in 0..2 {
+        let src = &blocks[half * 8..half * 8 + 8];
+        for i in (0..whole).step_by(8) {
+            let mut r = [_mm256_setzero_ps(); 8];
+            for (v, block) in r.iter_mut().zip(src) {
+                *v = _mm256_loadu_ps(block.as_ptr().add(i));
+            }
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let cols = [
+                _mm256_permute2f128_ps::<0x20>(s0, s4),
+                _mm256_permute2f128_ps::<0x20>(s1, s5),
+                _mm256_permute2f128_ps::<0x20>(s2, s6),
+                _mm256_permute2f128_ps::<0x20>(s3, s7),
+                _mm256_permute2f128_ps::<0x31>(s0, s4),
+                _mm256_permute2f128_ps::<0x31>(s1, s5),
+                _mm256_permute2f128_ps::<0x31>(s2, s6),
+                _mm256_permute2f128_ps::<0x31>(s3, s7),
+            ];
+            for (c, v) in cols.into_iter().enumerate() {
+                _mm256_store_ps(rows[i + c].0.as_mut_ptr().add(half * 8), v);
+            }
+        }
+    }
+}
+
+/// `out[m, n] = x[m, k] · Wᵀ` for a `[n, k]` matrix held as `w`, with the same
+/// arithmetic as `PackedMatrix::pack(W).matmul` (bit for bit), each panel slice
+/// written once per task. Callers check `cpu::has_avx2()` first.
+pub fn matmul_rows<W: RowBlocks>(w: &W, n: usize, k: usize, x: &[f32], m: usize, out: &mut [f32]) {
+    blocked(&OnTheFly { w, n, k }, x, m, out);
+}
+
+/// The blocked GEMM: tasks of up to `MC` rows and a run of panels; in each, K block
+/// by K block, each panel's slice is fetched once and multiplied by every row tile.
+fn blocked<S: Panels>(s: &S, x: &[f32], m: usize, out: &mut [f32]) {
+    let (n, k) = (s.n(), s.k());
+    assert!(has_avx2() && x.len() >= m * k && out.len() >= m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let out_ptr = OutPtr(out.as_mut_ptr());
+    parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
+        let mut buf = S::Buf::default();
+        for k0 in (0..k).step_by(KC) {
+            let kc = KC.min(k - k0);
+            for p in panels.clone() {
+                let cols = NR.min(n - p * NR);
+                let b = s.panel(p, k0, kc, &mut buf);
+                let mut r = rows.start;
+                while r < rows.end {
+                    let mr = tile_rows(rows.end - r);
+                    let a = &x[r * k + k0..];
+                    // SAFETY: the tile (r..r+mr, p*16..p*16+cols) lies inside out
+                    // and only this task writes it; a holds mr rows of stride k
+                    // from k0 with kc values each; the CPU has AVX2 and FMA.
+                    unsafe {
+                        let c = out_ptr.get().add(r * n + p * NR);
+                        tile(mr, a, k, b, c, n, cols, k0 > 0);
                     }
+                    r += mr;
                 }
             }
-        });
-    }
+        }
+    });
 }
 
 /// Rows of the next tile when `left` rows remain: six, except that 7-9 rows split
