@@ -118,11 +118,15 @@ impl MemoryPlan {
 
 /// Bytes a tensor of `dtype` is held in, per weight, by precision (`linear.rs`'s
 /// forms: panels one byte a value, nibbles for 4-bit types, the file's blocks for
-/// Q2_K/Q3_K; exact precision f32). An estimate for the load-time memory check.
+/// Q2_K/Q3_K; exact precision the file's blocks, tiles dequantized inside the
+/// GEMM, or f32 without AVX2). An estimate for the load-time memory check.
 pub fn held_bytes_per_weight(dtype: GgmlDType, precision: Precision) -> f64 {
     use GgmlDType as D;
     if precision == Precision::Exact {
-        return 4.0;
+        return match crate::kernels::cpu::has_avx2() {
+            true => dtype.type_size() as f64 / dtype.block_size() as f64,
+            false => 4.0,
+        };
     }
     match dtype {
         D::F32 => 4.0,
@@ -207,8 +211,17 @@ mod tests {
     }
 
     #[test]
-    fn exact_precision_counts_four_bytes() {
-        assert_eq!(held_bytes_per_weight(GgmlDType::Q4K, Precision::Exact), 4.0);
+    fn exact_precision_counts_the_files_bytes() {
+        let exact = |d| held_bytes_per_weight(d, Precision::Exact);
+        if crate::kernels::cpu::has_avx2() {
+            assert_eq!(exact(GgmlDType::Q4K), 144.0 / 256.0);
+            assert_eq!(exact(GgmlDType::Q6K), 210.0 / 256.0);
+            assert_eq!(exact(GgmlDType::Q8_0), 34.0 / 32.0);
+            assert_eq!(exact(GgmlDType::F16), 2.0);
+        } else {
+            assert_eq!(exact(GgmlDType::Q4K), 4.0);
+        }
+        assert_eq!(exact(GgmlDType::F32), 4.0);
         assert!(held_bytes_per_weight(GgmlDType::Q4K, Precision::Fast) < 1.0);
     }
 }
