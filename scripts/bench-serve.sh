@@ -10,8 +10,16 @@
 # usage: scripts/bench-serve.sh [RUNS] [extra `sloserve serve` flags...]
 # env:   LLAMA_BIN  folder holding llama-server and its libraries (default: the one
 #                   ../shared/tools/build-llama-server.sh builds; unset/missing = sloserve only)
-#        ONLY       a regex of workload names to run (c1, c16, prefix; each also -chat)
+#        ONLY       a regex of workload names to run (default: c1, c16, prefix; also the real-model
+#                   issue's q-c1, q-c8, q-long: 200-word prompts with 48 tokens out at
+#                   concurrency 1 and 8, and one 2,000-token prompt at a time (slo_probe's words are
+#                   about a token each); each also -chat)
 #        OUT        output folder (default out/bench-serve): results.jsonl, table.md, logs
+#        MODEL      the GGUF file both servers load (default: the 135M default model)
+#        LLAMA_CTX  llama-server's -c, shared by its 16 slots (default 16384; q-long needs
+#                   2,100 tokens a slot: 40960)
+# e.g.   MODEL=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf LLAMA_CTX=40960 \
+#          ONLY='^q-' scripts/bench-serve.sh 3
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}; shift || true
@@ -19,8 +27,9 @@ PROBE=${PROBE:-../shared/tools/slo_probe.py}
 BIN=${BIN:-target/release/sloserve}
 OUT=${OUT:-out/bench-serve}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
+LLAMA_CTX=${LLAMA_CTX:-16384}
 LLAMA_BIN=${LLAMA_BIN:-$HOME/.cache/sloserve-peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin}
-ONLY=${ONLY:-.}
+ONLY=${ONLY:-'^(c1|c16|prefix)(-chat)?$'}
 mkdir -p "$OUT"
 [ -x "$BIN" ] || { echo "build first: cargo build --release" >&2; exit 1; }
 
@@ -36,7 +45,7 @@ SERVERS=("sloserve|http://127.0.0.1:8077")
 PIDS+=($!)
 wait_ready http://127.0.0.1:8077 /ready
 if [ -x "$LLAMA_BIN/llama-server" ]; then
-  LD_LIBRARY_PATH="$LLAMA_BIN" "$LLAMA_BIN/llama-server" -m "$MODEL" --port 8078 -np 16 -c 16384 -t 2 \
+  LD_LIBRARY_PATH="$LLAMA_BIN" "$LLAMA_BIN/llama-server" -m "$MODEL" --port 8078 -np 16 -c "$LLAMA_CTX" -t 2 \
     > "$OUT/llama-server.log" 2>&1 &
   PIDS+=($!)
   wait_ready http://127.0.0.1:8078 /health
@@ -49,6 +58,9 @@ WORKLOADS=(
   "c1|--concurrency 1 --requests 8 --prompt-words 200 --max-tokens 64 --ignore-eos"
   "c16|--concurrency 16 --requests 48 --prompt-words 200 --max-tokens 64 --ignore-eos"
   "prefix|--concurrency 8 --requests 32 --prompt-words 40 --shared-prefix-words 400 --max-tokens 32 --ignore-eos"
+  "q-c1|--concurrency 1 --requests 6 --prompt-words 200 --max-tokens 48 --ignore-eos"
+  "q-c8|--concurrency 8 --requests 16 --prompt-words 200 --max-tokens 48 --ignore-eos"
+  "q-long|--concurrency 1 --requests 3 --prompt-words 2000 --max-tokens 16 --ignore-eos"
 )
 : > "$OUT/results.jsonl"
 for r in $(seq "$RUNS"); do
