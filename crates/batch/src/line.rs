@@ -23,7 +23,7 @@ pub struct Reply {
     pub retry_after: Option<u64>,
 }
 
-/// Runs one request against `url` (`/v1/completions` or `/v1/chat/completions`)
+/// Runs one request against `url` (`/v1/completions`, `/v1/chat/completions` or `/v1/responses`)
 /// as `owner` would synchronously: with that key's cache scope, class ceiling and
 /// limits. An owner the server cannot resolve (its key is gone) gets an error reply.
 pub trait Dispatch: Send + Sync + 'static {
@@ -110,14 +110,19 @@ fn response_line(line: &ParsedLine, status: u16, body: Value) -> OutputLine {
     }
 }
 
-/// Token counts (and engine time) from a response's `usage`.
+/// Token counts (and engine time) from a response's `usage`: chat's and
+/// completions' names (`prompt_tokens`, ...), or the Responses API's
+/// (`input_tokens`, `output_tokens`, `input_tokens_details`).
 fn usage_of(body: &Value) -> LineUsage {
     let u = &body["usage"];
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let n = |a: &str, b: &str| u[a].as_u64().or_else(|| u[b].as_u64()).unwrap_or(0);
+    let cached = u["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .or_else(|| u["input_tokens_details"]["cached_tokens"].as_u64());
     LineUsage {
-        input_tokens: n(&u["prompt_tokens"]),
-        cached_tokens: n(&u["prompt_tokens_details"]["cached_tokens"]),
-        output_tokens: n(&u["completion_tokens"]),
+        input_tokens: n("prompt_tokens", "input_tokens"),
+        cached_tokens: cached.unwrap_or(0),
+        output_tokens: n("completion_tokens", "output_tokens"),
         machine_secs: u["sloserve"]["engine_ms"].as_f64().unwrap_or(0.0) / 1e3,
     }
 }
@@ -177,6 +182,31 @@ mod tests {
                 machine_secs: 0.25
             }
         );
+    }
+
+    /// A `/v1/responses` line's usage has the Responses API's names.
+    #[test]
+    fn usage_in_either_shape() {
+        let chat = json!({"usage": {"prompt_tokens": 7, "completion_tokens": 4,
+            "prompt_tokens_details": {"cached_tokens": 2}}});
+        let resp = json!({"object": "response", "usage": {"input_tokens": 7, "output_tokens": 4,
+            "input_tokens_details": {"cached_tokens": 2}, "total_tokens": 11,
+            "sloserve": {"engine_ms": 500.0}}});
+        let want = LineUsage {
+            input_tokens: 7,
+            cached_tokens: 2,
+            output_tokens: 4,
+            machine_secs: 0.0,
+        };
+        assert_eq!(usage_of(&chat), want);
+        assert_eq!(
+            usage_of(&resp),
+            LineUsage {
+                machine_secs: 0.5,
+                ..want
+            }
+        );
+        assert_eq!(usage_of(&json!({"error": {}})), LineUsage::default());
     }
 
     #[tokio::test]

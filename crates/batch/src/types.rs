@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The endpoints a batch may target.
-pub const ENDPOINTS: [&str; 2] = ["/v1/chat/completions", "/v1/completions"];
+pub const ENDPOINTS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
 
 /// The one completion window OpenAI accepts.
 pub const COMPLETION_WINDOW: &str = "24h";

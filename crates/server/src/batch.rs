@@ -22,7 +22,7 @@ use sloserve_batch::{BatchConfig, BatchService, Dispatch, Owner, Reply};
 
 use crate::auth::Caller;
 use crate::state::AppState;
-use crate::{chat, completions, ServeArgs};
+use crate::{chat, completions, responses, ServeArgs};
 
 /// Flags of the Batch API (`/v1/files`, `/v1/batches`).
 #[derive(Args, Debug, Clone)]
@@ -116,6 +116,7 @@ impl Dispatch for HandlerDispatch {
             let caller = Some(Extension(caller));
             let resp = match url {
                 "/v1/chat/completions" => chat::handle(State(state), caller, headers, body).await,
+                "/v1/responses" => responses::handle(State(state), caller, headers, body).await,
                 _ => completions::handle(State(state), caller, headers, body).await,
             }
             .into_response();

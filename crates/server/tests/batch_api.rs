@@ -135,3 +135,77 @@ fn uploads_are_checked_and_batches_run_and_survive_a_restart() {
     srv.shutdown();
     let _ = std::fs::remove_dir_all(data_dir);
 }
+
+/// Runs `lines` as a batch on `endpoint` to its end; the finished batch object.
+fn run_batch(srv: &TestServer, endpoint: &str, lines: &[String]) -> Value {
+    let text = lines.join("\n") + "\n";
+    let f = upload(srv, Some("batch"), Some(text.as_bytes()));
+    assert_eq!(f.status, 200, "{}", f.text());
+    let fid = f.json()["id"].as_str().unwrap().to_string();
+    let create = format!(
+        r#"{{"input_file_id":"{fid}","endpoint":"{endpoint}","completion_window":"24h"}}"#
+    );
+    let b = request(srv.addr, "POST", "/v1/batches", &[], create.as_bytes()).json();
+    let bid = b["id"].as_str().expect("a batch id").to_string();
+    for _ in 0..600 {
+        let done = request(srv.addr, "GET", &format!("/v1/batches/{bid}"), &[], b"").json();
+        if done["status"] == "completed" {
+            return done;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("batch {bid} did not complete");
+}
+
+fn file_lines(srv: &TestServer, id: &Value) -> Vec<Value> {
+    let path = format!("/v1/files/{}/content", id.as_str().expect("a file id"));
+    request(srv.addr, "GET", &path, &[], b"")
+        .text()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Batch lines on `/v1/responses`: answered by the Responses handler (a response
+/// object, a json_schema `text.format` honoured), its usage counted in the batch's,
+/// and its refusals (a stateful field) in the error file.
+#[test]
+fn batch_lines_run_on_the_responses_api() {
+    let args = test_args();
+    let data_dir = args.batch.data_dir.clone();
+    let srv = TestServer::start(args);
+    let schema = r#"{"type":"object","properties":{"mood":{"enum":["happy","sad"]}},"required":["mood"],"additionalProperties":false}"#;
+    let lines = [
+        r#"{"custom_id":"plain","method":"POST","url":"/v1/responses","body":{"input":"Say hello.","max_output_tokens":4,"temperature":0}}"#.to_string(),
+        format!(
+            r#"{{"custom_id":"json","method":"POST","url":"/v1/responses","body":{{"input":[{{"role":"user","content":"How do you feel?"}}],"text":{{"format":{{"type":"json_schema","name":"feeling","schema":{schema},"strict":true}}}},"max_output_tokens":32,"temperature":0}}}}"#
+        ),
+        r#"{"custom_id":"stateful","method":"POST","url":"/v1/responses","body":{"input":"Again.","previous_response_id":"resp_1"}}"#.to_string(),
+    ];
+    let done = run_batch(&srv, "/v1/responses", &lines);
+    assert_eq!(done["endpoint"], "/v1/responses");
+    assert_eq!(done["request_counts"]["completed"], 2, "{done}");
+    assert_eq!(done["request_counts"]["failed"], 1, "{done}");
+    let usage = &done["usage"];
+    assert!(usage["input_tokens"].as_u64().unwrap() > 0, "{done}");
+    assert!(usage["output_tokens"].as_u64().unwrap() > 0, "{done}");
+    let out = file_lines(&srv, &done["output_file_id"]);
+    assert_eq!(out.len(), 2);
+    for l in &out {
+        let body = &l["response"]["body"];
+        assert_eq!(l["response"]["status_code"], 200, "{l}");
+        assert_eq!(body["object"], "response", "{l}");
+        assert!(body["usage"]["output_tokens"].as_u64().unwrap() > 0, "{l}");
+        if l["custom_id"] == "json" {
+            let text = body["output"][0]["content"][0]["text"].as_str().unwrap();
+            let v: Value = serde_json::from_str(text).expect("the schema's JSON");
+            assert!(v["mood"] == "happy" || v["mood"] == "sad", "{text}");
+        }
+    }
+    let errors = file_lines(&srv, &done["error_file_id"]);
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["custom_id"], "stateful");
+    assert_eq!(errors[0]["response"]["status_code"], 400, "{}", errors[0]);
+    srv.shutdown();
+    let _ = std::fs::remove_dir_all(data_dir);
+}
