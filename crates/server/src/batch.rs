@@ -4,7 +4,7 @@
 //! limits are exactly what that key gets synchronously), and the offline run.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -71,7 +71,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// Runs a line through the synchronous handlers of a server's state.
 pub struct HandlerDispatch {
-    state: Weak<AppState>,
+    state: Arc<AppState>,
     /// `sloserve batch run`: the operator's own file, every line as the open caller.
     offline: bool,
 }
@@ -80,7 +80,7 @@ impl HandlerDispatch {
     /// For the server's Batch API: each line runs as its batch's owner.
     pub fn new(state: &Arc<AppState>) -> Self {
         HandlerDispatch {
-            state: Arc::downgrade(state),
+            state: state.clone(),
             offline: false,
         }
     }
@@ -88,7 +88,7 @@ impl HandlerDispatch {
     /// For `sloserve batch run`: lines run with no key.
     pub fn offline(state: &Arc<AppState>) -> Self {
         HandlerDispatch {
-            state: Arc::downgrade(state),
+            state: state.clone(),
             offline: true,
         }
     }
@@ -97,9 +97,7 @@ impl HandlerDispatch {
 impl Dispatch for HandlerDispatch {
     fn call<'a>(&'a self, owner: &'a Owner, url: &'a str, body: Value) -> BoxFuture<'a, Reply> {
         Box::pin(async move {
-            let Some(state) = self.state.upgrade() else {
-                return unavailable();
-            };
+            let state = self.state.clone();
             // The key that made the batch, resolved the way the auth middleware
             // resolves a synchronous request's: its cache salt and class ceiling
             // then come from the same `build_request` as that request's.
@@ -147,14 +145,6 @@ fn owner_gone() -> Reply {
     Reply {
         status: e.status,
         body: serde_json::to_value(e.body()).unwrap_or_default(),
-        retry_after: None,
-    }
-}
-
-fn unavailable() -> Reply {
-    Reply {
-        status: 503,
-        body: Value::Null,
         retry_after: None,
     }
 }

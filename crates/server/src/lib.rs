@@ -8,6 +8,7 @@
 //! Entry points: [`run`] (the command; builds its own runtime), [`serve_on`] (a
 //! listener and a shutdown signal), [`spawn`] (in-process, for tests).
 
+pub mod app;
 pub mod args;
 pub mod auth;
 pub mod batch;
@@ -51,6 +52,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+pub use app::App;
 pub use args::ServeArgs;
 pub use error::ServerError;
 pub use state::AppState;
@@ -60,9 +62,9 @@ pub use state::AppState;
 /// Batch API's and ones added later, needs a key except the open ones `auth` names).
 /// In order: key, content type (415), the body read whole under its deadline,
 /// then the in-flight slot, so a slow body never holds a slot.
-pub fn router(state: Arc<AppState>) -> Router {
-    let batch = state.batch().cloned();
-    let app = Router::new()
+pub fn router(app: &App) -> Router {
+    let state = app.state.clone();
+    let routes = Router::new()
         .route("/v1/completions", post(completions::handle))
         .route("/v1/chat/completions", post(chat::handle))
         .route("/v1/responses", post(responses::handle))
@@ -74,17 +76,23 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(routes::detokenize))
         .route("/health", get(routes::health))
         .route("/ready", get(routes::ready))
-        .route("/metrics", get(routes::metrics))
         .route("/openapi.json", get(openapi::handle))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
-        .with_state(state.clone());
-    let app = match batch {
-        Some(b) => app.merge(sloserve_batch::http::routes(b)),
-        None => app,
+        .with_state(state.clone())
+        // The engine's and the Batch API's metrics.
+        .merge(
+            Router::new()
+                .route("/metrics", get(routes::metrics))
+                .with_state(app.clone()),
+        );
+    let routes = match &app.batch {
+        Some(b) => routes.merge(sloserve_batch::http::routes(b.clone())),
+        None => routes,
     };
-    app.layer(from_fn_with_state(state.clone(), limits::limit_inflight))
+    routes
+        .layer(from_fn_with_state(state.clone(), limits::limit_inflight))
         .layer(from_fn_with_state(state.clone(), body::read_body))
         .layer(axum::middleware::from_fn(body::require_content_type))
         .layer(from_fn_with_state(state.clone(), auth::require_key))
@@ -97,17 +105,19 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// an error, so the process exits non-zero and an orchestrator restarts it.
 pub async fn serve_on(
     listener: TcpListener,
-    state: Arc<AppState>,
+    app: impl Into<App>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let app: App = app.into();
+    let state = app.state.clone();
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    if let Some(b) = state.batch() {
+    if let Some(b) = &app.batch {
         b.start()
             .map_err(|e| anyhow::anyhow!("cannot resume batches: {e}"))?;
     }
     let server = listen::serve(
         listener,
-        router(state.clone()),
+        router(&app),
         state.conn_limits,
         async move {
             let _ = stop_rx.await;
@@ -128,6 +138,10 @@ pub async fn serve_on(
         _ = engine_failed(&state) => {
             tracing::error!("the engine failed and cannot restart; shutting down");
         }
+    }
+    // No new batch lines; those in flight finish in the drain like any request.
+    if let Some(b) = &app.batch {
+        b.stop_feeding();
     }
     let all = shutdown::drain(&state).await;
     let _ = stop_tx.send(());
@@ -165,7 +179,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     sloserve_model::set_compute_threads(args.threads);
-    let state = AppState::load(&args)?;
+    let app = App::load(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sloserve-http")
@@ -178,10 +192,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("cannot listen on {}:{}", args.host, args.port))?;
         tracing::info!(
             addr = %listener.local_addr()?,
-            model = %state.model_name,
+            model = %app.state.model_name,
             "sloserve serve: listening (OpenAI-compatible API at /v1)"
         );
-        serve_on(listener, state, shutdown::signal()).await
+        serve_on(listener, app, shutdown::signal()).await
     })
 }
 
@@ -220,13 +234,15 @@ impl ServerHandle {
     }
 }
 
-/// Starts serving `state` on `host:port` (port 0: a free one) in the current
-/// runtime.
-pub async fn spawn(state: Arc<AppState>, host: &str, port: u16) -> anyhow::Result<ServerHandle> {
+/// Starts serving `app` (a state alone: no Batch API) on `host:port` (port 0: a
+/// free one) in the current runtime.
+pub async fn spawn(app: impl Into<App>, host: &str, port: u16) -> anyhow::Result<ServerHandle> {
+    let app: App = app.into();
+    let state = app.state.clone();
     let listener = TcpListener::bind((host, port)).await?;
     let addr = listener.local_addr()?;
     let (tx, rx) = oneshot::channel::<()>();
-    let task = tokio::spawn(serve_on(listener, state.clone(), async move {
+    let task = tokio::spawn(serve_on(listener, app, async move {
         let _ = rx.await;
     }));
     Ok(ServerHandle {

@@ -172,9 +172,9 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
-pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
-    let mut text = state.metrics.render(&state.engine.stats());
-    if let Some(b) = state.batch() {
+pub async fn metrics(State(app): State<crate::App>) -> Response {
+    let mut text = app.state.metrics.render(&app.state.engine.stats());
+    if let Some(b) = &app.batch {
         b.counters().render(b.files(), &mut text);
     }
     (

@@ -4,12 +4,11 @@
 //! encoding, token ids). The engine request itself is built in [`crate::ingress`].
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use sloserve_api::ApiError;
-use sloserve_batch::BatchService;
 use sloserve_engine::{EngineConfig, EngineHandle, ModelRunner};
 use sloserve_model::chat_template::ChatTemplate;
 use sloserve_model::tokenizer::Tokenizer;
@@ -38,8 +37,6 @@ pub struct AppState {
     pub max_body_bytes: usize,
     pub shutdown_timeout: Duration,
     pub metrics: Metrics,
-    /// The Batch API (absent with `--no-batch-api`).
-    batch: OnceLock<Arc<BatchService>>,
     /// API keys (`--api-key`); empty: open.
     pub api_keys: ApiKeys,
     /// Whose requests share cached prompt blocks.
@@ -78,16 +75,7 @@ impl AppState {
             secs = format!("{:.2}", t0.elapsed().as_secs_f64()),
             "model loaded"
         );
-        let state = Self::from_model(args, model, cfg)?;
-        if let Some(b) = crate::batch::open(&args.batch, &state)? {
-            let _ = state.batch.set(b);
-        }
-        Ok(state)
-    }
-
-    /// The Batch API, when served.
-    pub fn batch(&self) -> Option<&Arc<BatchService>> {
-        self.batch.get()
+        Self::from_model(args, model, cfg)
     }
 
     pub fn from_model(
@@ -144,7 +132,6 @@ impl AppState {
             created: unix_now(),
             max_body_bytes: args.max_body_bytes,
             shutdown_timeout: args.shutdown_timeout(),
-            batch: OnceLock::new(),
             api_keys: ApiKeys::new(g.api_keys.clone(), g.metrics_require_key),
             cache_scope: g.prefix_cache_scope(),
             inflight_limit: InflightLimit::new(g.max_inflight_requests),
@@ -175,9 +162,6 @@ impl AppState {
     /// finishes what it has.
     pub fn begin_drain(&self) {
         self.draining.store(true, Ordering::Release);
-        if let Some(b) = self.batch() {
-            b.stop_feeding();
-        }
         self.engine.shutdown();
     }
 

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 #[allow(unused_imports)]
 pub use http::{get, metric, metric_sum, post, request, send, test_args, Resp, Streaming};
 use sloserve_router::{RouterConfig, RouterState};
-use sloserve_server::{AppState, ServeArgs};
+use sloserve_server::ServeArgs;
 
 /// A real `sloserve serve` replica on loopback.
 pub struct Replica {
@@ -36,11 +36,11 @@ impl Replica {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let state = AppState::load(&args).expect("load the model");
+                let app = sloserve_server::App::load(&args).expect("load the model");
                 // A port just freed by a killed replica may take a moment to bind.
                 let mut tries = 0;
                 let h = loop {
-                    match sloserve_server::spawn(state.clone(), "127.0.0.1", port).await {
+                    match sloserve_server::spawn(app.clone(), "127.0.0.1", port).await {
                         Ok(h) => break h,
                         Err(e) if tries < 50 => {
                             tries += 1;

@@ -10,7 +10,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use sloserve_server::{AppState, ServeArgs};
+use sloserve_server::{App, AppState, ServeArgs};
 
 pub fn model_path() -> PathBuf {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -57,13 +57,13 @@ pub fn temp_data_dir() -> PathBuf {
 
 impl TestServer {
     pub fn start(args: ServeArgs) -> TestServer {
-        Self::start_with(args, |a| AppState::load(a).expect("load the model"))
+        Self::start_with(args, |a| App::load(a).expect("load the model"))
     }
 
     /// A server over the state `make` builds (e.g. with a wrapped runner).
-    pub fn start_with(
+    pub fn start_with<A: Into<App>>(
         args: ServeArgs,
-        make: impl FnOnce(&ServeArgs) -> Arc<AppState> + Send + 'static,
+        make: impl FnOnce(&ServeArgs) -> A + Send + 'static,
     ) -> TestServer {
         let (tx, rx) = mpsc::channel();
         let (done_tx, done_rx) = mpsc::channel();
@@ -74,8 +74,9 @@ impl TestServer {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let state = make(&args);
-                let mut h = sloserve_server::spawn(state.clone(), "127.0.0.1", 0)
+                let app: App = make(&args).into();
+                let state = app.state.clone();
+                let mut h = sloserve_server::spawn(app, "127.0.0.1", 0)
                     .await
                     .unwrap();
                 let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
