@@ -115,14 +115,9 @@ pub async fn serve_on(
         b.start()
             .map_err(|e| anyhow::anyhow!("cannot resume batches: {e}"))?;
     }
-    let server = listen::serve(
-        listener,
-        router(&app),
-        state.conn_limits,
-        async move {
-            let _ = stop_rx.await;
-        },
-    );
+    let server = listen::serve(listener, router(&app), state.conn_limits, async move {
+        let _ = stop_rx.await;
+    });
     let mut task = tokio::spawn(async move {
         server.await;
         Ok::<(), anyhow::Error>(())

@@ -142,9 +142,8 @@ fn run_batch(srv: &TestServer, endpoint: &str, lines: &[String]) -> Value {
     let f = upload(srv, Some("batch"), Some(text.as_bytes()));
     assert_eq!(f.status, 200, "{}", f.text());
     let fid = f.json()["id"].as_str().unwrap().to_string();
-    let create = format!(
-        r#"{{"input_file_id":"{fid}","endpoint":"{endpoint}","completion_window":"24h"}}"#
-    );
+    let create =
+        format!(r#"{{"input_file_id":"{fid}","endpoint":"{endpoint}","completion_window":"24h"}}"#);
     let b = request(srv.addr, "POST", "/v1/batches", &[], create.as_bytes()).json();
     let bid = b["id"].as_str().expect("a batch id").to_string();
     for _ in 0..600 {

@@ -76,9 +76,7 @@ impl TestServer {
             rt.block_on(async move {
                 let app: App = make(&args).into();
                 let state = app.state.clone();
-                let mut h = sloserve_server::spawn(app, "127.0.0.1", 0)
-                    .await
-                    .unwrap();
+                let mut h = sloserve_server::spawn(app, "127.0.0.1", 0).await.unwrap();
                 let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
                 tx.send((h.addr, state, stop_tx)).unwrap();
                 // Until told to stop, or the server stopped by itself.
