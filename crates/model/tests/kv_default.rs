@@ -4,31 +4,16 @@
 //! the file, as with a small pool asked for. One test in this file, so the process
 //! measures one load only.
 
+mod common;
+
+use common::{qwen05_path, status_kb};
 use sloserve_engine::ModelRunner;
 use sloserve_model::memory_plan::{DEFAULT_KV_MAX, DEFAULT_KV_MIN, MARGIN_BYTES};
 use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
-fn status_kb(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let line = s
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("a number of kB")
-}
-
 #[test]
 fn the_default_pool_comes_from_available_memory_and_is_not_resident() {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make model-qwen0.5b`",
-        path.display()
-    );
+    let path = qwen05_path();
     let file = std::fs::metadata(&path).unwrap().len() as f64;
     let available = sloserve_model::memory_plan::mem_available().expect("/proc/meminfo") as f64;
     let opts = RunnerOptions {

@@ -3,29 +3,14 @@
 //! 1.15x the file plus the KV cache asked for plus 300 MB, in fast precision. One
 //! test in this file, so the process measures one load only.
 
-use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
+mod common;
 
-fn status_kb(field: &str) -> u64 {
-    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    let line = s
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("a number of kB")
-}
+use common::{qwen05_path, status_kb};
+use sloserve_model::{LlamaRunner, Precision, RunnerOptions};
 
 #[test]
 fn resident_memory_after_load_is_about_the_file() {
-    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    assert!(
-        path.exists(),
-        "{} is missing: run `make model-qwen0.5b`",
-        path.display()
-    );
+    let path = qwen05_path();
     let file = std::fs::metadata(&path).unwrap().len() as f64;
     let kv = 64u64 << 20;
     let opts = RunnerOptions {

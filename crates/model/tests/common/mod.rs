@@ -210,3 +210,16 @@ pub fn load_qwen05(precision: Precision) -> LlamaRunner {
     };
     LlamaRunner::load(qwen05_path(), &opts).expect("load Qwen2.5-Coder 0.5B")
 }
+
+/// A `/proc/self/status` field in kB (`VmRSS:`, `VmHWM:`), for the memory tests.
+pub fn status_kb(field: &str) -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let line = s
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("{field} in /proc/self/status"));
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("a number of kB")
+}
