@@ -251,6 +251,8 @@ macro_rules! knobs {
 
         impl $name {
             /// The fields a `serve` flag sets, as declared.
+            // Fields without a flag push nothing: no `vec![]` literal fits.
+            #[allow(clippy::vec_init_then_push)]
             pub fn knobs() -> Vec<$crate::knobs::Knob> {
                 let mut v = Vec::new();
                 $( $crate::knob_push!(v, [$($doc),*], $field, $ty, $default $(, $flag $(, $how)?)?); )*

@@ -55,7 +55,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
     // 2 for 6-bit.
     let run = match w.qmax {
         ..=15 => 8,
-        ..=31 => 4,
+        16..=31 => 4,
         _ => 2,
     };
     for half in 0..2 {
