@@ -223,3 +223,66 @@ pub fn status_kb(field: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .expect("a number of kB")
 }
+
+/// One load of the 0.5B measured from `/proc/self/status` (the memory tests: one
+/// per test binary, so the process measures that load only).
+pub struct MeasuredLoad {
+    pub runner: LlamaRunner,
+    /// The file's bytes.
+    pub file: f64,
+    /// Resident bytes after load, and the peak during it.
+    pub rss: f64,
+    pub peak: f64,
+    /// Issue #29's bound: 1.15 x the file + the KV cache asked for + 300 MB.
+    pub bound: f64,
+}
+
+pub fn load_qwen05_measured(precision: Precision, kv: usize) -> MeasuredLoad {
+    let path = qwen05_path();
+    let file = std::fs::metadata(&path).unwrap().len() as f64;
+    let opts = RunnerOptions {
+        precision,
+        kv_cache_memory: Some(kv),
+        ..Default::default()
+    };
+    let before = status_kb("VmRSS:") as f64 * 1024.0;
+    let runner = LlamaRunner::load(&path, &opts).expect("load the 0.5B");
+    let m = MeasuredLoad {
+        file,
+        rss: status_kb("VmRSS:") as f64 * 1024.0,
+        peak: status_kb("VmHWM:") as f64 * 1024.0,
+        bound: 1.15 * file + kv as f64 + 300e6,
+        runner,
+    };
+    let held = m.runner.model().held_bytes();
+    let mb = |b: f64| b / 1e6;
+    println!(
+        "{precision:?}: file {:.0} MB; held {held:?} = {:.0} MB; RSS before {:.0}, after {:.0}, peak {:.0} MB; bound {:.0} MB",
+        mb(file),
+        mb(held.total() as f64),
+        mb(before),
+        mb(m.rss),
+        mb(m.peak),
+        mb(m.bound)
+    );
+    m
+}
+
+impl MeasuredLoad {
+    /// Resident memory after load and its peak during load within the bound.
+    pub fn assert_within_bound(&self) {
+        let mb = |b: f64| b / 1e6;
+        assert!(
+            self.rss <= self.bound,
+            "resident {:.0} MB > {:.0} MB",
+            mb(self.rss),
+            mb(self.bound)
+        );
+        assert!(
+            self.peak <= self.bound,
+            "peak {:.0} MB > {:.0} MB",
+            mb(self.peak),
+            mb(self.bound)
+        );
+    }
+}
