@@ -62,10 +62,11 @@ impl MemoryPlan {
             .values()
             .map(|t| t.shape.elem_count() as f64 * held_bytes_per_weight(t.ggml_dtype, precision))
             .sum::<f64>() as u64;
+        let available = mem_available();
         Self::decide(
             weights,
             kv_asked.map(|b| b as u64),
-            mem_available(),
+            available,
             |fit_mb| ModelError::DoesNotFit {
                 path: file.path.clone(),
                 precision: format!("{precision:?} precision").to_lowercase(),
@@ -77,7 +78,7 @@ impl MemoryPlan {
                         DEFAULT_KV_MIN / 1_000_000
                     ),
                 },
-                available_mb: mem_available().unwrap_or(0) / 1_000_000,
+                available_mb: available.unwrap_or(0) / 1_000_000,
                 fit_mb,
             },
         )
