@@ -157,7 +157,7 @@ impl EngineCore {
             .with_prompt(&req.prompt)
             .with_constraint(req.constraint.map(|c| c.matcher()));
         let (salt, deadline) = (req.cache_salt, req.deadline);
-        let mut seq = Sequence::new(
+        Sequence::new(
             id,
             admitted.class,
             admitted.targets,
@@ -168,11 +168,10 @@ impl EngineCore {
             tx,
             arrival,
             self.sched.new_block_table(),
-        );
-        seq.cache_salt = salt;
-        seq.deadline = deadline;
-        seq.refuse_ttft_ms = admitted.refuse_ttft_ms;
-        seq
+        )
+        .with_cache_salt(salt)
+        .with_deadline(deadline)
+        .with_refuse_ttft_ms(admitted.refuse_ttft_ms)
     }
 
     pub fn add(&mut self, seq: Sequence) {

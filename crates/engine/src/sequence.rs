@@ -9,63 +9,68 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::block_pool::BlockTable;
 use crate::event::{Event, FinishInfo, FinishReason, RequestTimings, SloReport};
+use crate::prefix_cache::PrefixCache;
 use crate::request::{SloClass, SloTargets, StopConditions};
 use crate::sampler::Sampler;
-use crate::speculate::Acceptance;
-use crate::stats::SloAttainment;
+use crate::speculate::{self, Acceptance, NgramParams};
+use crate::stats::{Counters, SloAttainment};
 
+/// Every field is private: the scheduler reads them through the accessors below
+/// and changes them only through the named methods, each keeping its invariant
+/// (`scheduled` is `1 + draft.len()` for a row with a draft, `num_computed` never
+/// passes the tokens, the blocks offered to the prefix cache are full and computed).
 pub(crate) struct Sequence {
-    pub id: u64,
+    id: u64,
     /// Resolved class (the default when the request named none or classes are off).
-    pub class: SloClass,
+    class: SloClass,
     /// Resolved latency targets (none for batch).
-    pub targets: SloTargets,
+    targets: SloTargets,
     /// The step this sequence last ran in (or was admitted in): batch rows left
     /// out of steps rotate by it.
-    pub last_run_step: u64,
+    last_run_step: u64,
     /// A batch request admitted by aging (it waited `batch_aging_ms` while no batch
     /// sequence ran): scheduled as interactive.
-    pub promoted: bool,
+    promoted: bool,
     /// Prompt then generated tokens.
-    pub tokens: Vec<u32>,
-    pub prompt_len: usize,
+    tokens: Vec<u32>,
+    prompt_len: usize,
     /// Leading tokens whose KV is in the sequence's blocks.
-    pub num_computed: usize,
-    pub blocks: BlockTable,
+    num_computed: usize,
+    blocks: BlockTable,
     /// Leading full blocks already offered to the prefix cache.
-    pub num_cache_inserted: usize,
-    pub sampler: Sampler,
-    pub want_logprobs: bool,
-    pub stop: StopConditions,
+    num_cache_inserted: usize,
+    sampler: Sampler,
+    want_logprobs: bool,
+    stop: StopConditions,
     /// Stop with `Length` at this many tokens (prompt + max_tokens, capped by the
     /// model's context length).
-    pub max_len: usize,
-    pub tx: UnboundedSender<Event>,
-    pub timings: RequestTimings,
-    pub cached_prompt_tokens: usize,
+    max_len: usize,
+    tx: UnboundedSender<Event>,
+    timings: RequestTimings,
+    cached_prompt_tokens: usize,
     /// Which prefix-cache trie it reads and feeds (0: the shared one).
-    pub cache_salt: u64,
+    cache_salt: u64,
     /// The client's own deadline, from arrival (`Request::deadline`): a batch
     /// sequence still waiting to start when it passes finishes `TimedOut`.
-    pub deadline: Option<std::time::Duration>,
+    deadline: Option<std::time::Duration>,
     /// The TTFT target it is shed for when still waiting (its own; see
     /// `Admitted::refuse_ttft_ms`).
-    pub refuse_ttft_ms: Option<f64>,
-    /// Where it is in its life (private: the transitions check their precondition).
+    refuse_ttft_ms: Option<f64>,
+    /// Where it is in its life (the transitions check their precondition).
     state: SeqState,
     /// Order of its latest admission to the running set ("most recently started").
-    pub start_order: u64,
+    start_order: u64,
     /// Tokens planned for the current step (0: not scheduled); a verification
     /// row's count includes its draft.
-    pub scheduled: usize,
+    scheduled: usize,
     /// The speculative draft planned after the newest token this step (empty:
     /// none); cleared when the step's results come back.
-    pub draft: Vec<u32>,
+    draft: Vec<u32>,
     /// How many leading tokens of `draft` the grammar forces (fast-forward); the
     /// rest is an n-gram draft.
-    pub forced: usize,
+    forced: usize,
     /// How often its drafts are accepted.
-    pub acceptance: Acceptance,
+    acceptance: Acceptance,
 }
 
 /// A sequence's lifecycle:
@@ -158,6 +163,130 @@ impl Sequence {
         }
     }
 
+    /// Feeds and reads the prefix-cache trie of `salt` (0: the shared one).
+    pub fn with_cache_salt(mut self, salt: u64) -> Self {
+        self.cache_salt = salt;
+        self
+    }
+
+    /// The client's own deadline, from arrival.
+    pub fn with_deadline(mut self, deadline: Option<std::time::Duration>) -> Self {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The TTFT target it is shed for while still waiting.
+    pub fn with_refuse_ttft_ms(mut self, ms: Option<f64>) -> Self {
+        self.refuse_ttft_ms = ms;
+        self
+    }
+
+    #[inline]
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Resolved class (the default when the request named none or classes are off).
+    #[inline]
+    pub fn class(&self) -> SloClass {
+        self.class
+    }
+
+    /// Resolved latency targets (none for batch).
+    #[inline]
+    pub fn targets(&self) -> &SloTargets {
+        &self.targets
+    }
+
+    /// Prompt then generated tokens.
+    #[inline]
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    #[inline]
+    pub fn prompt_len(&self) -> usize {
+        self.prompt_len
+    }
+
+    /// Leading tokens whose KV is in its blocks.
+    #[inline]
+    pub fn num_computed(&self) -> usize {
+        self.num_computed
+    }
+
+    #[inline]
+    pub fn blocks(&self) -> &BlockTable {
+        &self.blocks
+    }
+
+    /// Stop with `Length` at this many tokens (prompt + max_tokens, capped by the
+    /// model's context length).
+    #[inline]
+    pub fn max_len(&self) -> usize {
+        self.max_len
+    }
+
+    #[inline]
+    pub fn timings(&self) -> &RequestTimings {
+        &self.timings
+    }
+
+    /// The client's own deadline, from arrival.
+    #[inline]
+    pub fn deadline(&self) -> Option<std::time::Duration> {
+        self.deadline
+    }
+
+    /// The TTFT target it is shed for while still waiting.
+    #[inline]
+    pub fn refuse_ttft_ms(&self) -> Option<f64> {
+        self.refuse_ttft_ms
+    }
+
+    /// Promoted by aging (a batch request scheduled as interactive).
+    #[cfg(test)]
+    pub fn is_promoted(&self) -> bool {
+        self.promoted
+    }
+
+    /// The step it last ran in (or was admitted in).
+    #[inline]
+    pub fn last_run_step(&self) -> u64 {
+        self.last_run_step
+    }
+
+    /// Order of its latest admission to the running set.
+    #[inline]
+    pub fn start_order(&self) -> u64 {
+        self.start_order
+    }
+
+    /// Tokens planned for the current step (0: not scheduled), a verification
+    /// row's draft included.
+    #[inline]
+    pub fn scheduled(&self) -> usize {
+        self.scheduled
+    }
+
+    /// The speculative draft planned after the newest token this step (empty: none).
+    #[inline]
+    pub fn draft(&self) -> &[u32] {
+        &self.draft
+    }
+
+    /// How many leading tokens of the draft the grammar forces.
+    #[inline]
+    pub fn num_forced(&self) -> usize {
+        self.forced
+    }
+
+    /// How often its drafts are accepted.
+    #[inline]
+    pub fn acceptance(&self) -> &Acceptance {
+        &self.acceptance
+    }
+
     #[cfg(test)]
     pub fn state(&self) -> &SeqState {
         &self.state
@@ -183,8 +312,10 @@ impl Sequence {
         self.state != SeqState::Waiting
     }
 
-    /// Waiting or Requeued -> Running; true on its first admission.
-    pub fn admit(&mut self) -> bool {
+    /// Waiting or Requeued -> Running; true on its first admission, which
+    /// records `cached` prompt tokens as served by the prefix cache (what its
+    /// `Finished` reports; a readmission's hits are recomputation saved, not that).
+    pub fn admit(&mut self, cached: usize) -> bool {
         debug_assert!(
             matches!(self.state, SeqState::Waiting | SeqState::Requeued),
             "seq {}: admitted from {:?}",
@@ -193,7 +324,18 @@ impl Sequence {
         );
         let first = self.state == SeqState::Waiting;
         self.state = SeqState::Running;
+        if first {
+            self.cached_prompt_tokens = cached;
+        }
         first
+    }
+
+    /// The bookkeeping of an admission to the running set: the `order`-th start,
+    /// in step `step`; `aged` promotes it (a promotion lasts).
+    pub fn mark_started(&mut self, step: u64, order: u64, aged: bool) {
+        self.promoted |= aged;
+        self.last_run_step = step;
+        self.start_order = order;
     }
 
     /// Running -> Preempted: its KV is freed (generated tokens and sampler kept).
@@ -285,6 +427,182 @@ impl Sequence {
         self.forced = 0;
     }
 
+    /// Takes references on the longest prefix of its tokens that `cache` holds
+    /// (leaving at least one token to compute) as its leading blocks, computed and
+    /// already offered to the cache; returns the matched token count.
+    pub fn lock_cached_prefix(&mut self, cache: &mut PrefixCache, block_size: usize) -> usize {
+        let len = self.tokens.len();
+        let blocks = cache.match_prefix_salted(self.cache_salt, &self.tokens[..len - 1]);
+        cache.lock(&blocks, &mut self.blocks);
+        let matched = blocks.len() * block_size;
+        self.num_computed = matched;
+        self.num_cache_inserted = blocks.len();
+        matched
+    }
+
+    /// Offers its newly full computed blocks to `cache`.
+    pub fn cache_full_blocks(&mut self, cache: &mut PrefixCache, block_size: usize) {
+        let full = self.num_computed / block_size;
+        if full > self.num_cache_inserted {
+            cache.insert_salted(
+                self.cache_salt,
+                &self.tokens[..self.num_computed],
+                &mut self.blocks,
+            );
+            self.num_cache_inserted = full;
+        }
+    }
+
+    /// Appends `n` fresh blocks from the pool; `None` if it ran out first (the
+    /// blocks taken so far stay).
+    #[must_use]
+    pub fn push_new_blocks(&mut self, n: usize) -> Option<()> {
+        for _ in 0..n {
+            self.blocks.push_new()?;
+        }
+        Some(())
+    }
+
+    /// Releases its blocks past the first `n` (KV written past its accepted
+    /// tokens: a rejected speculative draft).
+    pub fn release_blocks_past(&mut self, n: usize) {
+        self.blocks.truncate(n);
+    }
+
+    /// The next `n` tokens' KV was written (the step that ran them came back).
+    #[inline]
+    pub fn advance_computed(&mut self, n: usize) {
+        self.num_computed += n;
+        debug_assert!(
+            self.num_computed <= self.tokens.len(),
+            "seq {}: computed past its tokens",
+            self.id
+        );
+    }
+
+    /// Plans `n` tokens of it for the current step (their blocks taken).
+    #[inline]
+    pub fn plan_tokens(&mut self, n: usize) {
+        self.scheduled = n;
+    }
+
+    /// The step's results came back: nothing is planned for it.
+    #[inline]
+    pub fn clear_scheduled(&mut self) {
+        self.scheduled = 0;
+    }
+
+    /// A step planned with it is built: it ran (first) at `now`, in step `step`.
+    #[inline]
+    pub fn mark_scheduled(&mut self, now: Instant, step: u64) {
+        self.timings.first_scheduled.get_or_insert(now);
+        self.last_run_step = step;
+    }
+
+    /// Charges it `d` of a step's machine time (its share by tokens).
+    #[inline]
+    pub fn charge_engine_time(&mut self, d: std::time::Duration) {
+        self.timings.engine_time += d;
+    }
+
+    /// The tokens its grammar forces next (a query: the matcher is not
+    /// advanced); `None` without a grammar.
+    pub fn grammar_forced_tokens(&mut self) -> Option<Vec<u32>> {
+        self.sampler.constraint_mut().map(|m| m.forced_tokens())
+    }
+
+    /// Makes `forced` (tokens its grammar forces) its draft: the decode row
+    /// planned for its one token grows to `1 + forced.len()` tokens.
+    pub fn force_draft(&mut self, forced: &[u32]) {
+        debug_assert!(
+            self.scheduled == 1 && self.draft.is_empty(),
+            "seq {}: forced tokens join a one-token decode row",
+            self.id
+        );
+        self.scheduled = 1 + forced.len();
+        self.draft.extend_from_slice(forced);
+        self.forced = forced.len();
+    }
+
+    /// Appends the n-gram draft `p` finds after its tokens and its draft so far
+    /// (the forced tokens) to its draft, as candidates until [`Self::keep_draft`]
+    /// (`scratch`: the lookup's buffer).
+    pub fn extend_ngram_draft(&mut self, p: &NgramParams, scratch: &mut Vec<u32>) {
+        let mark = self.tokens.len();
+        self.tokens.extend_from_slice(&self.draft);
+        speculate::draft(&self.tokens, p, scratch);
+        self.tokens.truncate(mark);
+        self.draft.extend_from_slice(scratch);
+    }
+
+    /// Keeps the first `len` tokens of its draft (at least the forced ones) and
+    /// plans them after its newest token.
+    pub fn keep_draft(&mut self, len: usize) {
+        debug_assert!(
+            self.forced <= len && len <= self.draft.len(),
+            "seq {}: keeps {len} of a {}-token draft",
+            self.id,
+            self.draft.len()
+        );
+        self.draft.truncate(len);
+        self.scheduled = 1 + self.draft.len();
+    }
+
+    /// Takes its draft to verify, with how many leading tokens are forced (give
+    /// the buffer back with [`Self::return_draft_buffer`]).
+    pub fn take_draft(&mut self) -> (Vec<u32>, usize) {
+        (
+            std::mem::take(&mut self.draft),
+            std::mem::take(&mut self.forced),
+        )
+    }
+
+    /// Takes back a verified draft's buffer, emptied, for its next draft.
+    pub fn return_draft_buffer(&mut self, mut draft: Vec<u32>) {
+        draft.clear();
+        self.draft = draft;
+    }
+
+    /// A step without an n-gram draft (none found, or not worth it).
+    pub fn relax_acceptance(&mut self) {
+        self.acceptance.relax();
+    }
+
+    /// A verification accepted `accepted` of `drafted` n-gram draft tokens.
+    pub fn observe_acceptance(&mut self, drafted: usize, accepted: usize) {
+        self.acceptance.observe(drafted, accepted);
+    }
+
+    /// Samples its next token from `row` with its own sampler, appends and sends
+    /// it, and finishes on a stop (the grammar's end, a stop token, its length)
+    /// or a closed stream. Returns whether it goes on.
+    pub fn emit(&mut self, row: &[f32], t: Instant, c: &mut Counters) -> bool {
+        let sampled = self.sampler.sample_lean(row);
+        if let Some(d) = self.sampler.last_mask_time() {
+            c.mask_times.observe(d);
+        }
+        let id = sampled.id;
+        self.tokens.push(id);
+        self.timings.on_token(t);
+        c.generation_tokens += 1;
+        let ev = Event::Token {
+            id,
+            logprob: self.want_logprobs.then_some(sampled.logprob),
+            top_logprobs: sampled.top_logprobs,
+            time: t,
+        };
+        if self.tx.send(ev).is_err() {
+            self.finish(FinishReason::Cancelled);
+        } else if let Some(end) = self.sampler.constraint_end() {
+            self.finish(end);
+        } else if self.stop.is_stop_token(id) {
+            self.finish(FinishReason::Stop);
+        } else if self.num_generated() >= self.max_tokens() || self.tokens.len() >= self.max_len {
+            self.finish(FinishReason::Length);
+        }
+        self.finish_reason().is_none()
+    }
+
     /// Tokens this step is expected to emit for it: the forced draft tokens (the
     /// grammar allows only them), then the newest token's sample and each n-gram
     /// draft token accepted (`1 + a + ... + a^k`).
@@ -346,7 +664,7 @@ mod tests {
         let pool = BlockPool::new(8, 4);
         let (mut s, _rx) = seq(&pool);
         assert_eq!((s.phase(), s.has_started()), (Phase::Waiting, false));
-        assert!(s.admit(), "first admission");
+        assert!(s.admit(0), "first admission");
         assert_eq!(s.phase(), Phase::Prefilling { done: 0, of: 3 });
         s.num_computed = 3;
         s.tokens.push(9);
@@ -360,7 +678,7 @@ mod tests {
         assert!(!s.is_active() && s.is_preempted());
         s.requeue();
         assert_eq!((s.state(), s.has_started()), (&SeqState::Requeued, true));
-        assert!(!s.admit(), "a readmission");
+        assert!(!s.admit(0), "a readmission");
         assert_eq!(s.phase(), Phase::Prefilling { done: 0, of: 4 });
         s.finish(FinishReason::Stop);
         s.finish(FinishReason::Cancelled);
@@ -378,7 +696,7 @@ mod tests {
     fn a_transition_from_the_wrong_state_is_caught() {
         let pool = BlockPool::new(8, 4);
         let (mut s, _rx) = seq(&pool);
-        s.admit();
-        s.admit();
+        s.admit(0);
+        s.admit(0);
     }
 }

@@ -14,12 +14,12 @@ impl Scheduler {
     /// `batch_aging_ms` and no batch sequence is running to make progress.
     fn is_aged(&self, s: &Sequence, now: Instant) -> bool {
         self.cfg.slo_classes
-            && now.saturating_duration_since(s.timings.arrival)
+            && now.saturating_duration_since(s.timings().arrival)
                 >= Duration::from_millis(self.cfg.batch_aging_ms)
             && !self
                 .running
                 .iter()
-                .any(|r| r.class == SloClass::Batch && r.is_active())
+                .any(|r| r.class() == SloClass::Batch && r.is_active())
     }
 
     /// The queue to admit from next, and whether its head is an aged batch request.
@@ -33,7 +33,7 @@ impl Scheduler {
             (Some(_), None) => Some((SloClass::Interactive, false)),
             (None, Some(b)) => Some((SloClass::Batch, self.is_aged(b, now))),
             (Some(i), Some(b)) => {
-                if self.is_aged(b, now) && b.timings.arrival <= i.timings.arrival {
+                if self.is_aged(b, now) && b.timings().arrival <= i.timings().arrival {
                     Some((SloClass::Batch, true))
                 } else {
                     Some((SloClass::Interactive, false))
@@ -73,14 +73,14 @@ impl Scheduler {
                 .min(budget.remaining());
             if rank == SloClass::Batch {
                 // Not running yet: it competes as if last run when it arrived.
-                n = self.fit_batch_prefill(s.num_computed, n, self.step, budget);
+                n = self.fit_batch_prefill(s.num_computed(), n, self.step, budget);
                 if n == 0 {
                     s.reset_kv();
                     self.waiting[q].push_front(s);
                     return;
                 }
             }
-            let need = self.pool.blocks_for(s.num_computed + n) - s.blocks.len();
+            let need = self.pool.blocks_for(s.num_computed() + n) - s.blocks().len();
             let reserve = if self.num_active() == 0 {
                 0
             } else {
@@ -111,33 +111,24 @@ impl Scheduler {
         let Some(cache) = &mut self.cache else {
             return 0;
         };
-        let len = s.tokens.len();
-        let blocks = cache.match_prefix_salted(s.cache_salt, &s.tokens[..len - 1]);
-        cache.lock(&blocks, &mut s.blocks);
-        let matched = blocks.len() * self.pool.block_size();
-        s.num_computed = matched;
-        s.num_cache_inserted = blocks.len();
-        matched
+        s.lock_cached_prefix(cache, self.pool.block_size())
     }
 
     /// Moves an admitted sequence to the running set, with its bookkeeping.
     fn start(&mut self, mut s: Sequence, aged: bool, matched: usize, now: Instant) {
         let c = &mut self.counters;
-        c.prefix_cache_queried_tokens += s.tokens.len() as u64;
+        c.prefix_cache_queried_tokens += s.tokens().len() as u64;
         c.prefix_cache_hit_tokens += matched as u64;
-        if !s.admit() {
-            c.recomputed_tokens += (s.tokens.len() - matched) as u64;
+        if !s.admit(matched) {
+            c.recomputed_tokens += (s.tokens().len() - matched) as u64;
         } else {
-            s.cached_prompt_tokens = matched;
             c.requests_started += 1;
             c.prompt_tokens_cached += matched as u64;
-            c.prompt_tokens_computed += (s.prompt_len - matched) as u64;
-            self.released[s.class].record(&s, Some(now));
+            c.prompt_tokens_computed += (s.prompt_len() - matched) as u64;
+            self.released[s.class()].record(&s, Some(now));
         }
-        s.promoted |= aged;
-        s.last_run_step = self.step;
         self.next_start += 1;
-        s.start_order = self.next_start;
+        s.mark_started(self.step, self.next_start, aged);
         self.running.push(s);
     }
 }

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::Scheduler;
-use crate::event::{Event, FinishReason};
+use crate::event::FinishReason;
 use crate::request::SloClass;
 use crate::runner::{Batch, Logits};
 use crate::sequence::Sequence;
@@ -31,7 +31,7 @@ impl Scheduler {
         for k in 0..self.step_seqs.len() {
             let (entry, i) = (batch.seqs[k], self.step_seqs[k]);
             let s = &mut self.running[i];
-            s.scheduled = 0;
+            s.clear_scheduled();
             if entry.num_logits > 1 {
                 out.decode_tokens += 1;
                 self.verify(i, logits, row, t);
@@ -44,10 +44,10 @@ impl Scheduler {
             } else {
                 out.prefill_tokens += entry.num_tokens;
             }
-            s.num_computed += entry.num_tokens;
+            s.advance_computed(entry.num_tokens);
             self.cache_full_blocks(i);
             if entry.want_logits() {
-                emit(&mut self.running[i], logits.row(row), t, &mut self.counters);
+                self.running[i].emit(logits.row(row), t, &mut self.counters);
                 row += 1;
             }
         }
@@ -61,12 +61,7 @@ impl Scheduler {
         let Some(cache) = &mut self.cache else {
             return;
         };
-        let s = &mut self.running[i];
-        let full = s.num_computed / self.pool.block_size();
-        if full > s.num_cache_inserted {
-            cache.insert_salted(s.cache_salt, &s.tokens[..s.num_computed], &mut s.blocks);
-            s.num_cache_inserted = full;
-        }
+        self.running[i].cache_full_blocks(cache, self.pool.block_size());
     }
 
     /// Feeds the measured seconds of the step just run into the step-time model,
@@ -75,7 +70,7 @@ impl Scheduler {
         let total = batch.tokens.len().max(1) as f64;
         for (k, &i) in self.step_seqs.iter().enumerate() {
             let share = batch.seqs[k].num_tokens as f64 / total;
-            self.running[i].timings.engine_time += Duration::from_secs_f64(secs * share);
+            self.running[i].charge_engine_time(Duration::from_secs_f64(secs * share));
         }
         let p = &self.planned;
         tracing::trace!(
@@ -110,9 +105,9 @@ impl Scheduler {
     pub(super) fn shed_overdue(&mut self, now: Instant) {
         let adm = &self.cfg.admission;
         let queue_limit = adm.max_queue_wait_s * 2.0;
-        let limit = |s: &Sequence| match (s.class, s.refuse_ttft_ms) {
+        let limit = |s: &Sequence| match (s.class(), s.refuse_ttft_ms()) {
             (SloClass::Batch, _) => (
-                s.deadline.map_or(f64::INFINITY, |d| d.as_secs_f64()),
+                s.deadline().map_or(f64::INFINITY, |d| d.as_secs_f64()),
                 FinishReason::TimedOut,
             ),
             (SloClass::Interactive, Some(ms)) if adm.ttft_reject_factor > 0.0 => {
@@ -124,14 +119,14 @@ impl Scheduler {
         let (counters, released) = (&mut self.counters, &mut self.released);
         for (_, q) in self.waiting.iter_mut() {
             q.retain_mut(|s| {
-                let waited = now.saturating_duration_since(s.timings.arrival);
+                let waited = now.saturating_duration_since(s.timings().arrival);
                 let (limit_s, reason) = limit(s);
                 if s.has_started() || waited.as_secs_f64() <= limit_s {
                     return true;
                 }
-                released[s.class].record(s, None);
+                released[s.class()].record(s, None);
                 count_finish(counters, &reason);
-                s.send_finished(reason, now, &mut counters.slo[s.class]);
+                s.send_finished(reason, now, &mut counters.slo[s.class()]);
                 false
             });
         }
@@ -146,10 +141,10 @@ impl Scheduler {
                     return true;
                 }
                 if !s.has_started() {
-                    released[s.class].record(s, None);
+                    released[s.class()].record(s, None);
                 }
                 counters.requests_cancelled += 1;
-                s.send_finished(FinishReason::Cancelled, now, &mut counters.slo[s.class]);
+                s.send_finished(FinishReason::Cancelled, now, &mut counters.slo[s.class()]);
                 false
             });
         }
@@ -165,22 +160,22 @@ impl Scheduler {
     /// waiting one leaves its queue; either way its stream gets `Finished`. Nothing
     /// if no such sequence is left (it already finished).
     pub fn cancel(&mut self, id: u64, reason: FinishReason, now: Instant) {
-        if let Some(s) = self.running.iter_mut().find(|s| s.id == id) {
+        if let Some(s) = self.running.iter_mut().find(|s| s.id() == id) {
             s.finish(reason);
             self.reap_finished(now);
             return;
         }
         let (counters, released) = (&mut self.counters, &mut self.released);
         for (_, q) in self.waiting.iter_mut() {
-            let Some(k) = q.iter().position(|s| s.id == id) else {
+            let Some(k) = q.iter().position(|s| s.id() == id) else {
                 continue;
             };
             let mut s = q.remove(k).expect("position is in range");
             if !s.has_started() {
-                released[s.class].record(&s, None);
+                released[s.class()].record(&s, None);
             }
             count_finish(counters, &reason);
-            s.send_finished(reason, now, &mut counters.slo[s.class]);
+            s.send_finished(reason, now, &mut counters.slo[s.class()]);
             return;
         }
     }
@@ -193,7 +188,7 @@ impl Scheduler {
                 return true;
             };
             count_finish(c, &reason);
-            s.send_finished(reason, now, &mut c.slo[s.class]);
+            s.send_finished(reason, now, &mut c.slo[s.class()]);
             false
         });
     }
@@ -208,43 +203,13 @@ impl Scheduler {
         for (_, q) in self.waiting.iter_mut() {
             for mut s in q.drain(..) {
                 if !s.has_started() {
-                    released[s.class].record(&s, None);
+                    released[s.class()].record(&s, None);
                 }
                 count_finish(c, &reason);
-                s.send_finished(reason.clone(), now, &mut c.slo[s.class]);
+                s.send_finished(reason.clone(), now, &mut c.slo[s.class()]);
             }
         }
     }
-}
-
-/// Samples `s`'s next token from `row` with its sampler, appends and sends it,
-/// and finishes `s` on a stop (the grammar's end, a stop token, its length) or a
-/// closed stream. Returns whether `s` goes on.
-pub(super) fn emit(s: &mut Sequence, row: &[f32], t: Instant, c: &mut Counters) -> bool {
-    let sampled = s.sampler.sample_lean(row);
-    if let Some(d) = s.sampler.last_mask_time() {
-        c.mask_times.observe(d);
-    }
-    let id = sampled.id;
-    s.tokens.push(id);
-    s.timings.on_token(t);
-    c.generation_tokens += 1;
-    let ev = Event::Token {
-        id,
-        logprob: s.want_logprobs.then_some(sampled.logprob),
-        top_logprobs: sampled.top_logprobs,
-        time: t,
-    };
-    if s.tx.send(ev).is_err() {
-        s.finish(FinishReason::Cancelled);
-    } else if let Some(end) = s.sampler.constraint_end() {
-        s.finish(end);
-    } else if s.stop.is_stop_token(id) {
-        s.finish(FinishReason::Stop);
-    } else if s.num_generated() >= s.max_tokens() || s.tokens.len() >= s.max_len {
-        s.finish(FinishReason::Length);
-    }
-    s.finish_reason().is_none()
 }
 
 /// Counts a finished request by its reason.

@@ -33,23 +33,22 @@ impl Scheduler {
     pub(super) fn plan_forced(&mut self, i: usize, budget: &mut StepBudget) -> usize {
         let max = self.cfg.grammar_max_forced;
         let s = &mut self.running[i];
-        if max == 0 || s.scheduled != 1 || !s.draft.is_empty() || !s.is_decoding() {
+        if max == 0 || s.scheduled() != 1 || !s.draft().is_empty() || !s.is_decoding() {
             return 0;
         }
-        let Some(matcher) = s.sampler.constraint_mut() else {
-            return 0;
-        };
         // The grammar's forced tokens after every sampled token (a query: the
         // matcher is not advanced).
-        let forced = matcher.forced_tokens();
+        let Some(forced) = s.grammar_forced_tokens() else {
+            return 0;
+        };
         if forced.is_empty() {
             return 0;
         }
-        let nc = s.num_computed;
+        let nc = s.num_computed();
         // The row ends before the context length and the last token asked for.
-        let room = s.max_len.saturating_sub(s.tokens.len());
+        let room = s.max_len().saturating_sub(s.tokens().len());
         let left = s.max_tokens().saturating_sub(s.num_generated() + 1);
-        let free_slots = (s.blocks.len() + self.pool.num_free()) * self.pool.block_size();
+        let free_slots = (s.blocks().len() + self.pool.num_free()) * self.pool.block_size();
         let cap = forced
             .len()
             .min(max)
@@ -62,14 +61,10 @@ impl Scheduler {
             return 0;
         }
         let s = &mut self.running[i];
-        let need = self.pool.blocks_for(nc + 1 + k) - s.blocks.len();
-        for _ in 0..need {
-            s.blocks.push_new().expect("free blocks were counted");
-        }
+        let need = self.pool.blocks_for(nc + 1 + k) - s.blocks().len();
+        s.push_new_blocks(need).expect("free blocks were counted");
         budget.take(extra_positions(nc, 1, k));
-        s.scheduled = 1 + k;
-        s.draft.extend_from_slice(&forced[..k]);
-        s.forced = k;
+        s.force_draft(&forced[..k]);
         k
     }
 

@@ -10,7 +10,7 @@ use crate::step_cost::StepShape;
 
 /// The step-budget share of `n` tokens planned for `s` (before they run).
 fn part(s: &Sequence, n: usize) -> StepShape {
-    StepShape::of_seq(n, s.num_computed, s.is_decoding())
+    StepShape::of_seq(n, s.num_computed(), s.is_decoding())
 }
 
 impl Scheduler {
@@ -21,8 +21,8 @@ impl Scheduler {
     /// Blocks `s` lacks to run `n` more tokens.
     fn blocks_needed(&self, s: &Sequence, n: usize) -> usize {
         self.pool
-            .blocks_for(s.num_computed + n)
-            .saturating_sub(s.blocks.len())
+            .blocks_for(s.num_computed() + n)
+            .saturating_sub(s.blocks().len())
     }
 
     /// Makes `n` blocks free, evicting idle cached blocks if needed.
@@ -42,11 +42,9 @@ impl Scheduler {
     pub(super) fn allocate(&mut self, i: usize, n: usize, budget: &mut StepBudget) {
         let need = self.blocks_needed(&self.running[i], n);
         let s = &mut self.running[i];
-        for _ in 0..need {
-            s.blocks.push_new().expect("blocks were ensured free");
-        }
+        s.push_new_blocks(need).expect("blocks were ensured free");
         budget.take(part(s, n));
-        s.scheduled = n;
+        s.plan_tokens(n);
     }
 
     /// Plans `n` tokens of running sequence `i`, preempting for KV memory if needed.
@@ -63,7 +61,7 @@ impl Scheduler {
                 _ if self.num_active() == 1 => {
                     // Alone and the pool cannot hold it: it has hit the KV capacity.
                     tracing::warn!(
-                        seq = self.running[i].id,
+                        seq = self.running[i].id(),
                         "KV cache exhausted by one sequence"
                     );
                     let s = &mut self.running[i];
@@ -96,10 +94,10 @@ impl Scheduler {
 
     pub(super) fn preempt(&mut self, v: usize, budget: &mut StepBudget) {
         let s = &mut self.running[v];
-        if s.scheduled > 0 {
-            budget.give_back(part(s, s.scheduled));
+        if s.scheduled() > 0 {
+            budget.give_back(part(s, s.scheduled()));
         }
-        tracing::debug!(seq = s.id, class = %s.class, phase = ?s.phase(), "preempting");
+        tracing::debug!(seq = s.id(), class = %s.class(), phase = ?s.phase(), "preempting");
         s.preempt();
         self.counters.preemptions += 1;
     }
@@ -129,7 +127,7 @@ impl Scheduler {
         }
         while let Some(mut s) = self.preempt_buf.pop() {
             s.requeue();
-            self.waiting[s.class].push_front(s);
+            self.waiting[s.class()].push_front(s);
         }
     }
 }

@@ -75,9 +75,9 @@ impl QueueExits {
     /// `s` left the queue: by starting at `started` or by ending (`None`).
     pub(super) fn record(&mut self, s: &Sequence, started: Option<Instant>) {
         self.requests += 1;
-        self.prompt_tokens += s.prompt_len;
+        self.prompt_tokens += s.prompt_len();
         if let Some(now) = started {
-            let wait = now.saturating_duration_since(s.timings.arrival);
+            let wait = now.saturating_duration_since(s.timings().arrival);
             self.longest_start_wait_s = self.longest_start_wait_s.max(wait.as_secs_f64());
         }
     }
@@ -170,7 +170,7 @@ impl Scheduler {
 
     /// Queues a new sequence at the back of its class.
     pub fn add(&mut self, seq: Sequence) {
-        self.waiting[seq.class].push_back(seq);
+        self.waiting[seq.class()].push_back(seq);
     }
 
     pub fn has_work(&self) -> bool {
@@ -187,7 +187,7 @@ impl Scheduler {
     /// Ids of every request it holds, running then waiting (for logs).
     pub fn request_ids(&self) -> Vec<u64> {
         let waiting = self.waiting.iter().flat_map(|(_, q)| q.iter());
-        self.running.iter().chain(waiting).map(|s| s.id).collect()
+        self.running.iter().chain(waiting).map(|s| s.id()).collect()
     }
 
     /// Requests that left the waiting queue since the last call.
@@ -219,25 +219,24 @@ impl Scheduler {
     /// Writes the planned sequences into `batch`.
     fn build(&mut self, now: Instant, batch: &mut Batch, budget: &StepBudget) {
         for (i, s) in self.running.iter_mut().enumerate() {
-            if s.scheduled == 0 {
+            if s.scheduled() == 0 {
                 continue;
             }
-            let start = s.num_computed;
-            let end = start + s.scheduled;
-            debug_assert!(s.blocks.is_writable(start), "writing a shared KV block");
-            if s.draft.is_empty() {
+            let start = s.num_computed();
+            let end = start + s.scheduled();
+            debug_assert!(s.blocks().is_writable(start), "writing a shared KV block");
+            if s.draft().is_empty() {
                 batch.push(
-                    &s.tokens[start..end],
+                    &s.tokens()[start..end],
                     start,
-                    s.blocks.ids(),
-                    end == s.tokens.len(),
+                    s.blocks().ids(),
+                    end == s.tokens().len(),
                 );
             } else {
-                debug_assert_eq!(end, s.tokens.len() + s.draft.len());
-                batch.push_verify(&s.tokens[start..], &s.draft, start, s.blocks.ids());
+                debug_assert_eq!(end, s.tokens().len() + s.draft().len());
+                batch.push_verify(&s.tokens()[start..], s.draft(), start, s.blocks().ids());
             }
-            s.timings.first_scheduled.get_or_insert(now);
-            s.last_run_step = self.step;
+            s.mark_scheduled(now, self.step);
             self.step_seqs.push(i);
         }
         self.planned = PlannedStep {
@@ -268,7 +267,7 @@ impl Scheduler {
             waiting[c] = q.len();
         }
         for s in &self.running {
-            running[s.class] += 1;
+            running[s.class()] += 1;
         }
         let pool = &self.pool;
         let (total, used) = (pool.num_blocks(), pool.num_used());

@@ -119,7 +119,7 @@ impl Scheduler {
                 break;
             }
             let s = &self.running[i];
-            if s.is_active() && s.rank() == rank && s.is_decoding() && s.scheduled == 0 {
+            if s.is_active() && s.rank() == rank && s.is_decoding() && s.scheduled() == 0 {
                 self.plan_running(i, 1, budget);
             }
         }
@@ -131,13 +131,14 @@ impl Scheduler {
     fn plan_batch_decodes(&mut self, budget: &mut StepBudget) {
         self.order.clear();
         for (i, s) in self.running.iter().enumerate() {
-            if s.is_active() && s.rank() == SloClass::Batch && s.is_decoding() && s.scheduled == 0 {
+            if s.is_active() && s.rank() == SloClass::Batch && s.is_decoding() && s.scheduled() == 0
+            {
                 self.order.push(i);
             }
         }
         let running = &self.running;
         self.order
-            .sort_unstable_by_key(|&i| (running[i].last_run_step, running[i].start_order));
+            .sort_unstable_by_key(|&i| (running[i].last_run_step(), running[i].start_order()));
         let mut forced = false;
         for k in 0..self.order.len() {
             if budget.remaining() == 0 {
@@ -145,13 +146,13 @@ impl Scheduler {
             }
             let i = self.order[k];
             let s = &self.running[i];
-            if !s.is_active() || s.scheduled > 0 {
+            if !s.is_active() || s.scheduled() > 0 {
                 continue; // preempted while planning an earlier row
             }
-            let row = StepShape::of_seq(1, s.num_computed, true);
+            let row = StepShape::of_seq(1, s.num_computed(), true);
             if budget.fits(&self.cost, row) {
                 self.plan_batch_row(i, budget);
-            } else if !forced && self.is_starving(s.last_run_step) {
+            } else if !forced && self.is_starving(s.last_run_step()) {
                 // One starving row a step: rows skipped together are forced on
                 // consecutive steps, and stay staggered after.
                 forced = true;
@@ -180,14 +181,14 @@ impl Scheduler {
     fn plan_prefills(&mut self, rank: SloClass, budget: &mut StepBudget) {
         for i in 0..self.running.len() {
             let s = &self.running[i];
-            if !s.is_active() || s.rank() != rank || s.scheduled > 0 || s.is_decoding() {
+            if !s.is_active() || s.rank() != rank || s.scheduled() > 0 || s.is_decoding() {
                 continue; // decode rows are planned (or deferred) on their own
             }
             let n = s
                 .num_uncomputed()
                 .min(self.cfg.max_prefill_chunk)
                 .min(budget.remaining());
-            let (cached, last) = (s.num_computed, s.last_run_step);
+            let (cached, last) = (s.num_computed(), s.last_run_step());
             let n = match rank {
                 SloClass::Interactive => n,
                 SloClass::Batch => self.fit_batch_prefill(cached, n, last, budget),
@@ -288,12 +289,12 @@ impl Scheduler {
                 // A drafting row's step emits more than one token on average: its
                 // TPOT target bounds the time per expected token.
                 let per_step = s.expected_step_tokens();
-                s.targets.tpot_ms.map_or(relative, |t| t / 1e3 * per_step)
-            } else if let Some(t) = s.targets.ttft_ms {
+                s.targets().tpot_ms.map_or(relative, |t| t / 1e3 * per_step)
+            } else if let Some(t) = s.targets().ttft_ms {
                 // Its share of the TTFT slack: this step and the chunks still left.
-                let waited = now.saturating_duration_since(s.timings.arrival);
+                let waited = now.saturating_duration_since(s.timings().arrival);
                 let slack = t / 1e3 - waited.as_secs_f64();
-                let left = s.num_uncomputed() - s.scheduled;
+                let left = s.num_uncomputed() - s.scheduled();
                 let steps = 1 + left.div_ceil(self.cfg.max_prefill_chunk);
                 slack / steps as f64
             } else {

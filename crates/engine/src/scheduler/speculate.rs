@@ -5,7 +5,6 @@
 
 use std::time::Instant;
 
-use super::finish::emit;
 use super::forced::extra_positions;
 use super::Scheduler;
 use crate::budget::StepBudget;
@@ -29,7 +28,7 @@ const PROBE_LEN: usize = 2;
 /// Whether `s` may carry an n-gram draft this step: an interactive-class decode
 /// row planned (a batch request promoted by aging stays batch).
 fn may_draft(s: &Sequence) -> bool {
-    s.is_active() && s.class == SloClass::Interactive && s.is_decoding() && s.scheduled > 0
+    s.is_active() && s.class() == SloClass::Interactive && s.is_decoding() && s.scheduled() > 0
 }
 
 impl Scheduler {
@@ -49,7 +48,7 @@ impl Scheduler {
         let mut expected = budget.shape().decode_rows as f64;
         for i in 0..self.running.len() {
             let s = &self.running[i];
-            if !(s.is_active() && s.is_decoding() && s.scheduled == 1) {
+            if !(s.is_active() && s.is_decoding() && s.scheduled() == 1) {
                 continue;
             }
             let f = self.plan_forced(i, budget);
@@ -59,36 +58,28 @@ impl Scheduler {
             }
             let s = &mut self.running[i];
             // The draft ends before the context length and the last token asked for.
-            let room = s.max_len.saturating_sub(s.tokens.len() + f);
+            let room = s.max_len().saturating_sub(s.tokens().len() + f);
             let left = s.max_tokens().saturating_sub(s.num_generated() + 1 + f);
             let cap = params.max_draft.min(room).min(left).min(budget.remaining());
             let p = speculate::NgramParams {
                 max_draft: cap,
                 ..params
             };
-            // Looked up after the forced tokens (pushed for the lookup only).
-            let mark = s.tokens.len();
-            s.tokens.extend_from_slice(&s.draft);
-            speculate::draft(&s.tokens, &p, &mut self.ngram);
-            s.tokens.truncate(mark);
-            s.draft.extend_from_slice(&self.ngram);
+            // Looked up after the forced tokens.
+            s.extend_ngram_draft(&p, &mut self.ngram);
             let k = self.pick_draft_len(i, expected, budget);
             let s = &mut self.running[i];
-            s.draft.truncate(f + k);
+            s.keep_draft(f + k);
             if k == 0 {
-                s.acceptance.relax();
+                s.relax_acceptance();
                 continue;
             }
-            let nc = s.num_computed;
-            let need = self.pool.blocks_for(nc + 1 + f + k) - s.blocks.len();
-            for _ in 0..need {
-                s.blocks
-                    .push_new()
-                    .expect("pick_draft_len checked free blocks");
-            }
+            let nc = s.num_computed();
+            let need = self.pool.blocks_for(nc + 1 + f + k) - s.blocks().len();
+            s.push_new_blocks(need)
+                .expect("pick_draft_len checked free blocks");
             budget.take(extra_positions(nc, 1 + f, k));
-            s.scheduled = 1 + f + k;
-            expected += s.acceptance.expected_tokens(k) - 1.0;
+            expected += s.acceptance().expected_tokens(k) - 1.0;
         }
     }
 
@@ -99,14 +90,14 @@ impl Scheduler {
     /// then) or the pool lacks blocks.
     fn pick_draft_len(&self, i: usize, expected: f64, budget: &StepBudget) -> usize {
         let s = &self.running[i];
-        let (nc, f) = (s.num_computed, s.forced);
+        let (nc, f) = (s.num_computed(), s.num_forced());
         let bs = self.pool.block_size();
         // Positions the held blocks and the free pool can take.
-        let free_slots = (s.blocks.len() + self.pool.num_free()) * bs;
-        let max_k = (s.draft.len() - f).min(free_slots.saturating_sub(nc + 1 + f));
+        let free_slots = (s.blocks().len() + self.pool.num_free()) * bs;
+        let max_k = (s.draft().len() - f).min(free_slots.saturating_sub(nc + 1 + f));
         let rate = |k: usize| {
             let shape = *budget.shape() + extra_positions(nc, 1 + f, k);
-            let e = expected - 1.0 + s.acceptance.expected_tokens(k);
+            let e = expected - 1.0 + s.acceptance().expected_tokens(k);
             e / self.cost.predict(&shape).max(1e-9)
         };
         let base = rate(0);
@@ -117,7 +108,7 @@ impl Scheduler {
                 (best, best_rate) = (k, r);
             }
         }
-        if best == 0 && (self.step + s.start_order).is_multiple_of(PROBE_EVERY) {
+        if best == 0 && (self.step + s.start_order()).is_multiple_of(PROBE_EVERY) {
             return max_k.min(PROBE_LEN);
         }
         best
@@ -131,13 +122,12 @@ impl Scheduler {
     /// forced token rejected, or a stop) teaches the acceptance estimate nothing.
     pub(super) fn verify(&mut self, i: usize, logits: &Logits, first: usize, t: Instant) {
         let s = &mut self.running[i];
-        let draft = std::mem::take(&mut s.draft);
-        let f = std::mem::take(&mut s.forced);
+        let (draft, f) = s.take_draft();
         let (mut accepted, mut emitted) = (0, 0);
         for j in 0..=draft.len() {
-            let goes_on = emit(s, logits.row(first + j), t, &mut self.counters);
+            let goes_on = s.emit(logits.row(first + j), t, &mut self.counters);
             emitted += 1;
-            let id = *s.tokens.last().expect("a token was emitted");
+            let id = *s.tokens().last().expect("a token was emitted");
             if !goes_on || j == draft.len() || id != draft[j] {
                 break;
             }
@@ -145,22 +135,21 @@ impl Scheduler {
         }
         // The newest token and the accepted draft tokens have their KV; what was
         // written past them goes with the blocks it alone occupied.
-        s.num_computed += 1 + accepted;
-        s.blocks.truncate(self.pool.blocks_for(s.tokens.len()));
-        let forced = &mut self.counters.forced[s.class];
+        s.advance_computed(1 + accepted);
+        s.release_blocks_past(self.pool.blocks_for(s.tokens().len()));
+        let forced = &mut self.counters.forced[s.class()];
         forced.drafted_tokens += f as u64;
         forced.accepted_tokens += accepted.min(f) as u64;
         let ngram = draft.len() - f;
         if ngram > 0 && accepted >= f {
             let ngram_accepted = accepted - f;
-            s.acceptance.observe(ngram, ngram_accepted);
-            let c = &mut self.counters.spec[s.class];
+            s.observe_acceptance(ngram, ngram_accepted);
+            let c = &mut self.counters.spec[s.class()];
             c.verify_rows += 1;
             c.drafted_tokens += ngram as u64;
             c.accepted_tokens += ngram_accepted as u64;
             c.emitted_tokens += (emitted - f) as u64;
         }
-        s.draft = draft;
-        s.draft.clear();
+        s.return_draft_buffer(draft);
     }
 }

@@ -175,7 +175,7 @@ fn interactive_requests_are_admitted_before_batch() {
         })
         .collect();
     core.step();
-    let running: Vec<u64> = core.sched().running().iter().map(|s| s.id).collect();
+    let running: Vec<u64> = core.sched().running().iter().map(|s| s.id()).collect();
     assert_eq!(running, vec![3, 4]);
     run_to_idle(&mut core, 100);
     let last_inter = inter
@@ -497,12 +497,12 @@ fn interactive_work_shortens_steps_while_batch_prefill_keeps_moving() {
     let mut steps_with_interactive = 0;
     while !inter.done() {
         let before = log.lock().unwrap().len();
-        let computed_before = core.sched().running()[0].num_computed;
+        let computed_before = core.sched().running()[0].num_computed();
         core.step();
         let n = tokens(&log, before);
         assert!(n <= 64, "a step with interactive work has {n} tokens");
         assert!(
-            core.sched().running()[0].num_computed > computed_before,
+            core.sched().running()[0].num_computed() > computed_before,
             "batch prefill still moves"
         );
         steps_with_interactive += 1;

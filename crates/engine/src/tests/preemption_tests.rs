@@ -26,7 +26,7 @@ fn interactive_preempts_newest_batch_when_sequences_are_full() {
     core.step();
     inter.poll();
     assert_eq!(inter.tokens.len(), 1, "interactive started at once");
-    let running: Vec<u64> = core.sched().running().iter().map(|s| s.id).collect();
+    let running: Vec<u64> = core.sched().running().iter().map(|s| s.id()).collect();
     assert_eq!(
         running,
         vec![0, 1, 9],
@@ -148,7 +148,7 @@ fn cancellation_frees_blocks_at_the_next_step() {
         core.step();
     }
     let used = core.sched().pool().num_used();
-    let b_blocks = core.sched().running()[1].blocks.len();
+    let b_blocks = core.sched().running()[1].blocks().len();
     drop(b);
     core.step();
     assert_eq!(core.sched().running().len(), 1);
@@ -229,12 +229,14 @@ fn assert_ref_counts(core: &EngineCore) {
     let pool = &core.sched().pool();
     let mut counts = vec![0u32; pool.num_blocks()];
     for s in core.sched().running() {
-        for &b in s.blocks.ids() {
+        for &b in s.blocks().ids() {
             counts[b as usize] += 1;
         }
     }
     for q in SloClass::ALL.map(|c| core.sched().waiting(c)) {
-        assert!(q.iter().all(|s| s.blocks.is_empty() && s.num_computed == 0));
+        assert!(q
+            .iter()
+            .all(|s| s.blocks().is_empty() && s.num_computed() == 0));
     }
     for (b, &n) in counts.iter().enumerate() {
         assert_eq!(pool.ref_count(b as u32), n, "block {b}");
@@ -341,7 +343,7 @@ fn a_served_batch_backlog_does_not_age_past_interactive_arrivals() {
         "interactive served in its first step"
     );
     assert!(
-        core.sched().running().iter().all(|s| !s.promoted),
+        core.sched().running().iter().all(|s| !s.is_promoted()),
         "nothing was promoted while batch work ran"
     );
     run_to_idle(&mut core, 2000);

@@ -127,8 +127,8 @@ fn batch_rows_yield_to_the_interference_bound_and_rotate() {
             .sched()
             .running()
             .iter()
-            .filter(|s| s.class == SloClass::Batch && s.last_run_step == core.sched().step_no())
-            .map(|s| s.id)
+            .filter(|s| s.class() == SloClass::Batch && s.last_run_step() == core.sched().step_no())
+            .map(|s| s.id())
             .collect();
         for id in ran.into_iter().filter(|_| step > 5) {
             let k = (id - 100) as usize;
