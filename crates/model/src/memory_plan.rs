@@ -63,11 +63,8 @@ impl MemoryPlan {
             .map(|t| t.shape.elem_count() as f64 * held_bytes_per_weight(t.ggml_dtype, precision))
             .sum::<f64>() as u64;
         let available = mem_available();
-        Self::decide(
-            weights,
-            kv_asked.map(|b| b as u64),
-            available,
-            |fit_mb| ModelError::DoesNotFit {
+        Self::decide(weights, kv_asked.map(|b| b as u64), available, |fit_mb| {
+            ModelError::DoesNotFit {
                 path: file.path.clone(),
                 precision: format!("{precision:?} precision").to_lowercase(),
                 weights_mb: weights / 1_000_000,
@@ -80,8 +77,8 @@ impl MemoryPlan {
                 },
                 available_mb: available.unwrap_or(0) / 1_000_000,
                 fit_mb,
-            },
-        )
+            }
+        })
     }
 
     /// The rule, apart from the file and the machine (tested below).
