@@ -2,7 +2,8 @@
 """Tool calling through the real `openai` SDK against `sloserve serve` on
 Qwen2.5-Coder-0.5B-Instruct: tool_choice `required` and a named function (constrained:
 the arguments validate against the function's parameters), `auto` on a question that
-needs a tool (the model's own <tool_call> parsed into tool_calls), then a `tool` message
+needs a tool (the model's own <tool_call> parsed into tool_calls; a strict function's
+arguments constrained), then a `tool` message
 round trip that gives a text answer; streaming deltas reassemble to the non-stream call;
 bad tool_choice / tools are 400s naming the field.
 
@@ -97,6 +98,30 @@ def test_auto_round_trip(client):
     check(r.choices[0].message.content and not r.choices[0].message.tool_calls, r.choices[0].message)
 
 
+def test_auto_strict(client):
+    # Under `auto`, a strict function's arguments are constrained: a city of at most
+    # 3 characters is what the grammar lets the model write (it writes "Paris" when
+    # the function is not strict); a question with no use for the tool still gets text.
+    short = json.loads(json.dumps(WEATHER))
+    short["function"]["parameters"]["properties"]["city"]["maxLength"] = 3
+    loose = json.loads(json.dumps(short))
+    loose["function"]["strict"] = False
+    cities = {}
+    for name, tool in [("strict", short), ("loose", loose)]:
+        c = create(client, messages=ASK_WEATHER, tools=[tool, CALC]).choices[0]
+        check(c.finish_reason == "tool_calls", f"{name}: {c.finish_reason}: {c.message.content!r}")
+        call = c.message.tool_calls[0]
+        check(call.function.name == "get_weather", call)
+        cities[name] = json.loads(call.function.arguments)["city"]
+    jsonschema.validate({"city": cities["strict"], "unit": "celsius"}, short["function"]["parameters"])
+    check(cities["loose"] == "Paris", cities)
+    r = create(client, messages=[{"role": "user", "content": "Say hello to Ann in one short sentence."}],
+               tools=[short], max_tokens=20)
+    c = r.choices[0]
+    check(c.message.content and not c.message.tool_calls, c.message)
+    check(c.finish_reason in ("stop", "length"), c.finish_reason)
+
+
 def test_streaming_matches(client):
     for kw in [dict(tool_choice="auto"), dict(tool_choice="required")]:
         full = create(client, messages=ASK_WEATHER, tools=TOOLS, seed=1, **kw).choices[0]
@@ -149,6 +174,7 @@ def main():
         ("required", lambda: test_required(client(base))),
         ("named", lambda: test_named(client(base))),
         ("auto and a tool round trip", lambda: test_auto_round_trip(client(base))),
+        ("auto with a strict function", lambda: test_auto_strict(client(base))),
         ("streaming deltas match", lambda: test_streaming_matches(client(base))),
         ("bad requests are 400", lambda: test_bad_requests_are_400(client(base)))])
 

@@ -1,6 +1,7 @@
 //! Tool-call grammars in the Qwen2.5 / Hermes native format:
 //! `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, for
-//! `tool_choice` `required` (any of the tools) or a named function.
+//! `tool_choice` `required` (any of the tools), a named function, or `auto` with
+//! strict functions (free text, or text then calls whose arguments are constrained).
 
 use serde_json::{json, Value};
 
@@ -21,11 +22,15 @@ pub enum ToolChoice {
     Required,
     /// Exactly the named function.
     Named(String),
+    /// Free text with no `<tool_call>` in it, or text followed by calls to any of
+    /// the tools (the model chooses; the calls it makes are constrained).
+    Auto,
 }
 
 /// The constraint that makes the output one tool call (or, with `parallel`, one or
-/// more, separated by a newline) in the `<tool_call>` format. Arguments follow
-/// each function's `parameters` schema.
+/// more, separated by a newline) in the `<tool_call>` format, or for
+/// [`ToolChoice::Auto`] free text or text followed by such calls. Arguments follow
+/// each function's `parameters` schema (`None`: any JSON object).
 pub fn tool_call_constraint(
     tools: &[ToolFunction],
     choice: &ToolChoice,
@@ -37,7 +42,7 @@ pub fn tool_call_constraint(
         ));
     }
     let chosen: Vec<&ToolFunction> = match choice {
-        ToolChoice::Required => tools.iter().collect(),
+        ToolChoice::Required | ToolChoice::Auto => tools.iter().collect(),
         ToolChoice::Named(n) => {
             let f: Vec<_> = tools.iter().filter(|t| &t.name == n).collect();
             if f.is_empty() {
@@ -48,18 +53,24 @@ pub fn tool_call_constraint(
             f
         }
     };
-    let alternatives: Vec<Value> = chosen
+    let params: Vec<Value> = chosen
         .iter()
         .map(|t| {
-            let params = match &t.parameters {
+            let mut p = match &t.parameters {
                 None | Some(Value::Null) => json!({"type": "object"}),
                 Some(p) => p.clone(),
             };
-            let mut params = params;
-            crate::formats::narrow_formats(&mut params);
+            crate::formats::narrow_formats(&mut p);
+            p
+        })
+        .collect();
+    let alternatives: Vec<Value> = chosen
+        .iter()
+        .zip(&params)
+        .map(|(t, p)| {
             json!({
                 "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": params},
+                "properties": {"name": {"const": t.name}, "arguments": p},
                 "required": ["name", "arguments"],
                 "additionalProperties": false,
             })
@@ -77,7 +88,67 @@ pub fn tool_call_constraint(
         );
     }
     let repeat = if parallel { "(\"\\n\" call)*" } else { "" };
-    Ok(Constraint::Lark(format!(
-        "start: call {repeat}\ncall: \"<tool_call>\\n\" body \"\\n</tool_call>\"\nbody: %json {schema}\n"
-    )))
+    Ok(Constraint::Lark(match choice {
+        ToolChoice::Auto => auto_grammar(&chosen, &params, &schema, parallel),
+        _ => format!(
+            "start: call {repeat}\n\
+             call: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n\
+             body: %json {schema}\n"
+        ),
+    }))
+}
+
+/// `auto`: a reply is text, or calls then text. A call is tagged
+/// (`<tool_call>\n{json}\n</tool_call>`, the body one of `body`'s objects) or, at
+/// the start of the reply, bare: `{"name": "<function>", "arguments": {...}}`, as
+/// the server's parser reads it (small models often leave the tags out).
+///
+/// llguidance's lexer ends a lexeme only where no other can go on (no look-back),
+/// so text and a call must part at one byte: TEXT holds no `<tool_call>` and does
+/// not begin with a bare call's head (`{"name": "f", "arguments": ` for a function
+/// `f`), which is one literal lexeme, so that TEXT dies on the byte that completes
+/// it; `pre` (text up to a tag) is one lexeme for the same reason. JSON that names
+/// no function stays text. After a call the text is free but for tags (the parser
+/// takes it as content, or a further bare call, unconstrained); with `parallel` a
+/// tag there opens another constrained call.
+fn auto_grammar(
+    chosen: &[&ToolFunction],
+    params: &[Value],
+    body: &Value,
+    parallel: bool,
+) -> String {
+    let options =
+        json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false});
+    let mut bare = Vec::new();
+    let mut args = String::new();
+    for (i, (t, p)) in chosen.iter().zip(params).enumerate() {
+        let mut p = p.clone();
+        if let Some(obj) = p.as_object_mut() {
+            obj.insert("x-guidance".into(), options.clone());
+        }
+        // Names are `[a-zA-Z0-9_-]` (checked at the API): literal in Lark and regex.
+        bare.push(format!(
+            "\"{{\\\"name\\\": \\\"{}\\\", \\\"arguments\\\": \" args{i} \"}}\"",
+            t.name
+        ));
+        args.push_str(&format!("args{i}: %json {p}\n"));
+    }
+    let names: Vec<&str> = chosen.iter().map(|t| t.name.as_str()).collect();
+    let head = format!(
+        "\\{{\"name\": \"({})\", \"arguments\": (?s:.*)",
+        names.join("|").replace('-', "\\-")
+    );
+    let more = if parallel { " | next rest tail" } else { "" };
+    format!(
+        "start: TEXT? | pre rest tail | bare tail\n\
+         TEXT: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/ & ~/{head}/\n\
+         TAIL: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/\n\
+         pre[lazy]: TEXT? \"<tool_call>\\n\"\n\
+         next[lazy]: TAIL? \"<tool_call>\\n\"\n\
+         rest: body \"\\n</tool_call>\"\n\
+         bare: {}\n\
+         tail: (TAIL{more})?\n\
+         body: %json {body}\n{args}",
+        bare.join(" | ")
+    )
 }

@@ -121,12 +121,14 @@ fn hostile_constraints_fail_clearly_or_mask_in_bounded_time() {
             })),
         })
         .collect();
-    let c = tool_call_constraint(&tools, &ToolChoice::Required, true).unwrap();
-    assert_eq!(
-        compile_and_walk(&f, &tok, &c, 300),
-        None,
-        "128 tools compile"
-    );
+    for choice in [ToolChoice::Required, ToolChoice::Auto] {
+        let c = tool_call_constraint(&tools, &choice, true).unwrap();
+        assert_eq!(
+            compile_and_walk(&f, &tok, &c, 300),
+            None,
+            "128 tools compile ({choice:?})"
+        );
+    }
 }
 
 #[test]

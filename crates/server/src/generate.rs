@@ -66,16 +66,10 @@ pub(crate) async fn start(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
-    // A forced tool call's grammar, or response_format's (never both: a 400 at
-    // parsing).
+    // response_format's grammar, or the tool calls' (never both with a forced
+    // call: a 400 at parsing; under `auto` response_format wins, as the output is
+    // then the format's).
     let constraint = match (&params.tools, params.response_format.clone()) {
-        (Some(t), _) if t.mode != ToolMode::Auto => {
-            let t = t.clone();
-            state
-                .blocking(move |st| crate::tools::constraint(st, &t))
-                .await??
-        }
-        (_, None) => None,
         (_, Some(rf)) => {
             state
                 .blocking(move |st| {
@@ -84,6 +78,13 @@ pub(crate) async fn start(
                 })
                 .await??
         }
+        (Some(t), None) => {
+            let t = t.clone();
+            state
+                .blocking(move |st| crate::tools::constraint(st, &t))
+                .await??
+        }
+        (None, None) => None,
     };
     let ingress = crate::ingress::build(&state, prompt, &params, headers, caller, constraint)?;
     state.check_accepting()?;

@@ -1,7 +1,7 @@
 //! Tool calling (issue #32 item 3): a request's `tools` given to the chat template,
 //! `tool_choice` `required` / named compiled into the grammar that makes the output
 //! one or more `<tool_call>` blocks (sloserve-grammar, arguments following each
-//! function's `parameters`), and the model's calls parsed out of its text
+//! function's `parameters`; under `auto` only when a function is `strict`), and the model's calls parsed out of its text
 //! ([`crate::tool_parser`]) into OpenAI's `tool_calls`, with ids `call_<random>`
 //! and `finish_reason: "tool_calls"`.
 
@@ -47,14 +47,21 @@ pub fn template_calls(calls: &[ToolCall]) -> Value {
     )
 }
 
-/// The grammar of a forced call (`required` or a named function); `None` for
-/// `auto`, where the model's own calls are parsed. Blocking (compiles).
+/// The grammar of the calls: `required` or a named function (the output is the
+/// calls), or `auto` when a function is `strict` (free text, or text then calls
+/// whose arguments follow the strict functions' `parameters`; a non-strict
+/// function's arguments are any object). `None` for `auto` without a strict
+/// function: nothing is constrained and the model's own calls are parsed.
+/// Blocking (compiles).
 pub fn constraint(
     state: &AppState,
     tools: &ToolParams,
 ) -> Result<Option<SharedConstraint>, ServerError> {
     let choice = match &tools.mode {
-        ToolMode::Auto => return Ok(None),
+        ToolMode::Auto if !tools.tools.iter().any(|t| t.function.strict == Some(true)) => {
+            return Ok(None)
+        }
+        ToolMode::Auto => ToolChoice::Auto,
         ToolMode::Required => ToolChoice::Required,
         ToolMode::Named(n) => ToolChoice::Named(n.clone()),
     };
@@ -63,7 +70,10 @@ pub fn constraint(
         .iter()
         .map(|t| ToolFunction {
             name: t.function.name.clone(),
-            parameters: t.function.parameters.clone(),
+            parameters: match choice {
+                ToolChoice::Auto if t.function.strict != Some(true) => None,
+                _ => t.function.parameters.clone(),
+            },
         })
         .collect();
     let spec = tool_call_constraint(&functions, &choice, tools.parallel).map_err(|e| {
