@@ -233,7 +233,9 @@ fn bpe(
         .filter(|(_, &t)| t == TYPE_CONTROL || t == TYPE_USER_DEFINED)
         .map(|(s, &t)| AddedToken::from(s.clone(), t == TYPE_CONTROL).normalized(false))
         .collect();
-    with_special.add_special_tokens(&added);
+    with_special
+        .add_special_tokens(added)
+        .map_err(|e| ModelError::Tokenizer(format!("adding special tokens: {e}")))?;
     let mut plain = with_special.clone();
     plain.set_encode_special_tokens(true);
 
