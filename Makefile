@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama
+.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
 
 all: build
 
@@ -135,6 +135,11 @@ quant-table: model
 # Mask time per token of the schema suite on the Qwen vocabulary (issue #32; not in make test).
 bench-grammar: model-qwen0.5b
 	$(CARGO) bench -p sloserve-grammar --bench mask
+
+# json_schema requests against the same unconstrained on Qwen2.5-Coder 1.5B: decode tok/s at
+# batch 1 and 8, beside a batch flood (issue #32; ~16 min; docs/results/stop41-structured-qwen15b.md).
+bench-structured: model-qwen1.5b release $(VENV)/.requirements-installed
+	$(VENV)/bin/python scripts/bench_structured.py $(ARGS)
 
 fmt:
 	$(CARGO) fmt --all
