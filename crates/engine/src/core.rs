@@ -156,7 +156,7 @@ impl EngineCore {
         let sampler = Sampler::new(req.sampling, self.info.vocab_size)
             .with_prompt(&req.prompt)
             .with_constraint(req.constraint.map(|c| c.matcher()));
-        let (salt, deadline) = (req.cache_salt, req.deadline);
+        let (salt, deadline, flow) = (req.cache_salt, req.deadline, req.fairness);
         Sequence::new(
             id,
             admitted.class,
@@ -172,6 +172,7 @@ impl EngineCore {
         .with_cache_salt(salt)
         .with_deadline(deadline)
         .with_refuse_ttft_ms(admitted.refuse_ttft_ms)
+        .with_flow(flow)
     }
 
     pub fn add(&mut self, seq: Sequence) {

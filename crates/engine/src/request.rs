@@ -68,6 +68,12 @@ pub struct Request {
     /// after this (`DeadlineUnreachable`), and finishes `TimedOut` if it is still
     /// waiting when it passes. `None`: no deadline of its own.
     pub deadline: Option<Duration>,
+    /// The flow it is queued fairly in within its class (the gateway's fairness
+    /// id, `x-llm-d-inference-fairness-id`, read and bounded by the server):
+    /// waiting requests start in start-time fair order across flows, so one flow's
+    /// burst does not delay another flow's request behind all of it. `None` (or
+    /// empty): the one flow of requests without an id, first come first served.
+    pub fairness: Option<String>,
     /// Constrained decoding: a compiled grammar; each sequence gets a fresh matcher.
     pub constraint: Option<crate::sampler::constraint::SharedConstraint>,
 }
@@ -82,6 +88,7 @@ impl Request {
             slo: Asked::default(),
             cache_salt: 0,
             deadline: None,
+            fairness: None,
             constraint: None,
         }
     }
@@ -103,6 +110,12 @@ impl Request {
 
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Queued fairly in flow `id` (the gateway's fairness id).
+    pub fn with_fairness(mut self, id: impl Into<String>) -> Self {
+        self.fairness = Some(id.into());
         self
     }
 }

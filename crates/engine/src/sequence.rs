@@ -56,6 +56,12 @@ pub(crate) struct Sequence {
     /// The TTFT target it is shed for when still waiting (its own; see
     /// `Admitted::refuse_ttft_ms`).
     refuse_ttft_ms: Option<f64>,
+    /// The flow it is queued fairly in (`Request::fairness`; empty: the one flow
+    /// of requests without an id).
+    flow: Box<str>,
+    /// Its start tag in its class's fair order (start-time fair queuing), given
+    /// once when it joins the waiting queue: the queue is ordered by it.
+    fair_tag: u64,
     /// Where it is in its life (the transitions check their precondition).
     state: SeqState,
     /// Order of its latest admission to the running set ("most recently started").
@@ -154,6 +160,8 @@ impl Sequence {
             cache_salt: 0,
             deadline: None,
             refuse_ttft_ms: None,
+            flow: Box::default(),
+            fair_tag: 0,
             state: SeqState::Waiting,
             start_order: 0,
             scheduled: 0,
@@ -179,6 +187,19 @@ impl Sequence {
     pub fn with_refuse_ttft_ms(mut self, ms: Option<f64>) -> Self {
         self.refuse_ttft_ms = ms;
         self
+    }
+
+    /// Queued fairly in flow `id` (the gateway's fairness id; `None` or empty:
+    /// the flow of requests without one).
+    pub fn with_flow(mut self, id: Option<String>) -> Self {
+        self.flow = id.map(String::into_boxed_str).unwrap_or_default();
+        self
+    }
+
+    /// Its start tag in its class's fair order, given when it joins the queue.
+    pub fn set_fair_tag(&mut self, tag: u64) {
+        debug_assert_eq!(self.state, SeqState::Waiting, "seq {}: tagged", self.id);
+        self.fair_tag = tag;
     }
 
     #[inline]
@@ -242,6 +263,18 @@ impl Sequence {
     #[inline]
     pub fn refuse_ttft_ms(&self) -> Option<f64> {
         self.refuse_ttft_ms
+    }
+
+    /// The flow it is queued fairly in (empty: requests without a fairness id).
+    #[inline]
+    pub fn flow(&self) -> &str {
+        &self.flow
+    }
+
+    /// Its start tag in its class's fair order.
+    #[inline]
+    pub fn fair_tag(&self) -> u64 {
+        self.fair_tag
     }
 
     /// Promoted by aging (a batch request scheduled as interactive).

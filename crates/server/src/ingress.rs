@@ -3,8 +3,8 @@
 //! (body, then headers, capped by the caller's key: `sloserve_slo::Asked`), the
 //! sampling parameters (one conversion from the wire's `Sampling`), the stop
 //! conditions, the prefix-cache salt, the client's deadline
-//! (`x-request-timeout-ms`) and the output constraint compiled from
-//! `response_format` ([`crate::structured`]).
+//! (`x-request-timeout-ms`), the gateway's fairness id (the request's flow) and
+//! the output constraint compiled from `response_format` ([`crate::structured`]).
 
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use sloserve_api::{ApiError, GenParams, Sampling};
 use sloserve_engine::sampler::constraint::SharedConstraint;
 use sloserve_engine::{Request, SamplingParams, StopConditions};
-use sloserve_slo::Asked;
+use sloserve_slo::{headers, Asked};
 
 use crate::auth::Caller;
 use crate::error::ServerError;
@@ -22,6 +22,10 @@ use crate::state::AppState;
 
 /// The client's own deadline for one request, in milliseconds.
 pub const TIMEOUT_HEADER: &str = "x-request-timeout-ms";
+
+/// The longest fairness id accepted, in bytes (a bound on what a client's id may
+/// hold in the engine's per-flow state).
+pub const MAX_FAIRNESS_ID_LEN: usize = 128;
 
 /// A request ready for the engine, with the deadline its response runs under.
 pub struct Ingress {
@@ -66,6 +70,7 @@ pub fn build(
     // The client's own deadline (the header alone, not the server's
     // `--request-timeout`): the only latency a batch request is refused for.
     let deadline = client_deadline(headers)?;
+    let fairness = fairness_id(headers)?;
     let request = Request {
         prompt,
         sampling: sampling_params(&params.sampling, params.logprobs),
@@ -78,6 +83,7 @@ pub fn build(
         slo,
         cache_salt: cache_salt(state.cache_scope, params.cache_salt.as_deref(), caller),
         deadline,
+        fairness,
         constraint,
     };
     let timeout = match (deadline, state.request_timeout) {
@@ -106,6 +112,39 @@ pub fn client_deadline(headers: &HeaderMap) -> Result<Option<Duration>, ServerEr
             )
         })?;
     Ok(Some(Duration::from_secs_f64(ms / 1e3)))
+}
+
+/// The gateway's fairness id (`x-llm-d-inference-fairness-id`, else the older
+/// `x-gateway-inference-fairness-id`): the flow the request is queued fairly in,
+/// within its class. Absent or empty: no id (every such request shares one flow,
+/// first come first served). Only the header names a flow: a presented API key
+/// does not (a gateway that wants per-key fairness sets the id from the key),
+/// so without the header the order is exactly first come first served. At most
+/// [`MAX_FAIRNESS_ID_LEN`] visible ASCII bytes, else a 400 naming the header.
+pub fn fairness_id(headers: &HeaderMap) -> Result<Option<String>, ServerError> {
+    let Some((name, v)) = headers::FAIRNESS_ID
+        .iter()
+        .find_map(|n| headers.get(*n).map(|v| (*n, v)))
+    else {
+        return Ok(None);
+    };
+    let bytes = v.as_bytes();
+    if bytes.is_empty() {
+        return Ok(None);
+    }
+    if bytes.len() > MAX_FAIRNESS_ID_LEN || !bytes.iter().all(u8::is_ascii_graphic) {
+        return Err(ApiError::invalid(
+            name,
+            format!(
+                "{name} header: expected 1 to {MAX_FAIRNESS_ID_LEN} visible ASCII characters, \
+                 got {} bytes",
+                bytes.len()
+            ),
+        )
+        .into());
+    }
+    // Visible ASCII: valid UTF-8, one byte a character.
+    Ok(Some(String::from_utf8_lossy(bytes).into_owned()))
 }
 
 /// The prefix-cache salt of a request: its `cache_salt`, and under the per-key
@@ -139,6 +178,34 @@ mod tests {
         for bad in ["0", "-1", "abc", "inf", "NaN"] {
             h.insert(TIMEOUT_HEADER, bad.parse().unwrap());
             assert!(client_deadline(&h).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn fairness_ids_llm_d_name_first_bounded_and_visible_ascii() {
+        let mut h = HeaderMap::new();
+        assert_eq!(fairness_id(&h).unwrap(), None);
+        h.insert(headers::FAIRNESS_ID[1], "old".parse().unwrap());
+        assert_eq!(fairness_id(&h).unwrap().as_deref(), Some("old"));
+        h.insert(headers::FAIRNESS_ID[0], "tenant-a".parse().unwrap());
+        assert_eq!(fairness_id(&h).unwrap().as_deref(), Some("tenant-a"));
+        h.insert(headers::FAIRNESS_ID[0], "".parse().unwrap());
+        assert_eq!(fairness_id(&h).unwrap(), None, "empty: no id");
+        let longest = "x".repeat(MAX_FAIRNESS_ID_LEN);
+        h.insert(headers::FAIRNESS_ID[0], longest.parse().unwrap());
+        assert_eq!(fairness_id(&h).unwrap(), Some(longest));
+        let too_long = "x".repeat(MAX_FAIRNESS_ID_LEN + 1);
+        let bad = [too_long.as_bytes(), b"a b", b"a\tb", "caf\u{e9}".as_bytes()];
+        for v in bad {
+            h.insert(
+                headers::FAIRNESS_ID[0],
+                axum::http::HeaderValue::from_bytes(v).unwrap(),
+            );
+            let e = fairness_id(&h).unwrap_err();
+            assert!(
+                format!("{e:?}").contains(headers::FAIRNESS_ID[0]),
+                "{v:?}: {e:?}"
+            );
         }
     }
 

@@ -160,6 +160,36 @@ fn bad_targets_are_400s_naming_the_field() {
     }
 }
 
+/// The gateway's fairness id (llm-d's name or the older one) is accepted; one over
+/// 128 bytes or with a character that is not visible ASCII is a 400 naming the
+/// header.
+#[test]
+fn fairness_id_header_is_read_and_a_bad_one_is_a_400() {
+    let s = server();
+    let send = |header: &str, value: &str| {
+        request(
+            s.addr,
+            "POST",
+            "/v1/completions",
+            &[(header, value)],
+            body().to_string().as_bytes(),
+        )
+    };
+    for header in [
+        "x-llm-d-inference-fairness-id",
+        "x-gateway-inference-fairness-id",
+    ] {
+        let r = send(header, "tenant-a");
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(send(header, &"t".repeat(128)).status, 200);
+        for bad in ["t".repeat(129), "tenant a".to_string()] {
+            let e = send(header, &bad).openai_error(400);
+            assert_eq!(e["param"], header, "{bad:?}");
+            assert!(e["message"].as_str().unwrap().contains(header), "{e}");
+        }
+    }
+}
+
 /// What an inference gateway's endpoint picker reads and sends: vLLM's
 /// `cache_config_info` and the integer request field `priority`.
 #[test]

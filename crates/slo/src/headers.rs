@@ -13,6 +13,13 @@ pub const OBJECTIVE: [&str; 2] = [
 pub const TTFT: [&str; 2] = ["x-llm-d-slo-ttft-ms", "x-slo-ttft-ms"];
 /// The gateway's TPOT target in milliseconds.
 pub const TPOT: [&str; 2] = ["x-llm-d-slo-tpot-ms", "x-slo-tpot-ms"];
+/// The gateway's fairness id: the flow (tenant, user) a request belongs to, for
+/// fair order within its class's waiting queue; llm-d's name then the Gateway API
+/// Inference Extension's older one (both as llm-d-router's EPP reads them).
+pub const FAIRNESS_ID: [&str; 2] = [
+    "x-llm-d-inference-fairness-id",
+    "x-gateway-inference-fairness-id",
+];
 /// The client's or gateway's request id: used in the server's logs and echoed on
 /// the response (one is made when the request has none).
 pub const REQUEST_ID: &str = "x-request-id";

@@ -126,6 +126,7 @@ impl Scheduler {
             c.prompt_tokens_cached += matched as u64;
             c.prompt_tokens_computed += (s.prompt_len() - matched) as u64;
             self.released[s.class()].record(&s, Some(now));
+            self.fair[s.class()].leave(&s, true);
         }
         self.next_start += 1;
         s.mark_started(self.step, self.next_start, aged);

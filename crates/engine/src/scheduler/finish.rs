@@ -116,7 +116,7 @@ impl Scheduler {
             _ if queue_limit > 0.0 => (queue_limit, FinishReason::Shed),
             _ => (f64::INFINITY, FinishReason::Shed),
         };
-        let (counters, released) = (&mut self.counters, &mut self.released);
+        let (counters, released, fair) = (&mut self.counters, &mut self.released, &mut self.fair);
         for (_, q) in self.waiting.iter_mut() {
             q.retain_mut(|s| {
                 let waited = now.saturating_duration_since(s.timings().arrival);
@@ -125,6 +125,7 @@ impl Scheduler {
                     return true;
                 }
                 released[s.class()].record(s, None);
+                fair[s.class()].leave(s, false);
                 count_finish(counters, &reason);
                 s.send_finished(reason, now, &mut counters.slo[s.class()]);
                 false
@@ -134,7 +135,7 @@ impl Scheduler {
 
     /// Drops sequences whose client dropped the stream, freeing their blocks.
     pub(super) fn reap_cancelled(&mut self, now: Instant) {
-        let (counters, released) = (&mut self.counters, &mut self.released);
+        let (counters, released, fair) = (&mut self.counters, &mut self.released, &mut self.fair);
         for (_, q) in self.waiting.iter_mut() {
             q.retain_mut(|s| {
                 if !s.is_cancelled() {
@@ -142,6 +143,7 @@ impl Scheduler {
                 }
                 if !s.has_started() {
                     released[s.class()].record(s, None);
+                    fair[s.class()].leave(s, false);
                 }
                 counters.requests_cancelled += 1;
                 s.send_finished(FinishReason::Cancelled, now, &mut counters.slo[s.class()]);
@@ -165,7 +167,7 @@ impl Scheduler {
             self.reap_finished(now);
             return;
         }
-        let (counters, released) = (&mut self.counters, &mut self.released);
+        let (counters, released, fair) = (&mut self.counters, &mut self.released, &mut self.fair);
         for (_, q) in self.waiting.iter_mut() {
             let Some(k) = q.iter().position(|s| s.id() == id) else {
                 continue;
@@ -173,6 +175,7 @@ impl Scheduler {
             let mut s = q.remove(k).expect("position is in range");
             if !s.has_started() {
                 released[s.class()].record(&s, None);
+                fair[s.class()].leave(&s, false);
             }
             count_finish(counters, &reason);
             s.send_finished(reason, now, &mut counters.slo[s.class()]);
@@ -199,11 +202,12 @@ impl Scheduler {
             s.finish(reason.clone());
         }
         self.reap_finished(now);
-        let (c, released) = (&mut self.counters, &mut self.released);
+        let (c, released, fair) = (&mut self.counters, &mut self.released, &mut self.fair);
         for (_, q) in self.waiting.iter_mut() {
             for mut s in q.drain(..) {
                 if !s.has_started() {
                     released[s.class()].record(&s, None);
+                    fair[s.class()].leave(&s, false);
                 }
                 count_finish(c, &reason);
                 s.send_finished(reason.clone(), now, &mut c.slo[s.class()]);

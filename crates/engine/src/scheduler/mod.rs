@@ -27,7 +27,12 @@
 //!    every decode joins and batch prefill fills up to
 //!    `interactive_max_batched_tokens`.
 //!
-//! Without SLO classes there is one FCFS queue. Aging against starvation: while no
+//! Within a class, waiting requests start in fair order across flows (the
+//! gateway's fairness id; `fair.rs`): start-time fair queuing, one unit per
+//! request, so one flow's burst does not hold another flow's request behind all
+//! of it; without ids, first come first served.
+//!
+//! Without SLO classes there is one queue. Aging against starvation: while no
 //! batch sequence runs at all, the head of the batch queue, once it has waited
 //! `batch_aging_ms`, competes as interactive (by arrival) and runs promoted.
 //!
@@ -40,6 +45,7 @@
 //! its class's queue.
 
 mod admit;
+mod fair;
 mod finish;
 mod forced;
 mod memory;
@@ -98,8 +104,11 @@ pub(crate) struct Scheduler {
     cfg: EngineConfig,
     pool: BlockPool,
     cache: Option<PrefixCache>,
-    /// Waiting sequences per class, front first.
+    /// Waiting sequences per class, front first: requeued ones, then arrivals in
+    /// fair order (by tag, ties by arrival).
     waiting: PerClass<VecDeque<Sequence>>,
+    /// Each class's fair order: its virtual time and the flows waiting in it.
+    fair: PerClass<fair::FairQueue>,
     /// Admitted sequences in start order (oldest first).
     running: Vec<Sequence>,
     /// Indices into `running` of the current batch's sequences, in batch order.
@@ -140,6 +149,7 @@ impl Scheduler {
             pool,
             cache,
             waiting: PerClass::default(),
+            fair: PerClass::default(),
             running: Vec::new(),
             step_seqs: Vec::new(),
             step: 0,
@@ -168,9 +178,15 @@ impl Scheduler {
         self.pool.new_table()
     }
 
-    /// Queues a new sequence at the back of its class.
-    pub fn add(&mut self, seq: Sequence) {
-        self.waiting[seq.class()].push_back(seq);
+    /// Queues a new sequence in its class, in fair order: tagged by its flow, after
+    /// every sequence whose tag is not above its own (the back, without ids).
+    pub fn add(&mut self, mut seq: Sequence) {
+        let class = seq.class();
+        let tag = self.fair[class].arrive(seq.flow());
+        seq.set_fair_tag(tag);
+        let q = &mut self.waiting[class];
+        let at = fair::position(q, tag);
+        q.insert(at, seq);
     }
 
     pub fn has_work(&self) -> bool {
@@ -314,6 +330,10 @@ impl Scheduler {
     }
     pub fn waiting(&self, class: SloClass) -> &VecDeque<Sequence> {
         &self.waiting[class]
+    }
+    /// Flows with a never-started request waiting in `class`.
+    pub fn num_fair_flows(&self, class: SloClass) -> usize {
+        self.fair[class].num_flows()
     }
     pub fn counters(&self) -> &Counters {
         &self.counters
