@@ -82,10 +82,7 @@ pub fn tool_call_constraint(
         json!({ "anyOf": alternatives })
     };
     if let Some(obj) = schema.as_object_mut() {
-        obj.insert(
-            "x-guidance".into(),
-            json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false}),
-        );
+        obj.insert("x-guidance".into(), json_options());
     }
     let repeat = if parallel { "(\"\\n\" call)*" } else { "" };
     Ok(Constraint::Lark(match choice {
@@ -117,14 +114,12 @@ fn auto_grammar(
     body: &Value,
     parallel: bool,
 ) -> String {
-    let options =
-        json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false});
     let mut bare = Vec::new();
     let mut args = String::new();
     for (i, (t, p)) in chosen.iter().zip(params).enumerate() {
         let mut p = p.clone();
         if let Some(obj) = p.as_object_mut() {
-            obj.insert("x-guidance".into(), options.clone());
+            obj.insert("x-guidance".into(), json_options());
         }
         // Names are `[a-zA-Z0-9_-]` (checked at the API): literal in Lark and regex.
         bare.push(format!(
@@ -151,4 +146,10 @@ fn auto_grammar(
          body: %json {body}\n{args}",
         bare.join(" | ")
     )
+}
+
+/// How call JSON is written: the separators models are trained on, no free
+/// whitespace (llguidance's `x-guidance` options).
+fn json_options() -> Value {
+    json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false})
 }
