@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sloserve_api::{
     ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, GenParams,
-    ResponseMessage, ToolMode, Usage,
+    ResponseMessage, Usage,
 };
 
 use crate::auth::Caller;
