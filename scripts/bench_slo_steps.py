@@ -18,12 +18,18 @@ output tok/s beside the stream >= 0.8 x (flood alone - the stream's tok/s).
 
 Policies: `slo` (step_budget = "time", the default), `tokens` (the earlier mixed
 scheduling: every decode, batch prefill capped at interactive_max_batched_tokens),
-`fcfs` (no SLO classes); with --sweep also interference bounds 0, 0.5, 1.0 and
+`fcfs` (no SLO classes), and with --llama-bin `llama-server` on the same file (FCFS, one
+slot per client; its "x alone" columns are against sloserve alone); with --sweep also interference bounds 0, 0.5, 1.0 and
 absolute TPOT targets of 30 and 100 ms. Writes OUT/results.json, OUT/table.md and
 a plot over time (OUT/slo-steps.png) of each policy's interactive TTFT / TPOT
 and the flood's throughput.
 
+`--shape qwen` is issue #33's mix for Qwen2.5-Coder 1.5B (interactive c=1, 300-word
+prefix + 40 words, 48 out; flood c=8, 200 words, 48 out) with its criteria (TTFT P95
+<= 1.5x alone, TPOT p50 <= 66 ms, flood >= 60% of alone).
+
 usage: scripts/bench_slo_steps.py [--runs 3] [--sweep] [--bin target/release/sloserve]
+         [--model FILE] [--shape small|qwen] [--llama-bin DIR] [--only slo,fcfs,llama-server]
 Loopback only; every loop is bounded in requests and time.
 """
 import argparse, http.client, json, os, random, statistics, subprocess, sys, tempfile
@@ -35,11 +41,26 @@ WORDS = ("time river stone light market garden window paper music winter city "
 
 PORT = 8091
 URL = f"http://127.0.0.1:{PORT}"
-INTERACTIVE_REQUESTS = 32
-FLOOD_ALONE_REQUESTS = 48
 MAX_FLOOD_BESIDE_S = 600.0
 # The second interactive client starts this much later (half a request).
 STAGGER_S = 0.25
+LLAMA_BIN = os.path.expanduser("~/.cache/sloserve-peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin")
+
+# Workload shapes. small: the default model (issue #10's mix). qwen: issue #33's mix for
+# Qwen2.5-Coder 1.5B (a step is ~10x dearer): interactive c=1 with a 300-word shared
+# prefix + 40 words, 48 out; batch flood c=8 of 200 words, 48 out; its criteria:
+# interactive TPOT p50 <= 66 ms and TTFT P95 <= 1.5x alone beside the flood, the flood
+# >= 60% of its rate alone over the window.
+SHAPES = {
+    "small": dict(prefix_words=150, suffix_words=16, inter_out=32, inter_c=2, inter_requests=32,
+                  flood_words=200, flood_out=64, flood_c=16, flood_requests=48,
+                  ttft_p50_x=1.2, ttft_x=1.2, tpot_x=1.2, tpot_abs_ms=None, flood_share=0.8,
+                  flood_of="rest"),
+    "qwen": dict(prefix_words=300, suffix_words=40, inter_out=48, inter_c=1, inter_requests=16,
+                 flood_words=200, flood_out=48, flood_c=8, flood_requests=32,
+                 ttft_p50_x=None, ttft_x=1.5, tpot_x=None, tpot_abs_ms=66.0, flood_share=0.6,
+                 flood_of="alone"),
+}
 
 POLICIES = {
     "slo": "",
@@ -148,14 +169,16 @@ def run_loop(make_body, concurrency, t_origin, n_requests, stagger_s=0.0):
 
 
 class Workload:
-    def __init__(self, seed):
+    def __init__(self, seed, shape):
         rng = random.Random(seed)
-        self.prefix = words(rng, 150)
+        self.shape = shape
+        self.prefix = words(rng, shape["prefix_words"])
         self.seed = seed
 
     def interactive(self, i, extra=None):
         rng = random.Random(self.seed * 1000 + i)
-        body = {"prompt": self.prefix + " " + words(rng, 16), "max_tokens": 32,
+        body = {"prompt": self.prefix + " " + words(rng, self.shape["suffix_words"]),
+                "max_tokens": self.shape["inter_out"],
                 "stream": True, "temperature": 0.0, "ignore_eos": True,
                 "stream_options": {"include_usage": True}, "slo_class": "interactive"}
         body.update(extra or {})
@@ -163,7 +186,8 @@ class Workload:
 
     def batch(self, i):
         rng = random.Random(self.seed * 7919 + 100_000 + i)
-        return {"prompt": words(rng, 200), "max_tokens": 64, "stream": True,
+        return {"prompt": words(rng, self.shape["flood_words"]), "max_tokens": self.shape["flood_out"],
+                "stream": True,
                 "temperature": 0.0, "ignore_eos": True,
                 "stream_options": {"include_usage": True}, "slo_class": "batch"}
 
@@ -218,19 +242,56 @@ class Server:
         os.unlink(self.cfg.name)
 
 
+class LlamaServer:
+    """llama-server on the same file: FCFS, one slot per client of the mix."""
+
+    def __init__(self, bin_dir, model, slots, log):
+        ctx = slots * 1024
+        args = [os.path.join(bin_dir, "llama-server"), "-m", model, "--port", str(PORT), "-t", "2",
+                "-np", str(slots), "-c", str(ctx), "--no-webui"]
+        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, LD_LIBRARY_PATH=bin_dir))
+        for _ in range(1500):
+            try:
+                urllib.request.urlopen(URL + "/health", timeout=1).read()
+                return
+            except Exception:
+                if self.proc.poll() is not None:
+                    sys.exit(f"llama-server exited: see {log.name}")
+                time.sleep(0.2)
+        sys.exit("llama-server never became ready")
+
+    def metrics(self):
+        return ""
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def start(args, w, policy, log):
+    if policy == "llama-server":
+        return LlamaServer(args.llama_bin, args.model, w.shape["inter_c"] + w.shape["flood_c"], log)
+    return Server(args.bin, args.model, POLICIES.get(policy, SWEEP.get(policy, "")), log)
+
+
 def warm(w):
     for i in range(2):
         one(w.interactive(10_000 + i), time.perf_counter())
 
 
-def measure_alone(args, w, log):
-    srv = Server(args.bin, args.model, POLICIES["slo"], log)
+def measure_alone(args, w, log, policy="slo"):
+    srv = start(args, w, policy, log)
+    sh = w.shape
     try:
         warm(w)
         t0 = time.perf_counter()
-        inter = run_loop(w.interactive, 2, t0, INTERACTIVE_REQUESTS, STAGGER_S)
+        inter = run_loop(w.interactive, sh["inter_c"], t0, sh["inter_requests"], STAGGER_S)
         t1 = time.perf_counter()
-        flood = run_loop(w.batch, 16, t1, FLOOD_ALONE_REQUESTS)
+        flood = run_loop(w.batch, sh["flood_c"], t1, sh["flood_requests"])
         ok = [r for r in flood if r["ok"]]
         span = max(r["stamps"][-1] for r in ok) - min(r["start"] for r in ok)
         return summarize_interactive(inter), {"output_tok_s": sum(r["n_out"] for r in ok) / span}
@@ -238,16 +299,17 @@ def measure_alone(args, w, log):
         srv.stop()
 
 
-def measure_beside(args, w, policy_toml, log):
-    srv = Server(args.bin, args.model, policy_toml, log)
+def measure_beside(args, w, policy, log):
+    srv = start(args, w, policy, log)
+    sh = w.shape
     try:
         warm(w)
         t0 = time.perf_counter()
         stop = threading.Event()
-        fthreads, flood = closed_loop(lambda i: w.batch(50_000 + i), 16, t0, stop=stop)
+        fthreads, flood = closed_loop(lambda i: w.batch(50_000 + i), sh["flood_c"], t0, stop=stop)
         time.sleep(4.0)  # the flood fills the engine first
         a = time.perf_counter() - t0
-        inter = run_loop(w.interactive, 2, t0, INTERACTIVE_REQUESTS, STAGGER_S)
+        inter = run_loop(w.interactive, sh["inter_c"], t0, sh["inter_requests"], STAGGER_S)
         b = time.perf_counter() - t0
         stop.set()
         for t in fthreads:
@@ -255,6 +317,7 @@ def measure_beside(args, w, policy_toml, log):
         st = summarize_interactive(inter)
         st["flood_output_tok_s"] = tokens_in(flood, a, b) / (b - a)
         st["window_s"] = b - a
+        st["flood_failed"] = sum(1 for r in flood if not r["ok"])
         attain = [l for l in srv.metrics().splitlines()
                   if l.startswith("sloserve:slo_attainment_total") or
                   l.startswith("sloserve:batch_rows_deferred_total") or
@@ -324,29 +387,42 @@ def main():
     ap.add_argument("--bin", default="target/release/sloserve")
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--out", default="out/slo-steps")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small",
+                    help="the mix: small (default model, issue #10) or qwen (Qwen2.5-Coder 1.5B, issue #33)")
+    ap.add_argument("--llama-bin", default=None,
+                    help=f"also run the mix against llama-server from this folder (FCFS; e.g. {LLAMA_BIN})")
+    ap.add_argument("--from-json", help="print the report of an earlier results.json")
     args = ap.parse_args()
+    if args.from_json:
+        with open(args.from_json) as f:
+            print(report(json.load(f)))
+        return
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "sloserve.log"), "w")
-    policies = {k: v for k, v in POLICIES.items() if not args.only or k in args.only.split(",")}
-    results = {"alone": [], "beside": {k: [] for k in policies}, "sweep": {}, "attainment": {}}
+    names = list(POLICIES) + (["llama-server"] if args.llama_bin else [])
+    policies = [k for k in names if not args.only or k in args.only.split(",")]
+    shape = SHAPES[args.shape]
+    results = {"alone": [], "beside": {k: [] for k in policies}, "sweep": {}, "attainment": {},
+               "shape": args.shape, "model": args.model, "criteria": {
+                   k: shape[k] for k in ("ttft_p50_x", "ttft_x", "tpot_x", "tpot_abs_ms", "flood_share", "flood_of")}}
     traces = {}
     for run in range(args.runs):
-        w = Workload(seed=run + 1)
+        w = Workload(seed=run + 1, shape=shape)
         load = os.getloadavg()[0]
         print(f"run {run + 1}/{args.runs} (load {load:.2f}): alone ...", flush=True)
         inter, flood = measure_alone(args, w, log)
         results["alone"].append({"interactive": inter, "flood": flood, "load": load})
         print(f"  alone: interactive {fmt(inter)}; flood {flood['output_tok_s']:.1f} tok/s", flush=True)
-        for name, toml_text in policies.items():
-            st, trace, attain = measure_beside(args, w, toml_text, log)
+        for name in policies:
+            st, trace, attain = measure_beside(args, w, name, log)
             results["beside"][name].append(st)
             results["attainment"][name] = attain
             traces.setdefault(name, trace)
             print(f"  {name} beside: {fmt(st)}; flood {st['flood_output_tok_s']:.1f} tok/s", flush=True)
     if args.sweep:
-        w = Workload(seed=99)
-        for name, toml_text in SWEEP.items():
-            st, _, attain = measure_beside(args, w, toml_text, log)
+        w = Workload(seed=99, shape=shape)
+        for name in SWEEP:
+            st, _, attain = measure_beside(args, w, name, log)
             results["sweep"][name] = st
             results["attainment"][name] = attain
             print(f"  {name}: {fmt(st)}; flood {st['flood_output_tok_s']:.1f} tok/s", flush=True)
@@ -365,23 +441,37 @@ def fmt(st):
 
 
 def report(results):
+    crit = results.get("criteria") or {k: SHAPES["small"][k] for k in (
+        "ttft_p50_x", "ttft_x", "tpot_x", "tpot_abs_ms", "flood_share", "flood_of")}
+    share = crit["flood_share"]
     ai = {k: med([r["interactive"][k] for r in results["alone"]])
           for k in ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "output_tok_s")}
     flood_alone = med([r["flood"]["output_tok_s"] for r in results["alone"]])
+    # small: what the stream leaves of the flood's rate (issue #10); qwen: a share of the
+    # flood's own rate alone (issue #33).
+    if crit["flood_of"] == "alone":
+        flood_need = share * flood_alone
+        flood_rule = f">= {share} x {flood_alone:.1f} (its rate alone)"
+    else:
+        flood_need = share * (flood_alone - ai["output_tok_s"])
+        flood_rule = f">= {share} x ({flood_alone:.1f} - {ai['output_tok_s']:.1f})"
     loads = [r["load"] for r in results["alone"]]
     lines = [f"Medians of {len(results['alone'])} runs (load at start {min(loads):.2f}-{max(loads):.2f}).", "",
              f"Alone: interactive TTFT p50 {ai['ttft_p50_ms']:.0f} ms, P95 {ai['ttft_p95_ms']:.0f} ms, "
              f"TPOT p50 {ai['tpot_p50_ms']:.1f} ms ({1000 / ai['tpot_p50_ms']:.1f} tok/s), "
              f"stream {ai['output_tok_s']:.1f} tok/s; flood {flood_alone:.1f} tok/s.",
-             f"Flood target beside the stream: >= 0.8 x ({flood_alone:.1f} - {ai['output_tok_s']:.1f}) = "
-             f"{0.8 * (flood_alone - ai['output_tok_s']):.1f} tok/s.", "",
+             f"Flood target beside the stream: {flood_rule} = {flood_need:.1f} tok/s.", "",
              "| policy | TTFT p50 ms (x alone) | TTFT P95 ms (x alone) | TPOT p50 ms (x alone) | flood tok/s beside | criteria |",
              "|---|---|---|---|---|---|"]
 
     def row(name, rows):
         b = {k: med([r[k] for r in rows]) for k in ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "flood_output_tok_s")}
         x = {k: b[k] / ai[k] for k in ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms")}
-        ok = all(v <= 1.2 for v in x.values()) and b["flood_output_tok_s"] >= 0.8 * (flood_alone - ai["output_tok_s"])
+        ok = (x["ttft_p95_ms"] <= crit["ttft_x"]
+              and (crit["ttft_p50_x"] is None or x["ttft_p50_ms"] <= crit["ttft_p50_x"])
+              and (crit["tpot_x"] is None or x["tpot_p50_ms"] <= crit["tpot_x"])
+              and (crit["tpot_abs_ms"] is None or b["tpot_p50_ms"] <= crit["tpot_abs_ms"])
+              and b["flood_output_tok_s"] >= flood_need)
         lines.append(f"| {name} | {b['ttft_p50_ms']:.0f} ({x['ttft_p50_ms']:.2f}x) | {b['ttft_p95_ms']:.0f} "
                      f"({x['ttft_p95_ms']:.2f}x) | {b['tpot_p50_ms']:.1f} ({x['tpot_p50_ms']:.2f}x) | "
                      f"{b['flood_output_tok_s']:.1f} | {'met' if ok else 'missed'} |")
