@@ -33,8 +33,9 @@ pub trait Dispatch: Send + Sync + 'static {
 /// What became of a line.
 #[derive(Debug)]
 pub enum Outcome {
-    /// A final answer (success or the endpoint's error): goes to a file.
-    Done(OutputLine, LineUsage),
+    /// A final answer (success or the endpoint's error): goes to a file. Boxed:
+    /// the line is large beside the other variants.
+    Done(Box<OutputLine>, LineUsage),
     /// Refused for now (queue full): try again after the delay.
     Later(Duration),
     /// The server is going away: leave the line for the next start.
@@ -69,11 +70,11 @@ pub async fn run_line(dispatch: &dyn Dispatch, owner: &Owner, line: &ParsedLine)
             "stream: streaming is not supported in a batch",
         );
         return Outcome::Done(
-            response_line(
+            Box::new(response_line(
                 line,
                 400,
                 serde_json::to_value(err.body()).unwrap_or_default(),
-            ),
+            )),
             LineUsage::default(),
         );
     }
@@ -88,7 +89,7 @@ pub async fn run_line(dispatch: &dyn Dispatch, owner: &Owner, line: &ParsedLine)
         503 => Outcome::Stopped,
         status => {
             let usage = usage_of(&reply.body);
-            Outcome::Done(response_line(line, status, reply.body), usage)
+            Outcome::Done(Box::new(response_line(line, status, reply.body)), usage)
         }
     }
 }

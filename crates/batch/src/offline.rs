@@ -150,7 +150,7 @@ pub async fn run(run: &OfflineRun, dispatch: Arc<dyn Dispatch>) -> anyhow::Resul
                 loop {
                     // The operator's own file: lines run with no key.
                     match run_line(d.as_ref(), &Owner::NONE, &p).await {
-                        Outcome::Done(o, u) => return Ok((o, u)),
+                        Outcome::Done(o, u) => return Ok((*o, u)),
                         Outcome::Later(wait) => tokio::time::sleep(wait).await,
                         Outcome::Stopped => {
                             bail!("line {}: the engine is unavailable (503)", p.line)

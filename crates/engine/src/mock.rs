@@ -124,7 +124,9 @@ impl MockRunner {
     /// position `q <= pos`.
     fn next_token(&self, h: u64, pos: usize, at: impl Fn(usize) -> u32) -> u32 {
         match self.period {
-            Some((p, noise)) if pos + 1 >= p && (noise == 0 || h % noise != 0) => at(pos + 1 - p),
+            Some((p, noise)) if pos + 1 >= p && (noise == 0 || !h.is_multiple_of(noise)) => {
+                at(pos + 1 - p)
+            }
             _ => Self::predict(h, self.info.vocab_size),
         }
     }

@@ -188,7 +188,7 @@ fn model_part(path: &std::path::Path, runs: usize) -> Vec<Row> {
         .map(|i| 100 + (i * 7919) % 20_000)
         .collect();
     batch.push(&prompt, 0, &table[..CONTEXT.div_ceil(BLOCK)], true);
-    r.execute(&mut batch, &mut out).expect("prefill");
+    r.execute(&batch, &mut out).expect("prefill");
     let mut rows = Vec::new();
     for (setting, p) in settings() {
         let variants = ["before", "lean"];

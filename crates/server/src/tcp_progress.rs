@@ -80,11 +80,10 @@ mod tests {
         let chunk = vec![7u8; 64 << 10];
         let mut written = 0u64;
         // Fill the peer's receive buffer and ours.
-        loop {
-            match tokio::time::timeout(Duration::from_millis(200), server.write(&chunk)).await {
-                Ok(Ok(n)) => written += n as u64,
-                _ => break,
-            }
+        while let Ok(Ok(n)) =
+            tokio::time::timeout(Duration::from_millis(200), server.write(&chunk)).await
+        {
+            written += n as u64;
         }
         // The buffers may settle for a moment (window updates) before the clock runs.
         let t0 = Instant::now();

@@ -117,7 +117,7 @@ impl ToolCallParser {
             Some(Ok(v)) => {
                 let end = start + it.byte_offset();
                 let Some(call) =
-                    parse_call(&v.to_string()).filter(|c| self.names.iter().any(|n| *n == c.name))
+                    parse_call(&v.to_string()).filter(|c| self.names.contains(&c.name))
                 else {
                     return Some(false);
                 };
