@@ -30,6 +30,8 @@ prefix + 40 words, 48 out; flood c=8, 200 words, 48 out) with its criteria (TTFT
 
 usage: scripts/bench_slo_steps.py [--runs 3] [--sweep] [--bin target/release/sloserve]
          [--model FILE] [--shape small|qwen] [--llama-bin DIR] [--only slo,fcfs,llama-server]
+       scripts/bench_slo_steps.py --classes [--shape qwen --model FILE] [--runs 3]
+         (the flood alone as the batch class against the same as the interactive class)
 Loopback only; every loop is bounded in requests and time.
 """
 import argparse, http.client, json, os, random, statistics, subprocess, sys, tempfile
@@ -330,6 +332,34 @@ def measure_beside(args, w, policy, log):
         srv.stop()
 
 
+def measure_classes(args, w, log):
+    """The flood alone, sent as the batch class and then as the interactive class, on
+    one server: issue #33's "the batch class alone reaches the same throughput as the
+    same load in the interactive class (within 10%)"."""
+    srv = start(args, w, "slo", log)
+    sh = w.shape
+    out = {}
+    try:
+        warm(w)
+        # Distinct prompts per class: the second must not find the first's in the
+        # prefix cache.
+        for k, cls in enumerate(("batch", "interactive")):
+            def body(i, cls=cls, k=k):
+                b = w.batch(20_000 * (k + 1) + i)
+                b["slo_class"] = cls
+                return b
+            t0 = time.perf_counter()
+            recs = run_loop(body, sh["flood_c"], t0, sh["flood_requests"])
+            ok = [r for r in recs if r["ok"]]
+            span = max(r["stamps"][-1] for r in ok) - min(r["start"] for r in ok)
+            out[cls] = {"output_tok_s": sum(r["n_out"] for r in ok) / span,
+                        "failed": len(recs) - len(ok),
+                        "ttft_p50_ms": pct([r["ttft"] for r in ok], 50) * 1e3}
+        return out
+    finally:
+        srv.stop()
+
+
 def med(xs):
     xs = [x for x in xs if x is not None]
     return statistics.median(xs) if xs else None
@@ -392,6 +422,8 @@ def main():
     ap.add_argument("--llama-bin", default=None,
                     help=f"also run the mix against llama-server from this folder (FCFS; e.g. {LLAMA_BIN})")
     ap.add_argument("--from-json", help="print the report of an earlier results.json")
+    ap.add_argument("--classes", action="store_true",
+                    help="only the flood alone as the batch class against the interactive class (RUNS runs)")
     args = ap.parse_args()
     if args.from_json:
         with open(args.from_json) as f:
@@ -399,6 +431,21 @@ def main():
         return
     os.makedirs(args.out, exist_ok=True)
     log = open(os.path.join(args.out, "sloserve.log"), "w")
+    if args.classes:
+        runs = []
+        for run in range(args.runs):
+            r = measure_classes(args, Workload(seed=run + 1, shape=SHAPES[args.shape]), log)
+            r["load"] = os.getloadavg()[0]
+            runs.append(r)
+            print(f"run {run + 1}: batch class {r['batch']['output_tok_s']:.1f} tok/s, interactive class "
+                  f"{r['interactive']['output_tok_s']:.1f} tok/s (failed {r['batch']['failed']} / "
+                  f"{r['interactive']['failed']})", flush=True)
+        b = med([r["batch"]["output_tok_s"] for r in runs])
+        i = med([r["interactive"]["output_tok_s"] for r in runs])
+        print(f"medians: batch class {b:.1f}, interactive class {i:.1f} output tok/s: {b / i:.2f}x")
+        with open(os.path.join(args.out, "classes.json"), "w") as f:
+            json.dump({"shape": args.shape, "model": args.model, "runs": runs}, f, indent=1)
+        return
     names = list(POLICIES) + (["llama-server"] if args.llama_bin else [])
     policies = [k for k in names if not args.only or k in args.only.split(",")]
     shape = SHAPES[args.shape]
