@@ -214,6 +214,28 @@ def tokens_in(recs, a, b):
     return sum(1 for r in recs if r["ok"] for s in r["stamps"] if a <= s <= b)
 
 
+def launch(args, log, ready_path, name, env=None, tries=600):
+    """Starts a server process on PORT and waits until `ready_path` answers."""
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+    for _ in range(tries):
+        try:
+            urllib.request.urlopen(URL + ready_path, timeout=1).read()
+            return proc
+        except Exception:
+            if proc.poll() is not None:
+                sys.exit(f"{name} exited: see {log.name}")
+            time.sleep(0.2)
+    sys.exit(f"{name} never became ready")
+
+
+def terminate(proc):
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 class Server:
     def __init__(self, binary, model, toml_text, log):
         self.cfg = tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False)
@@ -221,26 +243,13 @@ class Server:
         self.cfg.close()
         args = [binary, "serve", "--model", model, "--port", str(PORT), "--profile", "mixed",
                 "--config", self.cfg.name]
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(URL + "/ready", timeout=1).read()
-                return
-            except Exception:
-                if self.proc.poll() is not None:
-                    sys.exit(f"sloserve exited: see {log.name}")
-                time.sleep(0.2)
-        sys.exit("sloserve never became ready")
+        self.proc = launch(args, log, "/ready", "sloserve")
 
     def metrics(self):
         return urllib.request.urlopen(URL + "/metrics", timeout=5).read().decode()
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        terminate(self.proc)
         os.unlink(self.cfg.name)
 
 
@@ -248,30 +257,16 @@ class LlamaServer:
     """llama-server on the same file: FCFS, one slot per client of the mix."""
 
     def __init__(self, bin_dir, model, slots, log):
-        ctx = slots * 1024
         args = [os.path.join(bin_dir, "llama-server"), "-m", model, "--port", str(PORT), "-t", "2",
-                "-np", str(slots), "-c", str(ctx), "--no-webui"]
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, LD_LIBRARY_PATH=bin_dir))
-        for _ in range(1500):
-            try:
-                urllib.request.urlopen(URL + "/health", timeout=1).read()
-                return
-            except Exception:
-                if self.proc.poll() is not None:
-                    sys.exit(f"llama-server exited: see {log.name}")
-                time.sleep(0.2)
-        sys.exit("llama-server never became ready")
+                "-np", str(slots), "-c", str(slots * 1024), "--no-webui"]
+        self.proc = launch(args, log, "/health", "llama-server",
+                           env=dict(os.environ, LD_LIBRARY_PATH=bin_dir), tries=1500)
 
     def metrics(self):
         return ""
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        terminate(self.proc)
 
 
 def start(args, w, policy, log):

@@ -1,6 +1,7 @@
 //! Tool-call grammars (`<tool_call>\n{"name", "arguments"}\n</tool_call>`) on the
 //! Qwen vocabulary: walks produce calls that name an allowed function with
-//! arguments valid against its parameters; a named choice allows only that one.
+//! arguments valid against its parameters; a named choice allows only that one;
+//! `auto` allows text, or calls (tagged, or bare at the start) that are valid.
 
 mod common;
 
@@ -36,6 +37,18 @@ fn tools() -> Vec<ToolFunction> {
     ]
 }
 
+/// Each function's name and a validator of its arguments (any object without
+/// `parameters`).
+fn validators(tools: &[ToolFunction]) -> Vec<(String, jsonschema::Validator)> {
+    tools
+        .iter()
+        .map(|t| {
+            let s = t.parameters.clone().unwrap_or(json!({"type": "object"}));
+            (t.name.clone(), jsonschema::validator_for(&s).unwrap())
+        })
+        .collect()
+}
+
 /// Splits `<tool_call>\n{json}\n</tool_call>` blocks (separated by newlines).
 fn parse_calls(text: &str) -> Vec<Value> {
     let mut out = Vec::new();
@@ -57,13 +70,7 @@ fn tool_call_walks_make_valid_calls() {
     let (tok, f) = factory(MODELS[2].1);
     let eos = f.tok_trie().eos_tokens().to_vec();
     let tools = tools();
-    let validators: Vec<(String, jsonschema::Validator)> = tools
-        .iter()
-        .map(|t| {
-            let s = t.parameters.clone().unwrap_or(json!({"type": "object"}));
-            (t.name.clone(), jsonschema::validator_for(&s).unwrap())
-        })
-        .collect();
+    let validators = validators(&tools);
     let cases = [
         (ToolChoice::Required, false),
         (ToolChoice::Required, true),
@@ -112,13 +119,7 @@ fn auto_allows_text_or_constrained_calls() {
     let mut mask = vec![0u32; words];
     let allowed = |mask: &[u32], t: u32| mask[t as usize / 32] >> (t % 32) & 1 == 1;
 
-    let validators: Vec<(String, jsonschema::Validator)> = tools
-        .iter()
-        .map(|t| {
-            let s = t.parameters.clone().unwrap_or(json!({"type": "object"}));
-            (t.name.clone(), jsonschema::validator_for(&s).unwrap())
-        })
-        .collect();
+    let validators = validators(&tools);
 
     // Free text: almost every token, and EOS, is allowed at each step.
     let mut m = g.start();
