@@ -145,20 +145,17 @@ def chat_requests(n, max_tokens, ignore_eos=False):
 
 # --- the client ----------------------------------------------------------------------------
 
-def one(port, model, req):
+def stream_chat(port, body, rid, headers=None):
+    """POSTs one streamed chat completion; returns (t0, [(time, content piece)], completion
+    tokens) with perf_counter times. Exits on an HTTP error or a reply with no tokens."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
-    body = {"model": model, "messages": req["messages"], "max_tokens": req["max_tokens"],
-            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
-    if req.get("ignore_eos"):
-        body["ignore_eos"] = True
     t0 = time.perf_counter()
     conn.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(),
-                 headers={"Content-Type": "application/json"})
+                 headers={"Content-Type": "application/json", **(headers or {})})
     resp = conn.getresponse()
     if resp.status != 200:
-        raise SystemExit(f"request {req['id']}: HTTP {resp.status}: {resp.read()[:300]!r}")
-    first = last = None
-    n_out, text = None, []
+        raise SystemExit(f"request {rid}: HTTP {resp.status}: {resp.read()[:300]!r}")
+    pieces, n_out = [], None
     while True:
         line = resp.readline()
         if not line:
@@ -177,15 +174,22 @@ def one(port, model, req):
         for ch in ev.get("choices") or []:
             t = (ch.get("delta") or {}).get("content")
             if t:
-                now = time.perf_counter()
-                first = first or now
-                last = now
-                text.append(t)
+                pieces.append((time.perf_counter(), t))
     conn.close()
-    if first is None or not n_out:
-        raise SystemExit(f"request {req['id']}: no tokens")
+    if not pieces or not n_out:
+        raise SystemExit(f"request {rid}: no tokens")
+    return t0, pieces, n_out
+
+
+def one(port, model, req):
+    body = {"model": model, "messages": req["messages"], "max_tokens": req["max_tokens"],
+            "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}
+    if req.get("ignore_eos"):
+        body["ignore_eos"] = True
+    t0, pieces, n_out = stream_chat(port, body, req["id"])
+    first, last = pieces[0][0], pieces[-1][0]
     return {"id": req["id"], "ttft": first - t0, "decode_s": last - first, "tokens": n_out,
-            "e2e": last - t0, "text": "".join(text)}
+            "e2e": last - t0, "text": "".join(t for _, t in pieces)}
 
 
 def run_load(port, model, reqs, concurrency):

@@ -28,7 +28,6 @@ usage: scripts/bench_structured.py [--model FILE] [--rounds 3] [--threads 2]
        scripts/bench_structured.py --from-json FILE
 """
 import argparse
-import http.client
 import json
 import os
 import statistics
@@ -40,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from bench_spec import Server, cpu, load, log  # noqa: E402
+from bench_spec import Server, cpu, load, log, stream_chat  # noqa: E402
 
 try:  # the test venv has it (.venv/bin/python); without it replies are only parsed
     import jsonschema
@@ -75,7 +74,6 @@ def requests():
 
 
 def one(port, model, req, constrained, extra_headers=None, max_tokens=128, ignore_eos=False):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
     body = {"model": model, "messages": req["messages"], "max_tokens": max_tokens,
             "temperature": 0.0, "repetition_penalty": 1.1, "stream": True,
             "stream_options": {"include_usage": True}}
@@ -84,40 +82,9 @@ def one(port, model, req, constrained, extra_headers=None, max_tokens=128, ignor
     if constrained:
         body["response_format"] = {"type": "json_schema", "json_schema": {
             "name": "doc", "schema": req["schema"], "strict": True}}
-    headers = {"Content-Type": "application/json", **(extra_headers or {})}
-    t0 = time.perf_counter()
-    conn.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(), headers=headers)
-    resp = conn.getresponse()
-    if resp.status != 200:
-        raise SystemExit(f"request {req['id']}: HTTP {resp.status}: {resp.read()[:300]!r}")
-    first = last = None
-    n_out, text, gaps = None, [], []
-    while True:
-        line = resp.readline()
-        if not line:
-            break
-        line = line.strip()
-        if not line.startswith(b"data:"):
-            continue
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            break
-        ev = json.loads(payload)
-        if ev.get("usage"):
-            n_out = ev["usage"].get("completion_tokens")
-        for ch in ev.get("choices") or []:
-            t = (ch.get("delta") or {}).get("content")
-            if t:
-                now = time.perf_counter()
-                if last is not None:
-                    gaps.append(now - last)
-                first = first or now
-                last = now
-                text.append(t)
-    conn.close()
-    if first is None or not n_out:
-        raise SystemExit(f"request {req['id']}: no tokens")
-    text = "".join(text)
+    t0, pieces, n_out = stream_chat(port, body, req["id"], extra_headers)
+    first, last = pieces[0][0], pieces[-1][0]
+    text = "".join(t for _, t in pieces)
     valid = None
     if constrained:
         try:
