@@ -114,7 +114,8 @@ def test_auto_strict(client):
         check(call.function.name == "get_weather", call)
         cities[name] = json.loads(call.function.arguments)["city"]
     jsonschema.validate({"city": cities["strict"], "unit": "celsius"}, short["function"]["parameters"])
-    check(cities["loose"] == "Paris", cities)
+    # The bound is what the grammar enforces: the same call, not strict, goes past it.
+    check(len(cities["loose"]) > 3 and "paris" in cities["loose"].lower(), cities)
     r = create(client, messages=[{"role": "user", "content": "Say hello to Ann in one short sentence."}],
                tools=[short], max_tokens=20)
     c = r.choices[0]
