@@ -1,7 +1,8 @@
 //! `Sequence`: one request inside the engine: its tokens (prompt + generated), how
 //! many have KV, its block table, sampler, stop conditions, event sender and timings.
 //! Owned by exactly one queue of the scheduler at a time (no shared state). Its
-//! lifecycle is one [`SeqState`], moved only by the transition methods below.
+//! lifecycle is one [`SeqState`], moved only by the transition methods below; its
+//! draft (grammar-forced and n-gram tokens to verify) in `draft.rs`.
 
 use std::time::Instant;
 
@@ -12,7 +13,7 @@ use crate::event::{Event, FinishInfo, FinishReason, RequestTimings, SloReport};
 use crate::prefix_cache::PrefixCache;
 use crate::request::{SloClass, SloTargets, StopConditions};
 use crate::sampler::Sampler;
-use crate::speculate::{self, Acceptance, NgramParams};
+use crate::speculate::Acceptance;
 use crate::stats::{Counters, SloAttainment};
 
 /// Every field is private: the scheduler reads them through the accessors below
@@ -538,74 +539,6 @@ impl Sequence {
         self.timings.engine_time += d;
     }
 
-    /// The tokens its grammar forces next (a query: the matcher is not
-    /// advanced); `None` without a grammar.
-    pub fn grammar_forced_tokens(&mut self) -> Option<Vec<u32>> {
-        self.sampler.constraint_mut().map(|m| m.forced_tokens())
-    }
-
-    /// Makes `forced` (tokens its grammar forces) its draft: the decode row
-    /// planned for its one token grows to `1 + forced.len()` tokens.
-    pub fn force_draft(&mut self, forced: &[u32]) {
-        debug_assert!(
-            self.scheduled == 1 && self.draft.is_empty(),
-            "seq {}: forced tokens join a one-token decode row",
-            self.id
-        );
-        self.scheduled = 1 + forced.len();
-        self.draft.extend_from_slice(forced);
-        self.forced = forced.len();
-    }
-
-    /// Appends the n-gram draft `p` finds after its tokens and its draft so far
-    /// (the forced tokens) to its draft, as candidates until [`Self::keep_draft`]
-    /// (`scratch`: the lookup's buffer).
-    pub fn extend_ngram_draft(&mut self, p: &NgramParams, scratch: &mut Vec<u32>) {
-        let mark = self.tokens.len();
-        self.tokens.extend_from_slice(&self.draft);
-        speculate::draft(&self.tokens, p, scratch);
-        self.tokens.truncate(mark);
-        self.draft.extend_from_slice(scratch);
-    }
-
-    /// Keeps the first `len` tokens of its draft (at least the forced ones) and
-    /// plans them after its newest token.
-    pub fn keep_draft(&mut self, len: usize) {
-        debug_assert!(
-            self.forced <= len && len <= self.draft.len(),
-            "seq {}: keeps {len} of a {}-token draft",
-            self.id,
-            self.draft.len()
-        );
-        self.draft.truncate(len);
-        self.scheduled = 1 + self.draft.len();
-    }
-
-    /// Takes its draft to verify, with how many leading tokens are forced (give
-    /// the buffer back with [`Self::return_draft_buffer`]).
-    pub fn take_draft(&mut self) -> (Vec<u32>, usize) {
-        (
-            std::mem::take(&mut self.draft),
-            std::mem::take(&mut self.forced),
-        )
-    }
-
-    /// Takes back a verified draft's buffer, emptied, for its next draft.
-    pub fn return_draft_buffer(&mut self, mut draft: Vec<u32>) {
-        draft.clear();
-        self.draft = draft;
-    }
-
-    /// A step without an n-gram draft (none found, or not worth it).
-    pub fn relax_acceptance(&mut self) {
-        self.acceptance.relax();
-    }
-
-    /// A verification accepted `accepted` of `drafted` n-gram draft tokens.
-    pub fn observe_acceptance(&mut self, drafted: usize, accepted: usize) {
-        self.acceptance.observe(drafted, accepted);
-    }
-
     /// Samples its next token from `row` with its own sampler, appends and sends
     /// it, and finishes on a stop (the grammar's end, a stop token, its length)
     /// or a closed stream. Returns whether it goes on.
@@ -636,14 +569,6 @@ impl Sequence {
         self.finish_reason().is_none()
     }
 
-    /// Tokens this step is expected to emit for it: the forced draft tokens (the
-    /// grammar allows only them), then the newest token's sample and each n-gram
-    /// draft token accepted (`1 + a + ... + a^k`).
-    pub fn expected_step_tokens(&self) -> f64 {
-        let ngram = self.draft.len().saturating_sub(self.forced);
-        self.forced as f64 + self.acceptance.expected_tokens(ngram)
-    }
-
     /// Sends `Finished` (ignoring a closed stream); the caller then drops the
     /// sequence, which frees its blocks.
     /// Judges the request against its targets (counted into `slo` for requests
@@ -669,67 +594,7 @@ impl Sequence {
     }
 }
 
+mod draft;
+
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::block_pool::BlockPool;
-    use crate::sampler::SamplingParams;
-
-    fn seq(pool: &BlockPool) -> (Sequence, tokio::sync::mpsc::UnboundedReceiver<Event>) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let s = Sequence::new(
-            1,
-            SloClass::Interactive,
-            SloTargets::default(),
-            vec![1, 2, 3],
-            Sampler::new(SamplingParams::default(), 16),
-            StopConditions::max_tokens(8),
-            16,
-            tx,
-            Instant::now(),
-            pool.new_table(),
-        );
-        (s, rx)
-    }
-
-    #[test]
-    fn the_lifecycle_moves_by_its_transitions() {
-        let pool = BlockPool::new(8, 4);
-        let (mut s, _rx) = seq(&pool);
-        assert_eq!((s.phase(), s.has_started()), (Phase::Waiting, false));
-        assert!(s.admit(0), "first admission");
-        assert_eq!(s.phase(), Phase::Prefilling { done: 0, of: 3 });
-        s.num_computed = 3;
-        s.tokens.push(9);
-        assert_eq!(s.phase(), Phase::Decoding);
-        assert!(s.is_active());
-        s.preempt();
-        assert_eq!(
-            (s.phase(), s.num_computed, s.timings.preemptions),
-            (Phase::Preempted, 0, 1)
-        );
-        assert!(!s.is_active() && s.is_preempted());
-        s.requeue();
-        assert_eq!((s.state(), s.has_started()), (&SeqState::Requeued, true));
-        assert!(!s.admit(0), "a readmission");
-        assert_eq!(s.phase(), Phase::Prefilling { done: 0, of: 4 });
-        s.finish(FinishReason::Stop);
-        s.finish(FinishReason::Cancelled);
-        assert_eq!(
-            s.finish_reason(),
-            Some(&FinishReason::Stop),
-            "the first reason wins"
-        );
-        assert!(!s.is_active());
-    }
-
-    #[test]
-    #[cfg(debug_assertions)]
-    #[should_panic(expected = "admitted from Running")]
-    fn a_transition_from_the_wrong_state_is_caught() {
-        let pool = BlockPool::new(8, 4);
-        let (mut s, _rx) = seq(&pool);
-        s.admit(0);
-        s.admit(0);
-    }
-}
+mod tests;
