@@ -122,10 +122,7 @@ pub fn client_deadline(headers: &HeaderMap) -> Result<Option<Duration>, ServerEr
 /// so without the header the order is exactly first come first served. At most
 /// [`MAX_FAIRNESS_ID_LEN`] visible ASCII bytes, else a 400 naming the header.
 pub fn fairness_id(headers: &HeaderMap) -> Result<Option<String>, ServerError> {
-    let Some((name, v)) = headers::FAIRNESS_ID
-        .iter()
-        .find_map(|n| headers.get(*n).map(|v| (*n, v)))
-    else {
+    let Some((name, v)) = headers::first(&headers::FAIRNESS_ID, |n| headers.get(n)) else {
         return Ok(None);
     };
     let bytes = v.as_bytes();

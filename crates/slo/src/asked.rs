@@ -55,14 +55,12 @@ impl Asked {
         };
         let objective = match body.objective {
             Some(o) => Some(o),
-            None => headers::OBJECTIVE
-                .iter()
-                .find_map(|h| text(h))
-                .and_then(Result::ok)
+            None => headers::first(&headers::OBJECTIVE, text)
+                .and_then(|(_, v)| v.ok())
                 .map(str::to_owned),
         };
         let header_ms = |names: [&'static str; 2]| -> Result<Option<f64>, SloError> {
-            let Some((name, v)) = names.iter().find_map(|n| text(n).map(|v| (*n, v))) else {
+            let Some((name, v)) = headers::first(&names, text) else {
                 return Ok(None);
             };
             let ms =

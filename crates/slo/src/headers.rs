@@ -29,3 +29,12 @@ pub const API_KEY: &str = "x-api-key";
 /// on (`queue-full`, `queue-wait`, `deadline`, `ttft`, `shed`, `draining`,
 /// `stopped`).
 pub const SHED_REASON: &str = "x-sloserve-shed-reason";
+
+/// The first of `names` (a header and its older name) that `get` finds, with the
+/// name it was found under: llm-d's name wins over the older one.
+pub fn first<V>(
+    names: &[&'static str],
+    get: impl Fn(&str) -> Option<V>,
+) -> Option<(&'static str, V)> {
+    names.iter().find_map(|&n| get(n).map(|v| (n, v)))
+}
