@@ -114,6 +114,8 @@ fn spawn_publisher(
                         tracing::error!("cannot connect the KV-events socket to {endpoint}: {e}");
                         return;
                     }
+                    // Batches published before this went nowhere (a PUB keeps none).
+                    tracing::info!("KV-events socket connected to {endpoint}");
                 }
                 let mut enc = Encoder::default();
                 let mut seq: u64 = 0;
@@ -243,7 +245,11 @@ fn encode(events: &[Event], block_size: usize, ts: f64) -> Vec<u8> {
             w::write_u64(b, h).unwrap(); // always the 9-byte form: a uint64 to any reader
         }
     };
-    w::write_array_len(&mut b, 2).unwrap();
+    // vLLM's KVEventBatch: [ts, events, data_parallel_rank]. The rank is not optional
+    // on the wire: llm-d-router decodes the batch as a 3-field array struct and refuses
+    // any other length ("number of fields in array-encoded struct has changed"). One
+    // replica is data-parallel rank 0, as vLLM sends it.
+    w::write_array_len(&mut b, 3).unwrap();
     w::write_f64(&mut b, ts).unwrap();
     w::write_array_len(&mut b, events.len() as u32).unwrap();
     for e in events {
@@ -280,6 +286,7 @@ fn encode(events: &[Event], block_size: usize, ts: f64) -> Vec<u8> {
             }
         }
     }
+    w::write_uint(&mut b, 0).unwrap(); // data_parallel_rank
     b
 }
 
@@ -386,7 +393,8 @@ mod tests {
                     ["BlockStored", [7], null, [1, 300], 2, null, "GPU"],
                     ["BlockRemoved", [7], "GPU"],
                     ["AllBlocksCleared"]
-                ]
+                ],
+                0
             ])
         );
         // Hashes are uint64 on the wire whatever their size (0xcf, 8 bytes).

@@ -104,8 +104,10 @@ fn events_until(
             "{topic}"
         );
         seqs.push(seq);
-        let arr = batch.as_array().expect("[ts, events]");
+        let arr = batch.as_array().expect("[ts, events, rank]");
+        assert_eq!(arr.len(), 3, "vLLM's three fields: {batch}");
         assert!(arr[0].as_f64().unwrap() > 1.6e9, "ts in unix seconds");
+        assert_eq!(arr[2], 0, "data-parallel rank 0");
         for e in arr[1].as_array().unwrap() {
             out.push(e.clone());
             if done(e) {
