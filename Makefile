@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
+.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
 
 all: build
 
@@ -109,11 +109,20 @@ gateway-demo: model release
 	./deploy/local/demo.sh "$(TARGET_DIR)/release/sloserve" $(ARGS)
 
 # That stack end to end with the openai SDK (not in `make test`: it needs Go and minutes
-# of Go build once). GATEWAY_MODE=direct tests Envoy alone where no EPP can be had.
+# of Go build once). GATEWAY_MODE=direct tests Envoy alone where no EPP can be had;
+# GATEWAY_EPP_CONFIG=precise runs the EPP's precise prefix scorer (KV-cache events, render).
 GATEWAY_MODE ?= epp
+GATEWAY_EPP_CONFIG ?= approximate
 test-gateway: model $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
-	$(VENV)/bin/python tests/gateway/test_gateway.py --bin "$(TARGET_DIR)/debug/sloserve" --mode $(GATEWAY_MODE)
+	$(VENV)/bin/python tests/gateway/test_gateway.py --bin "$(TARGET_DIR)/debug/sloserve" --mode $(GATEWAY_MODE) --epp-config $(GATEWAY_EPP_CONFIG)
+
+# The gateway measured (docs/gateway.md "Measured"): router overhead and the fleet
+# workload through Envoy + EPP against `sloserve route` and one replica, and prefix-heavy
+# traffic under round-robin and the EPP's approximate and precise prefix scorers. ARGS:
+# scripts/gateway_bench.py flags (--only, --prefix-rounds, --kv-cache-memory, --smoke).
+bench-gateway: model release $(VENV)/.plots-installed
+	$(VENV)/bin/python scripts/gateway_bench.py --bin "$(TARGET_DIR)/release/sloserve" $(ARGS)
 
 # Every cargo-fuzz target in fuzz/ for FUZZ_SECS seconds each (README "Fuzzing").
 FUZZ_SECS ?= 60

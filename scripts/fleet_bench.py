@@ -40,11 +40,13 @@ WORDS = ("the quick brown fox jumps over a lazy dog while small models serve man
          "of text in order and every request gets its answer soon").split()
 
 
-def ttft_ms(url, prompt):
-    """One streamed one-token completion on a fresh connection: ms to the first event."""
+def ttft_ms(url, prompt, model=None):
+    """One streamed one-token completion on a fresh connection: ms to the first event.
+    `model` names the model in the body (a gateway's EPP needs it)."""
     u = urlparse(url)
     c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
-    body = json.dumps({"prompt": prompt, "max_tokens": 1, "stream": True, "temperature": 0})
+    body = {"prompt": prompt, "max_tokens": 1, "stream": True, "temperature": 0}
+    body = json.dumps({"model": model, **body} if model else body)
     t0 = time.perf_counter()
     c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     r = c.getresponse()
@@ -103,21 +105,29 @@ def fleet_run(args, name, cfg, idx):
         _, url = fc.replica(args.bin, PORT + 10 + j, profile, threads, args.out, [*extra, "--max-queue-wait", "0"])
         fleets[profile] = [url]
     _, r_url = fc.router(args.bin, PORT, fleets, args.out, cfg["route"])
+    row, trace = run_workload(args, name, r_url, idx)
+    row["spilled"] = fc.metric_sum(fc.metrics(r_url), "sloserve_router:spilled_total")
+    fc.stop_all()
+    return row, trace
+
+
+def run_workload(args, name, url, idx, bench_args=()):
+    """The fleet workload against `url` (a router, a gateway or one replica): interactive
+    shared-prefix requests at `args.rate` beside a batch job; its row and plot trace.
+    `bench_args` go to both `sloserve bench` runs (e.g. `--model`, which a gateway needs)."""
     tag = f"fleet-{idx}"
     n_inter = 6 if args.smoke else args.interactive
     inter_out, batch_out = os.path.join(args.out, tag + "-interactive"), os.path.join(args.out, tag + "-batch")
-    inter = fc.bench(args.bin, r_url, inter_out, [
+    inter = fc.bench(args.bin, url, inter_out, [*bench_args,
         "--dataset", "prefix", "--prefix-len", "200", "--input-len", "24", "--output-len", "16", "--ignore-eos",
         "--request-rate", str(args.rate), "--num-requests", str(n_inter),
         "--slo-class", "interactive=1", "--slo", "ttft=1000ms", "--seed", str(idx)])
-    batch = fc.bench(args.bin, r_url, batch_out, [
+    batch = fc.bench(args.bin, url, batch_out, [*bench_args,
         "--dataset", "synthetic", "--input-len", "128", "--output-len", "32", "--ignore-eos",
         "--concurrency", str(min(args.batch, args.batch_concurrency)), "--num-requests", str(args.batch),
         "--slo-class", "batch=1", "--seed", str(100 + idx)])
     fc.finish(inter, f"{name} interactive")
     fc.finish(batch, f"{name} batch")
-    spilled = fc.metric_sum(fc.metrics(r_url), "sloserve_router:spilled_total")
-    fc.stop_all()
     si, ri, ti = fc.results(inter_out)
     sb, rb, tb = fc.results(batch_out)
     row = {
@@ -132,7 +142,7 @@ def fleet_run(args, name, cfg, idx):
         "batch_failed": sb["failed"],
         "batch_output_tok_s": sb["output_throughput"],
         "batch_duration_s": sb["duration_s"],
-        "spilled": spilled,
+        "spilled": 0,
     }
     t0 = min(ti, tb)
     trace = {"interactive": fc.ttft_points(ri, ti - t0), "batch_tok_s": fc.per_second(rb, tb - t0)}

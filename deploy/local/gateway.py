@@ -45,9 +45,10 @@ def plan_ports(base, n):
         "epp_grpc": base + 2,
         "epp_health": base + 3,
         "epp_metrics": base + 4,
+        "kv_events": base + 5,
         "replicas": [base + 10 + i for i in range(n)],
     }
-    taken = [p for p in [base, base + 1, base + 2, base + 3, base + 4, *ports["replicas"]] if not port_free(p)]
+    taken = [p for p in [base + i for i in range(6)] + ports["replicas"] if not port_free(p)]
     if taken:
         raise SystemExit(f"[gateway] ports in use: {taken} (pick another --base-port)")
     return ports
@@ -144,6 +145,28 @@ def http_ok(url, body=None, timeout=2.0):
         return False
 
 
+KV_CONNECTED = "KV-events socket connected"
+
+
+def logged(stack, name, text):
+    """Whether process `name`'s log holds `text`."""
+    with open(os.path.join(stack["log_dir"], f"{name}.log"), errors="replace") as f:
+        return text in f.read()
+
+
+def start_epp(stack, epp, verbosity):
+    ports = stack["ports"]
+    p = spawn(stack, "epp", [
+        epp, "--pool-name", "sloserve-local", "--pool-namespace", "local",
+        "--config-file", os.path.join(stack["run_dir"], "epp-config.yaml"),
+        "--grpc-port", str(ports["epp_grpc"]), "--grpc-health-port", str(ports["epp_health"]),
+        "--metrics-port", str(ports["epp_metrics"]), "--secure-serving=false",
+        "--metrics-endpoint-auth=false", "--tracing=false", "--enable-pprof=false",
+        "--drain-timeout=1s", f"--v={verbosity}",
+    ])
+    wait_until("epp", lambda: not port_free(ports["epp_grpc"]), 60, [p])
+
+
 def up(args):
     run_dir = os.path.abspath(args.run_dir)
     if os.path.exists(os.path.join(run_dir, "stack.json")):
@@ -163,7 +186,8 @@ def up(args):
     roles = ["interactive", "batch"]
     stack = {
         "mode": mode, "run_dir": run_dir, "log_dir": log_dir, "ports": ports, "procs": [],
-        "epp_config": os.path.abspath(args.epp_config),
+        "epp_config": gwconfig.template_path(args.epp_config),
+        "lb_policy": args.lb_policy,
         "model": os.path.splitext(os.path.basename(args.model))[0],
         "replicas": [
             {"name": f"replica-{i}", "port": p, "role": roles[i % 2]}
@@ -172,26 +196,26 @@ def up(args):
     }
     save(stack)
     gwconfig.render_all(stack)
+    events = []
+    if mode == "epp" and gwconfig.wants_kv_events(args.epp_config):
+        events = ["--kv-events-endpoint", gwconfig.kv_events_endpoint(stack)]
     try:
+        if events:  # the EPP binds the socket the replicas' KV events connect to: it starts first
+            start_epp(stack, epp, args.epp_verbosity)
         reps = []
         for r in stack["replicas"]:
             argv = [args.bin, "serve", "--model", args.model, "--host", "127.0.0.1", "--port", str(r["port"]),
                     "--profile", args.profile, "--threads", str(args.threads),
-                    "--config", os.path.abspath(args.replica_config), *args.serve_arg]
+                    "--config", os.path.abspath(args.replica_config), *events, *args.serve_arg]
             reps.append(spawn(stack, r["name"], argv))
         for r, p in zip(stack["replicas"], reps):
             wait_until(r["name"], lambda r=r: gwconfig.is_ready(r["port"]), 180, [p])
+            if events:  # a PUB keeps no events: none may be published before it is connected
+                wait_until(f"{r['name']}'s KV events", lambda r=r: logged(stack, r["name"], KV_CONNECTED), 30, [p])
         if mode == "epp":
             spawn(stack, "watcher", [sys.executable, os.path.join(gwconfig.HERE, "gwconfig.py"), run_dir])
-            p = spawn(stack, "epp", [
-                epp, "--pool-name", "sloserve-local", "--pool-namespace", "local",
-                "--config-file", os.path.join(run_dir, "epp-config.yaml"),
-                "--grpc-port", str(ports["epp_grpc"]), "--grpc-health-port", str(ports["epp_health"]),
-                "--metrics-port", str(ports["epp_metrics"]), "--secure-serving=false",
-                "--metrics-endpoint-auth=false", "--tracing=false", "--enable-pprof=false",
-                "--drain-timeout=1s", f"--v={args.epp_verbosity}",
-            ])
-            wait_until("epp", lambda: not port_free(ports["epp_grpc"]), 60, [p])
+            if not events:
+                start_epp(stack, epp, args.epp_verbosity)
         p = spawn(stack, "envoy", [envoy, "-c", os.path.join(run_dir, "envoy.yaml"), "--log-level", "warn",
                                    "--base-id", str(ports["envoy"]), "--drain-time-s", "1",
                                    "--file-flush-interval-msec", "100"])
@@ -248,8 +272,11 @@ def main():
     u.add_argument("--base-port", type=int, default=18000)
     u.add_argument("--mode", choices=["auto", "epp", "direct"], default="auto")
     u.add_argument("--epp-verbosity", type=int, default=2)
-    u.add_argument("--epp-config", default=os.path.join(gwconfig.HERE, "epp-config.yaml"),
-                   help="EndpointPickerConfig template (default deploy/local/epp-config.yaml)")
+    u.add_argument("--epp-config", default="approximate",
+                   help="EndpointPickerConfig template: `approximate` (deploy/local/epp-config.yaml, the "
+                        "default), `precise` (epp-config-precise.yaml: render + KV-cache events) or a path")
+    u.add_argument("--lb-policy", default="LEAST_REQUEST", choices=["LEAST_REQUEST", "ROUND_ROBIN"],
+                   help="Envoy's balancing in --mode direct (default LEAST_REQUEST)")
     u.add_argument("--foreground", action="store_true", help="stay until Ctrl-C, then stop the stack")
     for name in ("up", "down", "status"):
         (u if name == "up" else sub.add_parser(name)).add_argument("--run-dir", default=DEFAULT_RUN)

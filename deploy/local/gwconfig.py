@@ -71,11 +71,15 @@ def render_all(stack):
         "EPP_GRPC_PORT": ports["epp_grpc"],
         "LOG_DIR": stack["log_dir"],
         "ENDPOINTS_FILE": os.path.join(run, "endpoints.yaml"),
+        "MODEL": stack["model"],
+        "RENDER_URL": f"http://127.0.0.1:{stack['replicas'][0]['port']}",
+        "KV_EVENTS_ENDPOINT": kv_events_endpoint(stack),
+        "LB_POLICY": stack.get("lb_policy", "LEAST_REQUEST"),
     }
     reps = stack["replicas"]
     if stack["mode"] == "epp":
         write_atomic(os.path.join(run, "endpoints.yaml"), endpoints_yaml(reps))
-        write_atomic(os.path.join(run, "epp-config.yaml"), render(stack.get("epp_config", "epp-config.yaml"), values))
+        write_atomic(os.path.join(run, "epp-config.yaml"), render(template_path(stack.get("epp_config", "approximate")), values))
         write_atomic(os.path.join(run, "envoy.yaml"), render("envoy-epp.yaml", values))
     else:
         batch = [r for r in reps if r["role"] == "batch"]
@@ -85,6 +89,24 @@ def render_all(stack):
             OTHER_ENDPOINTS=envoy_lb_endpoints([r for r in reps if r not in batch]),
         )
         write_atomic(os.path.join(run, "envoy.yaml"), render("envoy-direct.yaml", values))
+
+
+def template_path(name):
+    """An EPP config template: a path, or the name of one in deploy/local
+    (`approximate` is epp-config.yaml, `precise` is epp-config-precise.yaml)."""
+    presets = {"approximate": "epp-config.yaml", "precise": "epp-config-precise.yaml"}
+    return os.path.join(HERE, presets.get(name, name))
+
+
+def wants_kv_events(template):
+    """A template that names ${KV_EVENTS_ENDPOINT} gets the replicas' KV-cache events there."""
+    with open(template_path(template)) as f:
+        return "${KV_EVENTS_ENDPOINT}" in f.read()
+
+
+def kv_events_endpoint(stack):
+    """Where the EPP binds its KV-events SUB socket and each replica's PUB connects."""
+    return f"tcp://127.0.0.1:{stack['ports']['kv_events']}"
 
 
 def is_ready(port, timeout=0.5):

@@ -11,6 +11,7 @@ every process. With --mode direct (Envoy alone, no EPP) the prefix check does no
 and is reported as skipped.
 
 usage: tests/gateway/test_gateway.py --bin target/debug/sloserve [--mode epp|direct|auto]
+       [--epp-config approximate|precise]
 Ends with 'gateway: N passed, M failed'; exits non-zero on any failure.
 """
 
@@ -148,11 +149,13 @@ def main():
     ap.add_argument("--bin", default=os.path.join(g.ROOT, "target", "debug", "sloserve"))
     ap.add_argument("--model", default=os.path.join(g.ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf"))
     ap.add_argument("--mode", default="epp", choices=["epp", "direct", "auto"])
+    ap.add_argument("--epp-config", default="approximate",
+                    help="the EPP's scorers (gateway.py up --epp-config): approximate or precise prefix")
     ap.add_argument("--keep", action="store_true", help="leave the run folder (logs) in place")
     args = ap.parse_args()
     run_dir = tempfile.mkdtemp(prefix="sloserve-gateway-test-")
     passed = failed = skipped = 0
-    stack = g.stack_up(args.bin, args.model, run_dir, args.mode)
+    stack = g.stack_up(args.bin, args.model, run_dir, args.mode, ["--epp-config", args.epp_config])
     model, ports = stack["model"], [r["port"] for r in stack["replicas"]]
     print(f"gateway: {stack['mode']} stack, Envoy on {stack['ports']['envoy']}, replicas {ports}, logs {run_dir}/logs")
     checks = [fifty_requests, slo_headers, shared_prefix, kill_one]
