@@ -8,6 +8,7 @@
 //!   cost per million output tokens),
 //!
 //! written as `interactive.toml` / `batch.toml` for `sloserve serve --config`,
+//! and from the two a `mixed.toml` (both classes on one replica, see [`mixed`]),
 //! with `tune.json`, `report.md` and plots. The procedure itself is pure
 //! functions in [`procedure`]; [`run`] measures (each point: load the model,
 //! start the server in-process on a free loopback port, run the bench
@@ -18,6 +19,7 @@
 
 pub mod args;
 pub mod charts;
+pub mod mixed;
 pub mod procedure;
 pub mod progress;
 pub mod report;

@@ -1,5 +1,5 @@
-//! The tune report: `tune.json` (every point), `interactive.toml` and
-//! `batch.toml` (for `sloserve serve --config`), `report.md`, and the plots of
+//! The tune report: `tune.json` (every point), `interactive.toml`, `batch.toml`
+//! and `mixed.toml` (for `sloserve serve --config`), `report.md`, and the plots of
 //! [`crate::charts`] (PNG + SVG, drawn by the bench crate's chart code).
 
 use std::fmt::Write;
@@ -348,6 +348,13 @@ pub fn render_markdown(report: &TuneReport, dir: &Path, charts: &[String]) -> St
             }
         }
     }
+    if let Some(b) = &report.batch {
+        let _ = writeln!(
+            out,
+            "\n**Mixed:** [`mixed.toml`](mixed.toml), both classes on one replica: the `mixed` profile with the batch pick's size (max_num_seqs={}) and the interactive class's default targets from the SLO ({}). Not measured as one configuration.",
+            b.knobs.max_num_seqs, report.slo
+        );
+    }
     if report.interactive.is_some() || report.batch.is_some() {
         let _ = writeln!(
             out,
@@ -466,7 +473,7 @@ pub fn console_text(report: &TuneReport) -> String {
     out
 }
 
-/// Write `tune.json`, `interactive.toml`, `batch.toml`, the plots and
+/// Write `tune.json`, `interactive.toml`, `batch.toml`, `mixed.toml`, the plots and
 /// `report.md` into `dir`. Returns the files written.
 pub fn write_outputs(report: &TuneReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -489,6 +496,17 @@ pub fn write_outputs(report: &TuneReport, dir: &Path) -> anyhow::Result<Vec<Path
                 // A stale recommendation from an earlier run must not survive.
                 let _ = std::fs::remove_file(&path);
             }
+        }
+    }
+    let mixed = dir.join("mixed.toml");
+    match crate::mixed::mixed_config(report)? {
+        Some(cfg) => {
+            std::fs::write(&mixed, crate::mixed::mixed_file_text(report, &cfg, &mixed))
+                .with_context(|| format!("writing {}", mixed.display()))?;
+            written.push(mixed);
+        }
+        None => {
+            let _ = std::fs::remove_file(&mixed);
         }
     }
     let charts = write_charts(dir, crate::charts::charts(report))?;

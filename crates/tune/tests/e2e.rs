@@ -152,6 +152,19 @@ fn tiny_tune_on_the_real_model() {
         assert!(text.contains("sloserve serve --model"), "{text}");
     }
 
+    // mixed.toml: the mixed profile at the batch pick's size, the SLO as the
+    // interactive class's default TTFT target, the --config's KV cache kept.
+    let mixed_text = std::fs::read_to_string(dir.join("mixed.toml")).unwrap();
+    assert!(mixed_text.contains("NOT measured"), "{mixed_text}");
+    let mixed = EngineConfig::from_toml_str(&mixed_text).unwrap();
+    let profile = Profile::load("mixed").unwrap();
+    assert_eq!(mixed.max_num_seqs, batch.knobs.max_num_seqs);
+    assert_eq!(mixed.default_ttft_slo_ms, Some(60_000.0));
+    assert_eq!(mixed.default_tpot_slo_ms, profile.default_tpot_slo_ms);
+    assert_eq!(mixed.kv_cache_memory, Some(64 << 20));
+    assert!(mixed.slo_classes && mixed.enable_preemption);
+    assert_eq!(mixed.max_step_ms, profile.max_step_ms);
+
     // tune.json round-trips.
     let back = TuneReport::load(&dir.join("tune.json")).unwrap();
     assert_eq!(back.points.len(), 2);
