@@ -25,7 +25,7 @@ Writes OUT/gateway-bench.json, OUT/gateway-bench.md and OUT/gateway-bench.png; s
 process it started. Needs Envoy and the EPP (deploy/local/gwinstall.py; docs/gateway.md).
 
 usage: scripts/gateway_bench.py [--bin target/release/sloserve] [--out out/gateway-bench]
-       [--only overhead|fleets|prefix] [--smoke]
+       [--only overhead|fleets|prefix] [--smoke] [--from-json FILE]
 """
 import argparse
 import json
@@ -237,68 +237,40 @@ def table(over, fleet_rows, prefix_med, args):
 
 def plot(fleet_rows, prefix_med, path):
     plt = fc.pyplot()
-    if plt is None or not (fleet_rows or prefix_med):
+    n = 2 * bool(fleet_rows) + bool(prefix_med)
+    if plt is None or n == 0:
         return
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 4.5), squeeze=False)
+    axes = list(axes[0])
     if fleet_rows:
         xs = range(len(fleet_rows))
         labels = [r["config"].split(":")[0] for r in fleet_rows]
-        axes[0].bar(xs, [r["interactive_ttft_p95_ms"] for r in fleet_rows], color="tab:blue")
-        axes[0].set_xticks(xs, labels)
-        axes[0].set_ylabel("interactive TTFT P95 (ms)")
-        axes[0].axhline(1000, color="grey", linestyle="--", linewidth=1)
-        axes[1].bar(xs, [r["batch_output_tok_s"] for r in fleet_rows], color="tab:green")
-        axes[1].set_xticks(xs, labels)
-        axes[1].set_ylabel("batch output tok/s")
-        axes[0].set_title("a: one replica  b: route, 2 fleets  c: Envoy+EPP", fontsize=9)
+        ttft, tok = axes.pop(0), axes.pop(0)
+        ttft.bar(xs, [r["interactive_ttft_p95_ms"] for r in fleet_rows], color="tab:blue")
+        ttft.set_ylabel("interactive TTFT P95 (ms)")
+        ttft.axhline(1000, color="grey", linestyle="--", linewidth=1)
+        tok.bar(xs, [r["batch_output_tok_s"] for r in fleet_rows], color="tab:green")
+        tok.set_ylabel("batch job output tok/s")
+        for ax in (ttft, tok):
+            ax.set_xticks(xs, labels)
+            ax.set_title("a: one replica, b: route (2 fleets), c: Envoy+EPP", fontsize=9)
     if prefix_med:
+        ax = axes.pop(0)
         xs = range(len(prefix_med))
-        axes[2].bar(xs, [100 * r["hit_rate"] for r in prefix_med], color="tab:orange")
-        axes[2].set_xticks(xs, [r["picker"].split(" (")[0] for r in prefix_med], fontsize=8)
-        axes[2].set_ylabel("prefix-cache hit rate (%)")
+        ax.bar(xs, [100 * r["hit_rate"] for r in prefix_med], color="tab:orange")
+        ax.set_xticks(xs, [r["picker"].split(" (")[0] for r in prefix_med], fontsize=8)
+        ax.set_ylabel("prefix-cache hit rate (%)")
         for x, r in zip(xs, prefix_med):
-            axes[2].text(x, 100 * r["hit_rate"] + 1, f"P95 {r['ttft_p95_ms']:.0f} ms", ha="center", fontsize=8)
-        axes[2].set_title("prefix-heavy traffic, two replicas", fontsize=9)
-    fig.suptitle("sloserve behind Envoy + llm-d's endpoint picker, against `sloserve route` and one replica")
+            ax.text(x, 100 * r["hit_rate"] + 1, f"TTFT p50 {r['ttft_p50_ms']:.0f} ms", ha="center", fontsize=8)
+        ax.set_title("prefix-heavy traffic, two replicas", fontsize=9)
+    fig.suptitle("sloserve behind Envoy + llm-d's EPP", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     print(f"plot: {path}")
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--bin", default="target/release/sloserve")
-    ap.add_argument("--model", default=MODEL)
-    ap.add_argument("--out", default="out/gateway-bench")
-    ap.add_argument("--only", choices=["overhead", "fleets", "prefix"])
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script, measures nothing")
-    ap.add_argument("--rounds", type=int, default=3, help="overhead rounds")
-    ap.add_argument("--pairs", type=int, default=60, help="triples per overhead round")
-    ap.add_argument("--rate", type=float, default=1.0, help="fleets: interactive requests per second")
-    ap.add_argument("--interactive", type=int, default=60, help="fleets: interactive requests")
-    ap.add_argument("--batch", type=int, default=120, help="fleets: requests in the batch job")
-    ap.add_argument("--batch-concurrency", type=int, default=32)
-    ap.add_argument("--prefixes", type=int, default=12)
-    ap.add_argument("--prefix-words", type=int, default=500)
-    ap.add_argument("--prefix-requests", type=int, default=96)
-    ap.add_argument("--prefix-concurrency", type=int, default=4)
-    ap.add_argument("--prefix-rounds", type=int, default=1)
-    ap.add_argument("--kv-cache-memory", default="128MiB", help="prefix: each replica's KV cache")
-    ap.add_argument("--pickers", default="round-robin,approximate,precise",
-                    help="prefix: which pickers, comma-separated (" + ", ".join(PICKERS) + ")")
-    args = ap.parse_args()
-    args.bin, args.model = os.path.abspath(args.bin), os.path.abspath(args.model)
-    if args.smoke:
-        args.rounds, args.batch, args.interactive, args.prefix_rounds, args.prefix_requests = 1, 8, 6, 1, 8
-    os.makedirs(args.out, exist_ok=True)
-    over, fleet_rows, traces, prefix_rows = None, [], {}, []
-    if args.only in (None, "overhead"):
-        print("router overhead:", flush=True)
-        over = overhead(args)
-    if args.only in (None, "fleets"):
-        fleet_rows, traces = fleets(args)
-    if args.only in (None, "prefix"):
-        prefix_rows = prefix(args)
+def report(over, fleet_rows, prefix_rows, args):
+    """The table, gateway-bench.md/.json and the plot, into args.out."""
     prefix_med = median_rows(prefix_rows)
     md = table(over, fleet_rows, prefix_med, args)
     print("\n" + md)
@@ -308,6 +280,51 @@ def main():
         json.dump({"overhead": over, "fleets": fleet_rows, "prefix": prefix_rows, "prefix_median": prefix_med,
                    "smoke": args.smoke, "args": vars(args)}, f, indent=1)
     plot(fleet_rows, prefix_med, os.path.join(args.out, "gateway-bench.png"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default="target/release/sloserve")
+    ap.add_argument("--model", default=MODEL)
+    ap.add_argument("--out", default="out/gateway-bench")
+    ap.add_argument("--only", choices=["overhead", "fleets", "prefix"])
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the script, measures nothing")
+    ap.add_argument("--from-json", help="a gateway-bench.json: its table and plot again, into --out (measures nothing)")
+    ap.add_argument("--rounds", type=int, default=5, help="overhead rounds")
+    ap.add_argument("--pairs", type=int, default=60, help="triples per overhead round")
+    ap.add_argument("--rate", type=float, default=1.0, help="fleets: interactive requests per second")
+    ap.add_argument("--interactive", type=int, default=90, help="fleets: interactive requests")
+    ap.add_argument("--batch", type=int, default=200, help="fleets: requests in the batch job")
+    ap.add_argument("--batch-concurrency", type=int, default=32)
+    ap.add_argument("--prefixes", type=int, default=12)
+    ap.add_argument("--prefix-words", type=int, default=500)
+    ap.add_argument("--prefix-requests", type=int, default=96)
+    ap.add_argument("--prefix-concurrency", type=int, default=4)
+    ap.add_argument("--prefix-rounds", type=int, default=3)
+    ap.add_argument("--kv-cache-memory", default="64MiB", help="prefix: each replica's KV cache")
+    ap.add_argument("--pickers", default="round-robin,approximate,precise",
+                    help="prefix: which pickers, comma-separated (" + ", ".join(PICKERS) + ")")
+    args = ap.parse_args()
+    args.bin, args.model = os.path.abspath(args.bin), os.path.abspath(args.model)
+    if args.smoke:
+        args.rounds, args.batch, args.interactive, args.prefix_rounds, args.prefix_requests = 1, 8, 6, 1, 8
+    os.makedirs(args.out, exist_ok=True)
+    if args.from_json:
+        with open(args.from_json) as f:
+            d = json.load(f)
+        for k, v in d["args"].items():
+            if k not in ("out", "from_json"):
+                setattr(args, k, v)
+        return report(d["overhead"], d["fleets"], d["prefix"], args)
+    over, fleet_rows, prefix_rows = None, [], []
+    if args.only in (None, "overhead"):
+        print("router overhead:", flush=True)
+        over = overhead(args)
+    if args.only in (None, "fleets"):
+        fleet_rows, _ = fleets(args)
+    if args.only in (None, "prefix"):
+        prefix_rows = prefix(args)
+    report(over, fleet_rows, prefix_rows, args)
 
 
 if __name__ == "__main__":
