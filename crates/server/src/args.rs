@@ -39,6 +39,10 @@ pub struct ServeArgs {
     /// Model name clients use (default: the file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// Lock the loaded weights and KV cache in RAM (`mlockall`) so they are never
+    /// swapped out; a refusal (`ulimit -l`) is a warning and serving goes on.
+    #[arg(long)]
+    pub mlock: bool,
     /// Compute threads for the model (default: one per core); several replicas
     /// can share a machine without oversubscribing it.
     #[arg(long)]

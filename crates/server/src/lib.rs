@@ -25,6 +25,7 @@ pub mod kv_events;
 pub mod limits;
 pub mod listen;
 pub mod metrics;
+pub mod mlock;
 pub mod openapi;
 pub mod prompt_bound;
 pub mod render;
@@ -175,6 +176,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     }
     sloserve_model::set_compute_threads(args.threads);
     let app = App::load(&args)?;
+    if args.mlock {
+        mlock::lock_current_pages();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("sloserve-http")
