@@ -75,6 +75,8 @@ SWEEP = {
     "slo-interference-1.0": "max_batch_interference = 1.0\n",
     "slo-tpot-30ms": "default_tpot_slo_ms = 30.0\n",
     "slo-tpot-100ms": "default_tpot_slo_ms = 100.0\n",
+    "slo-margin-0.2": "slo_margin = 0.2\n",
+    "slo-margin-0": "slo_margin = 0.0\n",
 }
 
 
