@@ -4,6 +4,19 @@
 //! decode step each start in well under a microsecond (a work-stealing pool wakes
 //! sleeping threads per section). Tasks are handed out through one atomic counter;
 //! workers that find no job for `SPIN` park until the next one.
+//!
+//! A job waits only for the workers that joined it. A worker that is not running
+//! when a job opens (parked, or its core taken by another process on a shared
+//! machine) is not waited for: the caller runs the tasks itself, closes the job, and
+//! waits for the workers still inside it, which hold a task or are about to find
+//! none. (Waiting for every worker to acknowledge every job made each of a step's
+//! ~100 sections wait for a descheduled worker: 15-40x slower decoding beside
+//! another busy process.)
+//!
+//! Invariants: `job` is written only while the job is closed and no worker is inside
+//! (`active == 0` after the close); a worker reads it only after it has counted
+//! itself in `active` and then seen the same open state again, so a job that closed
+//! (or a newer one) in between is never read.
 
 use std::cell::UnsafeCell;
 use std::ops::Range;
@@ -23,14 +36,16 @@ struct Job {
 }
 
 struct Shared {
-    /// Bumped once per job; workers wait for it to change.
-    generation: AtomicU64,
-    /// The current job, written by the submitter before it bumps `generation`.
+    /// `generation << 1 | open`: bumped (and opened) once per job, closed when the
+    /// submitter has run out of tasks.
+    state: AtomicU64,
+    /// The current job, written by the submitter while the job is closed and no
+    /// worker is inside it (see the module's invariants).
     job: UnsafeCell<Option<Job>>,
     /// The next task index to hand out.
     next: AtomicUsize,
-    /// Workers that have not finished the current job.
-    busy: AtomicUsize,
+    /// Workers inside the current job (between their entry and their exit).
+    active: AtomicUsize,
     /// Whether a task panicked on a worker during the current job.
     panicked: AtomicBool,
     /// Parked workers (changed only under this lock) and their wake-up.
@@ -38,10 +53,13 @@ struct Shared {
     wake: Condvar,
 }
 
-// SAFETY: `job` is written only by the submitter while it holds `Pool::submit` and no
-// worker is inside a job (busy == 0); workers read it only after an Acquire load of
-// the new generation, which the submitter Release-stored after writing it. The
-// closure it points to is `Sync`.
+const OPEN: u64 = 1;
+
+// SAFETY: `job` is written only by the submitter while it holds `Pool::submit`, with
+// the job closed and no worker inside it (`active == 0` seen after the close); a worker
+// reads it only after counting itself in `active` and seeing the same open state again
+// (SeqCst), which a submitter that already waited for `active == 0` can no longer
+// show. The closure it points to is `Sync`.
 unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
@@ -57,10 +75,10 @@ fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| {
         let shared: &'static Shared = Box::leak(Box::new(Shared {
-            generation: AtomicU64::new(0),
+            state: AtomicU64::new(0),
             job: UnsafeCell::new(None),
             next: AtomicUsize::new(0),
-            busy: AtomicUsize::new(0),
+            active: AtomicUsize::new(0),
             panicked: AtomicBool::new(false),
             parked: Mutex::new(0),
             wake: Condvar::new(),
@@ -152,8 +170,10 @@ pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         }
     };
     let s = p.shared;
-    // SAFETY: the job outlives its use: this function returns only after every worker
-    // has left the job (busy == 0), and no worker is inside one now (see Shared).
+    // SAFETY: the job is closed and no worker is inside it (the previous call waited
+    // for `active == 0` after closing), so no worker reads `job` while it is written;
+    // it outlives its use: this function returns only after closing the job and
+    // waiting for the workers inside it (`CloseJob`).
     unsafe {
         let f: *const (dyn Fn(usize) + Sync + '_) = f;
         *s.job.get() = Some(Job {
@@ -166,8 +186,8 @@ pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     }
     s.next.store(0, Ordering::Relaxed);
     s.panicked.store(false, Ordering::Relaxed);
-    s.busy.store(p.workers, Ordering::Relaxed);
-    s.generation.fetch_add(1, Ordering::Release);
+    let generation = (s.state.load(Ordering::Relaxed) >> 1) + 1;
+    s.state.store(generation << 1 | OPEN, Ordering::SeqCst);
     {
         let parked = s.parked.lock().unwrap_or_else(|e| e.into_inner());
         if *parked > 0 {
@@ -175,8 +195,9 @@ pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         }
     }
     {
-        // Waits for the workers even if a task panics here: they use `f` until then.
-        let _wait = WaitForWorkers(s);
+        // Closes the job and waits for the workers inside it even if a task panics
+        // here: they use `f` until they leave.
+        let _close = CloseJob(s, generation);
         run_tasks(s, f, tasks);
     }
     if s.panicked.swap(false, Ordering::Relaxed) {
@@ -184,18 +205,21 @@ pub fn parallel_for(tasks: usize, f: &(dyn Fn(usize) + Sync)) {
     }
 }
 
-/// Spins (then yields) until every worker has left the current job.
-struct WaitForWorkers(&'static Shared);
+/// Closes the job (no worker enters it from now on), then spins (then yields)
+/// until the workers inside it have left. Every task is claimed by then, so they
+/// are running one or finding none.
+struct CloseJob(&'static Shared, u64);
 
-impl Drop for WaitForWorkers {
+impl Drop for CloseJob {
     fn drop(&mut self) {
+        self.0.state.store(self.1 << 1, Ordering::SeqCst);
         let mut spins = 0u32;
-        while self.0.busy.load(Ordering::Acquire) != 0 {
+        while self.0.active.load(Ordering::SeqCst) != 0 {
             spins += 1;
             if spins < 1 << 14 {
                 std::hint::spin_loop();
             } else {
-                // A worker was descheduled (a busy machine): let it run.
+                // A worker inside was descheduled (a busy machine): let it run.
                 std::thread::yield_now();
             }
         }
@@ -215,34 +239,55 @@ fn run_tasks(s: &Shared, f: &(dyn Fn(usize) + Sync), tasks: usize) {
 fn worker(s: &'static Shared) {
     let mut seen = 0u64;
     loop {
-        let start = Instant::now();
-        let mut spins = 0u32;
-        let gen = loop {
-            let g = s.generation.load(Ordering::Acquire);
-            if g != seen {
-                break g;
+        let state = next_open_job(s, &mut seen);
+        s.active.fetch_add(1, Ordering::SeqCst);
+        if s.state.load(Ordering::SeqCst) == state {
+            // SAFETY: counted in `active`, we saw the job still open after that, so
+            // its submitter has not finished waiting for `active == 0` and keeps the
+            // job (written before it opened it, SeqCst) alive until we leave.
+            let job = unsafe { (*s.job.get()).expect("an open job") };
+            let run = AssertUnwindSafe(|| run_tasks(s, unsafe { &*job.f }, job.tasks));
+            if catch_unwind(run).is_err() {
+                s.panicked.store(true, Ordering::Relaxed);
             }
-            spins += 1;
-            if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
-                let mut parked = s.parked.lock().unwrap_or_else(|e| e.into_inner());
-                *parked += 1;
-                while s.generation.load(Ordering::Acquire) == seen {
-                    parked = s.wake.wait(parked).unwrap_or_else(|e| e.into_inner());
-                }
-                *parked -= 1;
-                break s.generation.load(Ordering::Acquire);
-            }
-            std::hint::spin_loop();
-        };
-        seen = gen;
-        // SAFETY: the submitter wrote the job before bumping the generation we just
-        // Acquire-loaded, and keeps it alive until we decrement `busy`.
-        let job = unsafe { (*s.job.get()).expect("a job with its generation") };
-        let run = AssertUnwindSafe(|| run_tasks(s, unsafe { &*job.f }, job.tasks));
-        if catch_unwind(run).is_err() {
-            s.panicked.store(true, Ordering::Relaxed);
         }
-        s.busy.fetch_sub(1, Ordering::Release);
+        s.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Waits (spins for `SPIN`, then parks) for a job newer than `seen` that is still
+/// open; returns its state. Jobs that open and close meanwhile are skipped (their
+/// submitter ran their tasks).
+fn next_open_job(s: &Shared, seen: &mut u64) -> u64 {
+    let fresh = |state: u64, seen: &mut u64| {
+        if state >> 1 == *seen {
+            return false;
+        }
+        *seen = state >> 1;
+        state & OPEN != 0
+    };
+    let start = Instant::now();
+    let mut spins = 0u32;
+    loop {
+        let state = s.state.load(Ordering::SeqCst);
+        if fresh(state, seen) {
+            return state;
+        }
+        spins += 1;
+        if spins.is_multiple_of(1024) && start.elapsed() > SPIN {
+            let mut parked = s.parked.lock().unwrap_or_else(|e| e.into_inner());
+            *parked += 1;
+            let state = loop {
+                let state = s.state.load(Ordering::SeqCst);
+                if fresh(state, seen) {
+                    break state;
+                }
+                parked = s.wake.wait(parked).unwrap_or_else(|e| e.into_inner());
+            };
+            *parked -= 1;
+            return state;
+        }
+        std::hint::spin_loop();
     }
 }
 
@@ -261,6 +306,29 @@ mod tests {
             }
             assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 50));
         }
+    }
+
+    #[test]
+    fn many_short_jobs_run_every_task_once() {
+        // Jobs that open and close faster than a worker wakes: workers skip or join
+        // them at any point, and no task is run twice or lost.
+        let hits: Vec<AtomicUsize> = (0..64).map(|_| AtomicUsize::new(0)).collect();
+        let mut want = vec![0usize; 64];
+        for round in 0..20_000usize {
+            let tasks = 2 + round % 63;
+            parallel_for(tasks, &|t| {
+                if t % 17 == 5 && round % 1000 == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                hits[t].fetch_add(1, Ordering::Relaxed);
+            });
+            want.iter_mut().take(tasks).for_each(|w| *w += 1);
+            if round % 5000 == 0 {
+                std::thread::sleep(SPIN * 3); // let the workers park
+            }
+        }
+        let got: Vec<usize> = hits.iter().map(|h| h.load(Ordering::Relaxed)).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
