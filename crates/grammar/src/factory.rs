@@ -10,7 +10,7 @@ use std::time::Duration;
 use llguidance::api::ParserLimits;
 use llguidance::{Matcher, ParserFactory};
 use sloserve_engine::sampler::constraint::{ConstraintFactory, TokenConstraint};
-use sloserve_model::tokenizer::Tokenizer;
+use sloserve_model::tokenizer::{TextEncoder, Tokenizer};
 
 use crate::{Constraint, GrammarError, GrammarMatcher, Vocab};
 
@@ -85,6 +85,9 @@ pub struct GrammarFactory {
     parser: Arc<ParserFactory>,
     limits: GrammarLimits,
     vocab_size: usize,
+    /// The model's own tokenizer, for the text a grammar forces (`None`: the token
+    /// trie's greedy tokenization).
+    text: Option<TextEncoder>,
     cache: Mutex<VecDeque<(String, Arc<CompiledGrammar>)>>,
 }
 
@@ -100,10 +103,12 @@ impl std::fmt::Debug for GrammarFactory {
 impl GrammarFactory {
     /// From sloserve's tokenizer; `n_vocab` is the model's logits width.
     pub fn from_tokenizer(tok: &Tokenizer, n_vocab: usize) -> Result<Self, GrammarError> {
-        Self::new(
+        let mut f = Self::new(
             &Vocab::from_tokenizer(tok, n_vocab)?,
             GrammarLimits::default(),
-        )
+        )?;
+        f.text = Some(tok.text_encoder());
+        Ok(f)
     }
 
     pub fn new(vocab: &Vocab, limits: GrammarLimits) -> Result<Self, GrammarError> {
@@ -116,6 +121,7 @@ impl GrammarFactory {
             parser: Arc::new(parser),
             limits,
             vocab_size: vocab.len(),
+            text: None,
             cache: Mutex::new(VecDeque::new()),
         })
     }
@@ -196,6 +202,7 @@ impl GrammarFactory {
         let compiled = Arc::new(CompiledGrammar {
             template: matcher,
             vocab_size: self.vocab_size,
+            text: self.text.clone(),
             key: key.clone(),
         });
         self.insert(key, compiled.clone());
@@ -228,6 +235,7 @@ impl GrammarFactory {
 pub struct CompiledGrammar {
     template: Matcher,
     vocab_size: usize,
+    text: Option<TextEncoder>,
     key: String,
 }
 
@@ -243,7 +251,7 @@ impl std::fmt::Debug for CompiledGrammar {
 impl CompiledGrammar {
     /// A fresh matcher at the start of the grammar.
     pub fn start(&self) -> GrammarMatcher {
-        GrammarMatcher::new(self.template.clone(), self.vocab_size)
+        GrammarMatcher::new(self.template.clone(), self.vocab_size, self.text.clone())
     }
 }
 

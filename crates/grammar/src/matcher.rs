@@ -4,17 +4,24 @@
 use llguidance::api::StopReason;
 use llguidance::Matcher;
 use sloserve_engine::sampler::constraint::TokenConstraint;
+use sloserve_model::tokenizer::TextEncoder;
 
 /// A per-sequence matcher. Masks are bitsets over the model's vocabulary (bit
 /// `i % 32` of word `i / 32`: token `i` allowed).
 pub struct GrammarMatcher {
     m: Matcher,
     vocab_size: usize,
+    /// The model's tokenizer for forced text (else the trie's greedy tokenization).
+    text: Option<TextEncoder>,
 }
 
 impl GrammarMatcher {
-    pub(crate) fn new(m: Matcher, vocab_size: usize) -> Self {
-        GrammarMatcher { m, vocab_size }
+    pub(crate) fn new(m: Matcher, vocab_size: usize, text: Option<TextEncoder>) -> Self {
+        GrammarMatcher {
+            m,
+            vocab_size,
+            text,
+        }
     }
 
     pub fn vocab_size(&self) -> usize {
@@ -92,18 +99,40 @@ impl TokenConstraint for GrammarMatcher {
         ) && !self.m.is_error()
     }
 
-    /// The forced bytes tokenized greedily by the token trie (not necessarily the
-    /// tokenizer's canonical tokens) and checked against the grammar.
+    /// The forced bytes tokenized as the model's tokenizer would (so the model is
+    /// likely to draw the same tokens and the draft is accepted), or greedily by the
+    /// token trie when the bytes are not whole UTF-8 or that tokenization is refused;
+    /// checked against the grammar.
     fn forced_tokens(&mut self) -> Vec<u32> {
         let bytes = self.m.compute_ff_bytes();
         if bytes.is_empty() {
             return Vec::new();
         }
+        let model = (self.text.as_ref())
+            .zip(std::str::from_utf8(&bytes).ok())
+            .and_then(|(t, text)| t.encode(text));
+        if let Some(tokens) = model {
+            let tokens = self.valid_prefix(tokens);
+            if !tokens.is_empty() {
+                return tokens;
+            }
+        }
         let Ok(env) = self.m.tok_env() else {
             return Vec::new();
         };
-        let mut tokens = env.tok_trie().greedy_tokenize(&bytes);
-        // The last token may be cut short by what follows: leave it to the draw.
+        let greedy = env.tok_trie().greedy_tokenize(&bytes);
+        self.valid_prefix(greedy)
+    }
+
+    fn rollback(&mut self, n: usize) -> Result<(), String> {
+        self.m.rollback(n).map_err(|e| e.to_string())
+    }
+}
+
+impl GrammarMatcher {
+    /// The longest prefix of `tokens`, less its last token (which what follows may
+    /// extend: left to the draw), that the grammar accepts from here.
+    fn valid_prefix(&mut self, mut tokens: Vec<u32>) -> Vec<u32> {
         tokens.pop();
         match self.m.validate_tokens(&tokens) {
             Ok(n) => {
@@ -112,9 +141,5 @@ impl TokenConstraint for GrammarMatcher {
             }
             Err(_) => Vec::new(),
         }
-    }
-
-    fn rollback(&mut self, n: usize) -> Result<(), String> {
-        self.m.rollback(n).map_err(|e| e.to_string())
     }
 }

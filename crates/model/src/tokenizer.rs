@@ -6,6 +6,7 @@
 mod spm;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::{Content, Value};
 use tokenizers::models::bpe::{Vocab, BPE};
@@ -56,9 +57,48 @@ enum Encoder {
         /// Control tokens are matched as special tokens (`parse_special = true`).
         with_special: Box<tokenizers::Tokenizer>,
         /// Same model, but control tokens are tokenized as plain text.
-        plain: Box<tokenizers::Tokenizer>,
+        plain: Arc<tokenizers::Tokenizer>,
     },
-    Spm(Box<Spm>),
+    Spm(Arc<Spm>),
+}
+
+/// A cheap, shareable handle on a tokenizer's plain-text encoding (control-token
+/// texts as text, no BOS): what [`Tokenizer::encode`] with `parse_special = false`
+/// does, for a user that must outlive the borrow (the grammar engine tokenizes the
+/// text a grammar forces as the model would).
+#[derive(Clone)]
+pub struct TextEncoder(TextEncoderInner);
+
+#[derive(Clone)]
+enum TextEncoderInner {
+    Bpe(Arc<tokenizers::Tokenizer>),
+    Spm(Arc<Spm>),
+}
+
+impl TextEncoder {
+    /// `text`'s token ids; `None` if the tokenizer fails on it.
+    pub fn encode(&self, text: &str) -> Option<Vec<u32>> {
+        match &self.0 {
+            TextEncoderInner::Bpe(tk) => tk
+                .encode_fast(text, false)
+                .ok()
+                .map(|e| e.get_ids().to_vec()),
+            TextEncoderInner::Spm(spm) => {
+                let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+                spm.encode(text, false, &mut ids);
+                Some(ids)
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for TextEncoder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            TextEncoderInner::Bpe(_) => "TextEncoder(bpe)",
+            TextEncoderInner::Spm(_) => "TextEncoder(spm)",
+        })
+    }
 }
 
 pub struct Tokenizer {
@@ -264,7 +304,7 @@ fn bpe(
     }
     let encoder = Encoder::Bpe {
         with_special: Box::new(with_special),
-        plain: Box::new(plain),
+        plain: Arc::new(plain),
     };
     Ok((encoder, bytes, offsets))
 }
@@ -328,7 +368,7 @@ impl Tokenizer {
                 spm::token_bytes(tok, ty, &mut bytes);
                 offsets.push(bytes.len());
             }
-            (Encoder::Spm(Box::new(spm)), bytes, offsets)
+            (Encoder::Spm(Arc::new(spm)), bytes, offsets)
         } else {
             bpe(content, &tokens, &types, &pre)?
         };
@@ -366,13 +406,21 @@ impl Tokenizer {
                 spm.encode(text, parse_special, &mut ids);
                 return Ok(ids);
             }
-            Encoder::Bpe { with_special, .. } if parse_special => with_special,
-            Encoder::Bpe { plain, .. } => plain,
+            Encoder::Bpe { with_special, .. } if parse_special => &**with_special,
+            Encoder::Bpe { plain, .. } => &**plain,
         };
         let enc = tk
             .encode_fast(text, false)
             .map_err(|e| ModelError::Tokenizer(e.to_string()))?;
         Ok(enc.get_ids().to_vec())
+    }
+
+    /// A shareable handle on [`Tokenizer::encode`] with `parse_special = false`.
+    pub fn text_encoder(&self) -> TextEncoder {
+        TextEncoder(match &self.encoder {
+            Encoder::Bpe { plain, .. } => TextEncoderInner::Bpe(plain.clone()),
+            Encoder::Spm(spm) => TextEncoderInner::Spm(spm.clone()),
+        })
     }
 
     /// Tokenizes a prompt as llama.cpp does with `add_special` and `parse_special` on: the
