@@ -27,7 +27,9 @@ pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
 /// `vpmaddubsw` sums pairs of products in 16 bits: two groups' sums fit for 6-bit
 /// values (`2 · 63 · 127` each), four for 5-bit, a whole block's for 4-bit ones.
 /// `MIN`: the panel has minimums and no zero point (asymmetric types), else a zero
-/// point. `SUB`: two scales per block (Q6_K), each half's sums scaled apart.
+/// point. `SUB`: two scales per block (Q2_K, Q3_K, Q6_K), each half's sums scaled
+/// apart (with `MIN`, each half's minimum times its activation sum); nibbles keep
+/// the first half low, the second high.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
@@ -54,8 +56,8 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
     // Groups summed in 16 bits before widening (BYTES): 8 for 4-bit, 4 for 5-bit,
     // 2 for 6-bit.
     let run = match w.qmax {
-        ..=15 => 8,
-        16..=31 => 4,
+        ..=15 if !SUB => 8,
+        ..=31 => 4,
         _ => 2,
     };
     for half in 0..2 {
@@ -78,8 +80,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 signed,
             } => {
                 let (b, j) = (i / lpb, i % lpb);
-                let o = if w.has_min { j } else { 0 };
-                let at = (p * (kb / 8) + b / 8) * 2 + o;
+                let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
                 let d = _mm256_cvtph_ps(_mm_load_si128(
                     (outer.as_ptr().add(at) as *const u16).add(half * 8) as *const __m128i,
                 ));
@@ -92,7 +93,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                     false => _mm256_cvtepu8_epi32(raw),
                 };
                 let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
-                match w.has_min && j == 1 {
+                match w.lane_is_min(j) {
                     // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
                     true => _mm256_xor_ps(v, _mm256_set1_ps(-0.0)),
                     false => v,
@@ -108,7 +109,23 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
             };
             let mut s = [_mm256_setzero_si256(); R];
             let mut s_lo = [_mm256_setzero_si256(); R];
-            if V == NIBBLES {
+            if V == NIBBLES && SUB {
+                // The halves' sums apart: low nibbles (the first half), high.
+                let (mut lo16, mut hi16) =
+                    ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+                for v in 0..4 {
+                    let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 4 + v) * 2)));
+                    for r in 0..R {
+                        lo16[r] = _mm256_add_epi16(lo16[r], _mm256_maddubs_epi16(lo, act(r, v)));
+                        hi16[r] =
+                            _mm256_add_epi16(hi16[r], _mm256_maddubs_epi16(hi, act(r, v + 4)));
+                    }
+                }
+                for r in 0..R {
+                    s_lo[r] = _mm256_madd_epi16(lo16[r], ones);
+                    s[r] = _mm256_madd_epi16(hi16[r], ones);
+                }
+            } else if V == NIBBLES {
                 let mut s16 = [_mm256_setzero_si256(); R];
                 for v in 0..4 {
                     let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 4 + v) * 2)));
@@ -164,14 +181,26 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
             let d = lanes(b * lpb);
             if SUB {
                 let d_hi = lanes(b * lpb + 1);
+                let (m_lo, m_hi) = match MIN {
+                    true => (lanes(b * lpb + 2), lanes(b * lpb + 3)),
+                    false => (_mm256_setzero_ps(), _mm256_setzero_ps()),
+                };
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let i = (r0 + r) * kb + b;
                     let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
-                    let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
+                    let da = *a.d.get_unchecked(i);
                     let t_lo = _mm256_sub_epi32(s_lo[r], _mm256_set1_epi32(w.zero * lo));
                     let t_hi = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * (sum - lo)));
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_lo), _mm256_mul_ps(d, da), *acc);
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_hi), _mm256_mul_ps(d_hi, da), *acc);
+                    let dav = _mm256_set1_ps(da);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_lo), _mm256_mul_ps(d, dav), *acc);
+                    *acc =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_hi), _mm256_mul_ps(d_hi, dav), *acc);
+                    if MIN {
+                        // Each half's minimum times its activations' sum, `d·Σ q`.
+                        let (dlo, dhi) = (da * lo as f32, da * (sum - lo) as f32);
+                        *acc = _mm256_fmadd_ps(m_lo, _mm256_set1_ps(dlo), *acc);
+                        *acc = _mm256_fmadd_ps(m_hi, _mm256_set1_ps(dhi), *acc);
+                    }
                 }
                 continue;
             }
