@@ -143,14 +143,9 @@ unsafe fn tile(
         (Isa::Avx512Vnni, false, true) => run!(tile_vnni, false, true; 1 2 3 4 5 6 7 8),
         (Isa::Avx512Vnni, false, false) => run!(tile_vnni, false, false; 1 2 3 4 5 6 7 8),
         (Isa::Avx2, ..) => match (avx2_values(w), w.has_min, w.sub) {
-            (NIBBLES, m, true) => match m {
-                true => run!(tile_avx2, NIBBLES, true, true; 1 2 3 4),
-                false => run!(tile_avx2, NIBBLES, false, true; 1 2 3 4),
-            },
-            (BYTES, m, true) => match m {
-                true => run!(tile_avx2, BYTES, true, true; 1 2 3 4),
-                false => run!(tile_avx2, BYTES, false, true; 1 2 3 4),
-            },
+            // Two scales a block: Q2_K's minimums are read as `int_halves` reads them.
+            (NIBBLES, _, true) => run!(tile_avx2, NIBBLES, false, true; 1 2 3 4),
+            (BYTES, _, true) => run!(tile_avx2, BYTES, false, true; 1 2 3 4),
             (NIBBLES, true, false) => run!(tile_avx2, NIBBLES, true, false; 1 2 3 4 5),
             (NIBBLES, false, false) => run!(tile_avx2, NIBBLES, false, false; 1 2 3 4 5),
             (BYTES, true, false) => run!(tile_avx2, BYTES, true, false; 1 2 3 4),
@@ -164,9 +159,9 @@ unsafe fn tile(
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI. `NIB`: the panel's
 /// 4-bit values are packed (each 64-byte vector holds groups `g` and `g + 4`, split
 /// with a mask and a shift), else one byte each. `SUB`: two scales per block (Q2_K,
-/// Q3_K, Q6_K), each half's integer sums scaled apart (and, with minimums, each
-/// half's minimum times its activation sum); with `NIB` the low nibbles are the
-/// first half, the high the second.
+/// Q3_K, Q6_K), each half's integer sums apart (with `NIB` the low nibbles are the
+/// first half, the high the second): Q6_K's scaled apart in float, Q2_K's and
+/// Q3_K's (`int_halves`) times their integer scales and summed in integers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
@@ -244,28 +239,77 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
                 dot(&mut s, raw, v);
             }
         }
-        let d = lanes(b * lpb);
-        if SUB {
-            let d_hi = lanes(b * lpb + 1);
-            let (m_lo, m_hi) = match w.has_min {
-                true => (lanes(b * lpb + 2), lanes(b * lpb + 3)),
-                false => (_mm512_setzero_ps(), _mm512_setzero_ps()),
+        if SUB && w.int_halves() {
+            // Q2_K, Q3_K as llama.cpp sums them: each half's sum (within 16 bits)
+            // times its small integer scale, both halves in one `vpmaddwd` (exact);
+            // the zero point and the minimums times the halves' activation sums
+            // likewise; then one float multiply-add per super-block factor.
+            let Scales::Factored {
+                outer,
+                inner,
+                signed,
+            } = &w.scales
+            else {
+                unreachable!("int_halves panels are factored")
+            };
+            let at = (p * (kb / 8) + b / 8) * 2;
+            let factor = |o: usize| {
+                _mm512_cvtph_ps(_mm256_load_si256(
+                    outer.as_ptr().add(at + o) as *const __m256i
+                ))
+            };
+            let raw = inner.as_ptr().add((p * kb + b) * lpb) as *const __m128i;
+            // Each column's integers for the two halves (lanes l, l + 1), as one
+            // 16-bit pair.
+            let pairs = |l: usize| {
+                let (x, y) = (_mm_load_si128(raw.add(l)), _mm_load_si128(raw.add(l + 1)));
+                let both = _mm256_inserti128_si256::<1>(
+                    _mm256_castsi128_si256(_mm_unpacklo_epi8(x, y)),
+                    _mm_unpackhi_epi8(x, y),
+                );
+                match signed {
+                    true => _mm512_cvtepi8_epi16(both),
+                    false => _mm512_cvtepu8_epi16(both),
+                }
+            };
+            let (d, sc) = (factor(0), pairs(0));
+            let (dmin, mn) = match w.has_min {
+                true => (factor(1), pairs(2)),
+                false => (_mm512_setzero_ps(), _mm512_setzero_si512()),
             };
             for (r, acc) in acc.iter_mut().enumerate() {
                 let i = (r0 + r) * kb + b;
                 let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
-                let da = *a.d.get_unchecked(i);
+                // The halves' activation sums (each within 16·127) as a 16-bit pair.
+                let sums = _mm512_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
+                let halves =
+                    _mm512_mask_blend_epi16(0xAAAA_AAAA, s_lo[r], _mm512_slli_epi32::<16>(s[r]));
+                let mut t = _mm512_madd_epi16(halves, sc);
+                if w.zero != 0 {
+                    let zs = _mm512_madd_epi16(sums, sc);
+                    t = _mm512_sub_epi32(t, _mm512_mullo_epi32(zs, _mm512_set1_epi32(w.zero)));
+                }
+                let da = _mm512_set1_ps(*a.d.get_unchecked(i));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(d, da), *acc);
+                if w.has_min {
+                    // The minimums are `-(dmin·mn)`.
+                    let m = _mm512_cvtepi32_ps(_mm512_madd_epi16(sums, mn));
+                    *acc = _mm512_fnmadd_ps(m, _mm512_mul_ps(dmin, da), *acc);
+                }
+            }
+            continue;
+        }
+        let d = lanes(b * lpb);
+        if SUB {
+            let d_hi = lanes(b * lpb + 1);
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let i = (r0 + r) * kb + b;
+                let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
+                let da = _mm512_set1_ps(*a.d.get_unchecked(i));
                 let t_lo = _mm512_sub_epi32(s_lo[r], _mm512_set1_epi32(w.zero * lo));
                 let t_hi = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * (sum - lo)));
-                let dav = _mm512_set1_ps(da);
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_lo), _mm512_mul_ps(d, dav), *acc);
-                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_hi), _mm512_mul_ps(d_hi, dav), *acc);
-                if w.has_min {
-                    // Each half's minimum times its activations' sum, `d·Σ q`.
-                    let (dlo, dhi) = (da * lo as f32, da * (sum - lo) as f32);
-                    *acc = _mm512_fmadd_ps(m_lo, _mm512_set1_ps(dlo), *acc);
-                    *acc = _mm512_fmadd_ps(m_hi, _mm512_set1_ps(dhi), *acc);
-                }
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_lo), _mm512_mul_ps(d, da), *acc);
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_hi), _mm512_mul_ps(d_hi, da), *acc);
             }
             continue;
         }

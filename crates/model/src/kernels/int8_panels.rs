@@ -168,14 +168,25 @@ impl Int8Panels {
             sub: a.sub,
             groups,
             nibbles: false,
-            scales: Scales::factored(&a, bytes, n, kb, &scales)
-                .unwrap_or_else(|| Scales::narrowed(scales)),
+            scales: match Scales::factored(&a, bytes, n, kb, &scales) {
+                Some(s) => s,
+                // The GEMM's `int_halves` path reads the factors only.
+                None if a.sub && a.qmax <= 7 => return None,
+                None => Scales::narrowed(scales),
+            },
         })
     }
 
     /// Scale rows per block: 1, 2 with minimums or per-half scales, 4 with both.
     pub fn lanes_per_block(&self) -> usize {
         block_scales::lanes_per_block(self.has_min, self.sub)
+    }
+
+    /// Whether each block's halves are combined in integers (Q2_K, Q3_K): two
+    /// scales (and minimums) a block, kept `Factored`, and values small enough
+    /// (at most 7) that a half's integer sum fits 16 bits.
+    pub fn int_halves(&self) -> bool {
+        self.sub && self.qmax <= 7
     }
 
     /// Whether lane row `j` of a block is a minimum (the negated product of `dmin`

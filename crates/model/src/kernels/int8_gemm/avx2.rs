@@ -27,9 +27,10 @@ pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
 /// `vpmaddubsw` sums pairs of products in 16 bits: two groups' sums fit for 6-bit
 /// values (`2 · 63 · 127` each), four for 5-bit, a whole block's for 4-bit ones.
 /// `MIN`: the panel has minimums and no zero point (asymmetric types), else a zero
-/// point. `SUB`: two scales per block (Q2_K, Q3_K, Q6_K), each half's sums scaled
-/// apart (with `MIN`, each half's minimum times its activation sum); nibbles keep
-/// the first half low, the second high.
+/// point. `SUB`: two scales per block (Q2_K, Q3_K, Q6_K), each half's sums apart
+/// (nibbles keep the first half low, the second high): Q6_K's scaled apart in
+/// float, Q2_K's and Q3_K's (`int_halves`, minimums included whatever `MIN`) times
+/// their integer scales and summed in integers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
@@ -178,29 +179,69 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                     }
                 }
             }
-            let d = lanes(b * lpb);
-            if SUB {
-                let d_hi = lanes(b * lpb + 1);
-                let (m_lo, m_hi) = match MIN {
-                    true => (lanes(b * lpb + 2), lanes(b * lpb + 3)),
-                    false => (_mm256_setzero_ps(), _mm256_setzero_ps()),
+            if SUB && w.int_halves() {
+                // As `tile_vnni` sums Q2_K and Q3_K: each half's sum times its small
+                // integer scale, both halves in one `vpmaddwd`; the zero point and
+                // the minimums likewise; one float multiply-add per factor.
+                let Scales::Factored {
+                    outer,
+                    inner,
+                    signed,
+                } = &w.scales
+                else {
+                    unreachable!("int_halves panels are factored")
+                };
+                let at = (p * (kb / 8) + b / 8) * 2;
+                let factor = |o: usize| {
+                    let f = (outer.as_ptr().add(at + o) as *const u16).add(half * 8);
+                    _mm256_cvtph_ps(_mm_load_si128(f as *const __m128i))
+                };
+                let raw = (inner.as_ptr().add((p * kb + b) * lpb) as *const u8).add(half * 8);
+                // This half's 8 columns' integers for the two halves of the block
+                // (lanes l, l + 1), as 16-bit pairs.
+                let pairs = |l: usize| {
+                    let x = _mm_loadl_epi64(raw.add(16 * l) as *const __m128i);
+                    let y = _mm_loadl_epi64(raw.add(16 * (l + 1)) as *const __m128i);
+                    match signed {
+                        true => _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, y)),
+                        false => _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, y)),
+                    }
+                };
+                let (d, sc) = (factor(0), pairs(0));
+                let (dmin, mn) = match w.has_min {
+                    true => (factor(1), pairs(2)),
+                    false => (_mm256_setzero_ps(), _mm256_setzero_si256()),
                 };
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let i = (r0 + r) * kb + b;
                     let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
-                    let da = *a.d.get_unchecked(i);
+                    let sums = _mm256_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
+                    let halves = _mm256_blend_epi16::<0xAA>(s_lo[r], _mm256_slli_epi32::<16>(s[r]));
+                    let mut t = _mm256_madd_epi16(halves, sc);
+                    if w.zero != 0 {
+                        let zs = _mm256_madd_epi16(sums, sc);
+                        t = _mm256_sub_epi32(t, _mm256_mullo_epi32(zs, _mm256_set1_epi32(w.zero)));
+                    }
+                    let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(d, da), *acc);
+                    if w.has_min {
+                        let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums, mn));
+                        *acc = _mm256_fnmadd_ps(m, _mm256_mul_ps(dmin, da), *acc);
+                    }
+                }
+                continue;
+            }
+            let d = lanes(b * lpb);
+            if SUB {
+                let d_hi = lanes(b * lpb + 1);
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let i = (r0 + r) * kb + b;
+                    let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
+                    let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
                     let t_lo = _mm256_sub_epi32(s_lo[r], _mm256_set1_epi32(w.zero * lo));
                     let t_hi = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * (sum - lo)));
-                    let dav = _mm256_set1_ps(da);
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_lo), _mm256_mul_ps(d, dav), *acc);
-                    *acc =
-                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_hi), _mm256_mul_ps(d_hi, dav), *acc);
-                    if MIN {
-                        // Each half's minimum times its activations' sum, `d·Σ q`.
-                        let (dlo, dhi) = (da * lo as f32, da * (sum - lo) as f32);
-                        *acc = _mm256_fmadd_ps(m_lo, _mm256_set1_ps(dlo), *acc);
-                        *acc = _mm256_fmadd_ps(m_hi, _mm256_set1_ps(dhi), *acc);
-                    }
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_lo), _mm256_mul_ps(d, da), *acc);
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_hi), _mm256_mul_ps(d_hi, da), *acc);
                 }
                 continue;
             }
