@@ -103,6 +103,12 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
     });
 }
 
+/// `int_halves` panels with a zero point (Q3_K): each half's `zero · Σ q_a`, as
+/// the 16-bit pair (first half, second half) the tiles subtract from their sums.
+fn zero_pair(w: &Int8Panels, sum: i32, lo: i32) -> i32 {
+    ((w.zero * lo) & 0xFFFF) | ((w.zero * (sum - lo)) << 16)
+}
+
 /// Dispatches a tile of `rows` rows to its monomorphised kernel.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
@@ -240,10 +246,11 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
             }
         }
         if SUB && w.int_halves() {
-            // Q2_K, Q3_K as llama.cpp sums them: each half's sum (within 16 bits)
-            // times its small integer scale, both halves in one `vpmaddwd` (exact);
-            // the zero point and the minimums times the halves' activation sums
-            // likewise; then one float multiply-add per super-block factor.
+            // Q2_K, Q3_K as llama.cpp sums them: each half's sum (within 16 bits,
+            // Q3_K's zero point subtracted there) times its small integer scale, both
+            // halves in one `vpmaddwd` (exact); the minimums times the halves'
+            // activation sums likewise; then one float multiply-add per super-block
+            // factor.
             let Scales::Factored {
                 outer,
                 inner,
@@ -280,19 +287,19 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
             for (r, acc) in acc.iter_mut().enumerate() {
                 let i = (r0 + r) * kb + b;
                 let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
-                // The halves' activation sums (each within 16·127) as a 16-bit pair.
-                let sums = _mm512_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
-                let halves =
+                let mut halves =
                     _mm512_mask_blend_epi16(0xAAAA_AAAA, s_lo[r], _mm512_slli_epi32::<16>(s[r]));
-                let mut t = _mm512_madd_epi16(halves, sc);
                 if w.zero != 0 {
-                    let zs = _mm512_madd_epi16(sums, sc);
-                    t = _mm512_sub_epi32(t, _mm512_mullo_epi32(zs, _mm512_set1_epi32(w.zero)));
+                    // Σ (q - zero)·q_a per half, within 16·4·127: exact in 16 bits.
+                    halves = _mm512_sub_epi16(halves, _mm512_set1_epi32(zero_pair(w, sum, lo)));
                 }
+                let t = _mm512_madd_epi16(halves, sc);
                 let da = _mm512_set1_ps(*a.d.get_unchecked(i));
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(d, da), *acc);
                 if w.has_min {
-                    // The minimums are `-(dmin·mn)`.
+                    // The halves' activation sums (each within 16·127) as a 16-bit
+                    // pair, times the minimums' integers; the minimums are `-(dmin·mn)`.
+                    let sums = _mm512_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
                     let m = _mm512_cvtepi32_ps(_mm512_madd_epi16(sums, mn));
                     *acc = _mm512_fnmadd_ps(m, _mm512_mul_ps(dmin, da), *acc);
                 }

@@ -1,6 +1,7 @@
 //! The AVX2 tile of the 8-bit GEMM (`int8_gemm`): 8 columns at a time, `vpmaddubsw`
 //! pair sums in 16 bits, by how a panel stores its values (`avx2_values`).
 
+use super::zero_pair;
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::int8_panels::{Int8Panels, Scales};
 
@@ -215,16 +216,17 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 for (r, acc) in acc.iter_mut().enumerate() {
                     let i = (r0 + r) * kb + b;
                     let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
-                    let sums = _mm256_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
-                    let halves = _mm256_blend_epi16::<0xAA>(s_lo[r], _mm256_slli_epi32::<16>(s[r]));
-                    let mut t = _mm256_madd_epi16(halves, sc);
+                    let mut halves =
+                        _mm256_blend_epi16::<0xAA>(s_lo[r], _mm256_slli_epi32::<16>(s[r]));
                     if w.zero != 0 {
-                        let zs = _mm256_madd_epi16(sums, sc);
-                        t = _mm256_sub_epi32(t, _mm256_mullo_epi32(zs, _mm256_set1_epi32(w.zero)));
+                        let z = _mm256_set1_epi32(zero_pair(w, sum, lo));
+                        halves = _mm256_sub_epi16(halves, z);
                     }
+                    let t = _mm256_madd_epi16(halves, sc);
                     let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(d, da), *acc);
                     if w.has_min {
+                        let sums = _mm256_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
                         let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums, mn));
                         *acc = _mm256_fnmadd_ps(m, _mm256_mul_ps(dmin, da), *acc);
                     }
