@@ -1,11 +1,10 @@
 //! `Linear` (y = x·Wᵀ + b): each weight matrix held in exactly one form, and the one
 //! kernel each form multiplies with at every batch size, so a row's arithmetic never
 //! depends on what else shares its step (batch-invariant):
-//! - quantized types the 8-bit panels hold (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K,
-//!   Q6_K):
-//!   the panels replace the file's blocks and the 8-bit GEMM multiplies decode rows
-//!   and prompts alike (llama.cpp's arithmetic: activations rounded to 8 bits a block);
-//! - other quantized types (Q2_K, Q3_K): the file's blocks, 8-bit dot products;
+//! - quantized types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K..Q6_K), AVX2:
+//!   the 8-bit panels replace the file's blocks and the 8-bit GEMM multiplies decode
+//!   rows and prompts alike (llama.cpp's arithmetic: activations rounded to 8 bits a
+//!   block); without AVX2, the file's blocks and 8-bit dot products;
 //! - f16/bf16 (fast precision, AVX2): the 2-byte weights for up to `HALF_MAX_ROWS`
 //!   rows, a packed f32 copy for larger batches (the one form with two copies);
 //! - f32 weights: f32 packed for our AVX2 GEMM (every output summed in the same
@@ -97,7 +96,8 @@ enum Form {
     F32(F32Matrix),
     /// The 8-bit panels, in place of the file's blocks.
     Panels(Int8Panels, Isa),
-    /// The file's quantized blocks (types the panels cannot hold, or no AVX2).
+    /// The file's quantized blocks (no AVX2, `SLOSERVE_DENSE=f32`, or a K-quant
+    /// whose rows are not whole super-blocks).
     Quantized(WeightData),
     /// f16/bf16 weights, and their f32 copy packed for the GEMM.
     Half(WeightData, PackedMatrix),
@@ -292,8 +292,10 @@ mod tests {
     use super::*;
     use crate::kernels::cpu::{has_avx2, test_data};
     use candle_core::quantized::k_quants::{
-        BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType,
+        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K,
+        BlockQ8_0, GgmlType,
     };
+    use candle_core::quantized::GgmlDType;
 
     const N: usize = 24;
     const K: usize = 256;
@@ -310,6 +312,8 @@ mod tests {
             WeightData::Q4K(quantized::<BlockQ4K>(N, K)),
             WeightData::Q8_0(quantized::<BlockQ8_0>(N, K)),
             WeightData::Q6K(quantized::<BlockQ6K>(N, K)),
+            WeightData::Q3K(quantized::<BlockQ3K>(N, K)),
+            WeightData::Q2K(quantized::<BlockQ2K>(N, K)),
         ]
     }
 
@@ -331,10 +335,16 @@ mod tests {
                 "{dtype:?}"
             );
             // Panels (whole panels of 16 rows): at most 1.35x the file's bytes a
-            // weight (Q6_K, one byte a value: 1.08 against 0.82).
+            // weight (Q6_K, one byte a value: 1.08 against 0.82; Q3_K, a nibble a
+            // value: 0.58 against 0.43), Q2_K 2x (0.64 against 0.33).
             let padded = file * N.div_ceil(16) * 16 / N;
+            let (num, den) = if dtype == GgmlDType::Q2K {
+                (2, 1)
+            } else {
+                (27, 20)
+            };
             assert!(
-                fast.total() * 20 <= padded * 27,
+                fast.total() * den <= padded * num,
                 "{dtype:?}: {fast:?} vs {file}"
             );
             if has_avx2() {

@@ -115,8 +115,8 @@ impl MemoryPlan {
 }
 
 /// Bytes a tensor of `dtype` is held in, per weight, by precision (`linear.rs`'s
-/// forms: panels one byte a value, nibbles for 4-bit types, the file's blocks for
-/// Q2_K/Q3_K; exact precision the file's blocks, tiles dequantized inside the
+/// forms: panels one byte a value, nibbles for types of at most 4 bits (Q2_K and
+/// Q3_K included); exact precision the file's blocks, tiles dequantized inside the
 /// GEMM, or f32 without AVX2). An estimate for the load-time memory check.
 pub fn held_bytes_per_weight(dtype: GgmlDType, precision: Precision) -> f64 {
     use GgmlDType as D;
@@ -131,13 +131,12 @@ pub fn held_bytes_per_weight(dtype: GgmlDType, precision: Precision) -> f64 {
         D::F16 | D::BF16 => 6.0,
         D::Q4_0 => 0.5625,
         D::Q4_1 => 0.625,
-        D::Q4K => 0.58,
+        D::Q4K | D::Q3K => 0.58,
         D::Q5_0 => 1.0625,
         D::Q5_1 => 1.125,
         D::Q5K | D::Q6K => 1.08,
         D::Q8_0 => 1.1875,
-        D::Q2K => 84.0 / 256.0,
-        D::Q3K => 110.0 / 256.0,
+        D::Q2K => 0.64,
         _ => 4.0,
     }
 }

@@ -1,8 +1,10 @@
 //! `stored_values`: the small unsigned integer of each weight of one 32-weight block,
 //! read from the GGML block's bits, as the 8-bit panels store it (`int8_panels`): the
-//! file's own value for Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K (their zero points,
-//! 8, 16 and 32, stay in the value), Q8_0's signed byte plus 128. With the block's
-//! scale and minimum they give the weight exactly as ggml's dequantization does.
+//! file's own value for Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K (their
+//! zero points, 8, 16, 4 and 32, stay in the value; Q3_K's is 4 where its high bit is
+//! clear, so the value is the 2 low bits plus 4 times that bit), Q8_0's signed byte
+//! plus 128. With the block's scale and minimum they give the weight exactly as
+//! ggml's dequantization does.
 
 use candle_core::quantized::GgmlDType;
 
@@ -65,6 +67,20 @@ pub fn stored_values(dtype: GgmlDType, bytes: &[u8], b: usize, out: &mut [u8; 32
                     _ => ql[l + 32] >> 4,
                 };
                 *o = low | ((qh[l] >> (2 * quarter)) & 3) << 4;
+            }
+        }
+        GgmlDType::Q2K | GgmlDType::Q3K => {
+            // Two halves of 128; in each, 32 bytes whose 2-bit pairs (shift 2j) are
+            // weights 32j..32j+32. Q3_K: a third bit, bit b of hmask[l] (b the
+            // block's place in its super-block).
+            let q3 = dtype == GgmlDType::Q3K;
+            let size = if q3 { 110 } else { 84 };
+            let sb = &bytes[(b / 8) * size..][..size];
+            let (n, j) = ((b % 8) / 4, b % 4);
+            let qs = &sb[if q3 { 32 } else { 16 } + 32 * n..][..32];
+            for (l, o) in out.iter_mut().enumerate() {
+                let high = if q3 { (sb[l] >> (b % 8)) & 1 } else { 0 };
+                *o = ((qs[l] >> (2 * j)) & 3) | high << 2;
             }
         }
         _ => return false,

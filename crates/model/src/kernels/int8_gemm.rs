@@ -50,11 +50,12 @@ impl Isa {
 
     /// Rows per register tile for `w`: on AVX2, 4-bit panels take five (2·5
     /// accumulators, each weight vector's nibbles split once for five rows), the
-    /// others four (their 16-bit sums need a third register per row).
+    /// others, and 4-bit panels with two scales a block (a 16-bit sum per half),
+    /// four (their 16-bit sums need a third register per row).
     fn rows(self, w: &Int8Panels) -> usize {
         match self {
             Isa::Avx512Vnni => 8,
-            Isa::Avx2 if avx2_values(w) == NIBBLES => 5,
+            Isa::Avx2 if avx2_values(w) == NIBBLES && !w.sub => 5,
             Isa::Avx2 => 4,
         }
     }
@@ -102,6 +103,12 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
     });
 }
 
+/// `int_halves` panels with a zero point (Q3_K): each half's `zero · Σ q_a`, as
+/// the 16-bit pair (first half, second half) the tiles subtract from their sums.
+fn zero_pair(w: &Int8Panels, sum: i32, lo: i32) -> i32 {
+    ((w.zero * lo) & 0xFFFF) | ((w.zero * (sum - lo)) << 16)
+}
+
 /// Dispatches a tile of `rows` rows to its monomorphised kernel.
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile(
@@ -136,31 +143,31 @@ unsafe fn tile(
             }
         };
     }
-    match isa {
-        Isa::Avx512Vnni if w.nibbles => run!(tile_vnni, true, false; 1 2 3 4 5 6 7 8),
-        Isa::Avx512Vnni if w.sub => run!(tile_vnni, false, true; 1 2 3 4 5 6 7 8),
-        Isa::Avx512Vnni => run!(tile_vnni, false, false; 1 2 3 4 5 6 7 8),
-        Isa::Avx2 => {
-            let v = avx2_values(w);
-            macro_rules! avx2 {
-                ($($v:ident: $($r:literal)*;)*) => {
-                    match (v, w.has_min, w.sub) {
-                        (BYTES, false, true) => run!(tile_avx2, BYTES, false, true; 1 2 3 4),
-                        $(($v, true, false) => run!(tile_avx2, $v, true, false; $($r)*),
-                          ($v, false, false) => run!(tile_avx2, $v, false, false; $($r)*),)*
-                        _ => unreachable!("value kinds"),
-                    }
-                };
-            }
-            avx2!(NIBBLES: 1 2 3 4 5; BYTES: 1 2 3 4; WIDE: 1 2 3 4;)
-        }
+    match (isa, w.nibbles, w.sub) {
+        (Isa::Avx512Vnni, true, true) => run!(tile_vnni, true, true; 1 2 3 4 5 6 7 8),
+        (Isa::Avx512Vnni, true, false) => run!(tile_vnni, true, false; 1 2 3 4 5 6 7 8),
+        (Isa::Avx512Vnni, false, true) => run!(tile_vnni, false, true; 1 2 3 4 5 6 7 8),
+        (Isa::Avx512Vnni, false, false) => run!(tile_vnni, false, false; 1 2 3 4 5 6 7 8),
+        (Isa::Avx2, ..) => match (avx2_values(w), w.has_min, w.sub) {
+            // Two scales a block: Q2_K's minimums are read as `int_halves` reads them.
+            (NIBBLES, _, true) => run!(tile_avx2, NIBBLES, false, true; 1 2 3 4),
+            (BYTES, _, true) => run!(tile_avx2, BYTES, false, true; 1 2 3 4),
+            (NIBBLES, true, false) => run!(tile_avx2, NIBBLES, true, false; 1 2 3 4 5),
+            (NIBBLES, false, false) => run!(tile_avx2, NIBBLES, false, false; 1 2 3 4 5),
+            (BYTES, true, false) => run!(tile_avx2, BYTES, true, false; 1 2 3 4),
+            (BYTES, false, false) => run!(tile_avx2, BYTES, false, false; 1 2 3 4),
+            (WIDE, false, false) => run!(tile_avx2, WIDE, false, false; 1 2 3 4),
+            _ => unreachable!("value kinds"),
+        },
     }
 }
 
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI. `NIB`: the panel's
 /// 4-bit values are packed (each 64-byte vector holds groups `g` and `g + 4`, split
-/// with a mask and a shift), else one byte each. `SUB`: two scales per block (Q6_K),
-/// each half's integer sums scaled apart.
+/// with a mask and a shift), else one byte each. `SUB`: two scales per block (Q2_K,
+/// Q3_K, Q6_K), each half's integer sums apart (with `NIB` the low nibbles are the
+/// first half, the high the second): Q6_K's scaled apart in float, Q2_K's and
+/// Q3_K's (`int_halves`) times their integer scales and summed in integers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
@@ -188,8 +195,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
             signed,
         } => {
             let (b, j) = (i / lpb, i % lpb);
-            let o = if w.has_min { j } else { 0 };
-            let at = (p * (kb / 8) + b / 8) * 2 + o;
+            let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
             let d = _mm512_cvtph_ps(_mm256_load_si256(outer.as_ptr().add(at) as *const __m256i));
             let raw = _mm_load_si128(inner.as_ptr().add(p * kb * lpb + i) as *const __m128i);
             let q = match signed {
@@ -197,7 +203,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
                 false => _mm512_cvtepu8_epi32(raw),
             };
             let v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
-            match w.has_min && j == 1 {
+            match w.lane_is_min(j) {
                 // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
                 true => _mm512_castsi512_ps(_mm512_xor_si512(
                     _mm512_castps_si512(v),
@@ -213,13 +219,13 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
         let mut s = [_mm512_setzero_si512(); R];
         let mut s_lo = [_mm512_setzero_si512(); R];
         for v in 0..per {
-            if SUB && v == 4 {
+            if SUB && !NIB && v == 4 {
                 s_lo = s;
                 s = [_mm512_setzero_si512(); R];
             }
             let raw = _mm512_load_si512(gp.add(b * per + v));
-            // Group `g`'s weights times every row's 4 activations at 4g.
-            let mut dot = |wv: __m512i, g: usize| {
+            // Group `g`'s weights times every row's 4 activations at 4g, into `s`.
+            let dot = |s: &mut [__m512i; R], wv: __m512i, g: usize| {
                 for (r, s) in s.iter_mut().enumerate() {
                     let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr() as *const i32;
                     let av = _mm512_set1_epi32(q.add(g).read_unaligned());
@@ -227,11 +233,78 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
                 }
             };
             if NIB {
-                dot(_mm512_and_si512(raw, low), v);
-                dot(_mm512_and_si512(_mm512_srli_epi16(raw, 4), low), v + 4);
+                // With SUB, the low nibbles (groups 0..4) are the first half.
+                let first = if SUB { &mut s_lo } else { &mut s };
+                dot(first, _mm512_and_si512(raw, low), v);
+                dot(
+                    &mut s,
+                    _mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
+                    v + 4,
+                );
             } else {
-                dot(raw, v);
+                dot(&mut s, raw, v);
             }
+        }
+        if SUB && w.int_halves() {
+            // Q2_K, Q3_K as llama.cpp sums them: each half's sum (within 16 bits,
+            // Q3_K's zero point subtracted there) times its small integer scale, both
+            // halves in one `vpmaddwd` (exact); the minimums times the halves'
+            // activation sums likewise; then one float multiply-add per super-block
+            // factor.
+            let Scales::Factored {
+                outer,
+                inner,
+                signed,
+            } = &w.scales
+            else {
+                unreachable!("int_halves panels are factored")
+            };
+            let at = (p * (kb / 8) + b / 8) * 2;
+            let factor = |o: usize| {
+                _mm512_cvtph_ps(_mm256_load_si256(
+                    outer.as_ptr().add(at + o) as *const __m256i
+                ))
+            };
+            let raw = inner.as_ptr().add((p * kb + b) * lpb) as *const __m128i;
+            // Each column's integers for the two halves (lanes l, l + 1), as one
+            // 16-bit pair.
+            let pairs = |l: usize| {
+                let (x, y) = (_mm_load_si128(raw.add(l)), _mm_load_si128(raw.add(l + 1)));
+                let both = _mm256_inserti128_si256::<1>(
+                    _mm256_castsi128_si256(_mm_unpacklo_epi8(x, y)),
+                    _mm_unpackhi_epi8(x, y),
+                );
+                match signed {
+                    true => _mm512_cvtepi8_epi16(both),
+                    false => _mm512_cvtepu8_epi16(both),
+                }
+            };
+            let (d, sc) = (factor(0), pairs(0));
+            let (dmin, mn) = match w.has_min {
+                true => (factor(1), pairs(2)),
+                false => (_mm512_setzero_ps(), _mm512_setzero_si512()),
+            };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                let i = (r0 + r) * kb + b;
+                let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
+                let mut halves =
+                    _mm512_mask_blend_epi16(0xAAAA_AAAA, s_lo[r], _mm512_slli_epi32::<16>(s[r]));
+                if w.zero != 0 {
+                    // Σ (q - zero)·q_a per half, within 16·4·127: exact in 16 bits.
+                    halves = _mm512_sub_epi16(halves, _mm512_set1_epi32(zero_pair(w, sum, lo)));
+                }
+                let t = _mm512_madd_epi16(halves, sc);
+                let da = _mm512_set1_ps(*a.d.get_unchecked(i));
+                *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(d, da), *acc);
+                if w.has_min {
+                    // The halves' activation sums (each within 16·127) as a 16-bit
+                    // pair, times the minimums' integers; the minimums are `-(dmin·mn)`.
+                    let sums = _mm512_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
+                    let m = _mm512_cvtepi32_ps(_mm512_madd_epi16(sums, mn));
+                    *acc = _mm512_fnmadd_ps(m, _mm512_mul_ps(dmin, da), *acc);
+                }
+            }
+            continue;
         }
         let d = lanes(b * lpb);
         if SUB {
@@ -282,17 +355,20 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
     ldc: usize,
     cols: usize,
 ) {
-    tile_avx2::<R, 0, false, false>(w, p, a, r0, c, ldc, cols)
+    tile_avx2::<R, 0, false, SUB>(w, p, a, r0, c, ldc, cols)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernels::block_scales::random_blocks;
     use crate::kernels::cpu::test_data;
     use crate::weights::WeightData;
     use candle_core::quantized::k_quants::{
-        BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0, GgmlType,
+        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0,
+        GgmlType,
     };
+    use candle_core::quantized::GgmlDType;
 
     fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
         let x: Vec<f32> = test_data(n * k, 13).iter().map(|v| v * 2.0).collect();
@@ -357,6 +433,10 @@ mod tests {
                 WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
                 WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
                 WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
+                WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
+                WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
+                random_blocks(GgmlDType::Q3K, n, k, (m * n) as u64),
+                random_blocks(GgmlDType::Q2K, n, k, (m * n) as u64),
             ];
             for w in &types {
                 for (isa, nibbles) in [
@@ -371,25 +451,44 @@ mod tests {
         }
     }
 
+    /// A row's outputs alone are its outputs inside a larger batch, bit for bit, on
+    /// each instruction set the CPU has, values one byte or a nibble each.
     #[test]
     fn rows_do_not_depend_on_the_batch() {
         let (k, n) = (512, 48);
-        let Some(isa) = Isa::best() else {
+        if Isa::best().is_none() {
             return eprintln!("skipped: no AVX2");
-        };
+        }
         let types = [
             WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
             WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
+            WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
+            WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
         ];
-        for w in &types {
-            let panels = Int8Panels::pack(w, n, k).unwrap();
-            let x = test_data(40 * k, 5);
-            let mut all = vec![0f32; 40 * n];
-            matmul(&panels, isa, &x, 40, &mut all);
-            for r in [0, 6, 17, 39] {
-                let mut one = vec![0f32; n];
-                matmul(&panels, isa, &x[r * k..(r + 1) * k], 1, &mut one);
-                assert_eq!(one, all[r * n..(r + 1) * n], "{:?} row {r}", w.dtype());
+        let isas = [Isa::Avx512Vnni, Isa::Avx2]
+            .into_iter()
+            .filter(|i| i.available());
+        for (w, isa) in types.iter().flat_map(|w| isas.clone().map(move |i| (w, i))) {
+            let mut panels = Int8Panels::pack(w, n, k).unwrap();
+            for nibbles in [false, true] {
+                if nibbles && !panels.to_nibbles() {
+                    continue;
+                }
+                let x = test_data(40 * k, 5);
+                let mut all = vec![0f32; 40 * n];
+                matmul(&panels, isa, &x, 40, &mut all);
+                for r in [0, 6, 17, 39] {
+                    let mut one = vec![0f32; n];
+                    matmul(&panels, isa, &x[r * k..(r + 1) * k], 1, &mut one);
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    let want = bits(&all[r * n..(r + 1) * n]);
+                    assert_eq!(
+                        bits(&one),
+                        want,
+                        "{:?} {isa:?} {nibbles} row {r}",
+                        w.dtype()
+                    );
+                }
             }
         }
     }

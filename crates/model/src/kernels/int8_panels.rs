@@ -12,20 +12,24 @@
 //! file's own for Q4_0 … Q8_0), else f32 (K-quants' products of two scales).
 //! Symmetric types (Q4_0, Q5_0, Q8_0) store `q + zero` (zero 8, 16, 128) and `m = 0`:
 //! the GEMM subtracts `zero · Σ activations` from the integer sums (exact).
-//! Q6_K has one scale per 16 weights (`w = d·(q - 32)`, `q` in `0..64`): its panels
-//! keep two scales per block (`sub`), one for each half, and the GEMM sums each
-//! half's integer products apart. Q2_K and Q3_K are not packed: `pack` returns
-//! `None` and the caller keeps the file's blocks.
+//! Q6_K and Q3_K have one scale per 16 weights (`w = d·(q - zero)`, `q` in `0..64`,
+//! zero 32; `q` in `0..8`, zero 4, its high bit from `hmask`): their panels keep two
+//! scales per block (`sub`), one for each half, and the GEMM sums each half's
+//! integer products apart. Q2_K has a scale and a minimum per 16 weights
+//! (`w = d·q + m`, `q` in `0..4`): four lanes per block, each half's scale and
+//! minimum, the minimum times each half's activation sum. (`block_scales` reads
+//! each type's scales, `block_values` its values.)
 //!
-//! 4-bit types may keep their values as nibbles (`to_nibbles`): groups `g` and
-//! `g + 4` of a block share one 64-byte vector (low and high halves of each byte),
-//! so a row reads the file's 0.625 bytes per weight (Q4_1: 0.5 of values, 0.125 of
-//! f16 scale and minimum) instead of 1.25: what a matrix-vector product at one row
-//! is bound by.
+//! Types of at most 4 bits (Q2_K and Q3_K included) may keep their values as
+//! nibbles (`to_nibbles`): groups `g` and `g + 4` of a block share one 64-byte
+//! vector (low and high halves of each byte; for `sub` types the low nibbles are
+//! the first half, the high the second), so a row reads the file's 0.625 bytes per
+//! weight (Q4_1: 0.5 of values, 0.125 of f16 scale and minimum) instead of 1.25:
+//! what a matrix-vector product at one row is bound by.
 
-use candle_core::quantized::GgmlDType;
 use half::f16;
 
+use crate::kernels::block_scales::{self, Affine};
 use crate::kernels::block_values::stored_values;
 use crate::weights::WeightData;
 
@@ -57,14 +61,15 @@ pub enum Scales {
     F32(Vec<Lanes>),
     /// K-quants: each value the f32 product of a super-block's f16 factor and a
     /// block's small integer, as the file stores them (Q4_K, Q5_K: `d·sc` and
-    /// `-(dmin·mn)`, 6-bit unsigned; Q6_K: `d·sc` for each half, 8-bit signed). The
+    /// `-(dmin·mn)`, 6-bit unsigned; Q6_K, Q3_K: `d·sc` for each half, signed;
+    /// Q2_K: `d·sc` for each half, then `-(dmin·mn)` for each, 4-bit unsigned). The
     /// kernels form the same f32 products the other forms store.
     Factored {
-        /// `[panel][super-block][2]`: `d`, then `dmin` (Q6_K: `d` twice).
+        /// `[panel][super-block][2]`: `d`, then `dmin` (Q6_K, Q3_K: `d` twice).
         outer: Vec<HalfLanes>,
         /// `[panel][block][lanes_per_block]`: the block's integers.
         inner: Vec<ByteLanes>,
-        /// Whether `inner` holds signed bytes (Q6_K).
+        /// Whether `inner` holds signed bytes (Q6_K, Q3_K).
         signed: bool,
     },
 }
@@ -79,14 +84,14 @@ pub struct Int8Panels {
     pub k: usize,
     /// Blocks per row.
     pub kb: usize,
-    /// The largest stored value the type can hold (15, 31 or 255).
+    /// The largest stored value the type can hold (3, 7, 15, 31, 63 or 255).
     pub qmax: u8,
     /// Subtracted from every stored value (symmetric types), else 0.
     pub zero: i32,
     /// Whether blocks carry a float minimum `m` (asymmetric types).
     pub has_min: bool,
-    /// Whether each block has two scales, one per 16 weights (Q6_K), in place of
-    /// a scale and a minimum.
+    /// Whether each block has two scales, one per 16 weights (Q2_K, Q3_K, Q6_K),
+    /// and (Q2_K, with `has_min`) two minimums.
     pub sub: bool,
     /// `[panel][block][8]` groups, or with `nibbles` `[panel][block][4]` pairs.
     pub groups: Vec<Group>,
@@ -99,131 +104,20 @@ pub struct Int8Panels {
     pub wsum128: Vec<[i32; NR]>,
 }
 
-/// Where a type's blocks keep their scale (and minimum), in ggml's layouts.
-#[derive(Clone, Copy)]
-enum Layout {
-    /// Blocks of 32 weights, `size` bytes: f16 `d`, then (with `min`) f16 `m`.
-    Simple { size: usize, min: bool },
-    /// Super-blocks of 256, `size` bytes: f16 `d`, f16 `dmin`, 12 bytes of packed
-    /// 6-bit scales and minimums (Q4_K, Q5_K).
-    KQuant { size: usize },
-    /// Q6_K's super-blocks of 256 (210 bytes): 192 bytes of values, 16 signed
-    /// 8-bit scales (one per 16 weights), f16 `d` last.
-    Q6K,
-}
-
-/// How one type's 32-weight blocks map to `d·(q - zero) + m`.
-struct Affine {
-    qmax: u8,
-    zero: i32,
-    has_min: bool,
-    sub: bool,
-    layout: Layout,
-}
-
-fn f16_at(bytes: &[u8], at: usize) -> f32 {
-    f16::from_le_bytes([bytes[at], bytes[at + 1]]).to_f32()
-}
-
-/// The 6-bit scale and minimum of sub-block `j` of a Q4_K / Q5_K super-block
-/// (ggml's `get_scale_min_k4`).
-fn scale_min_k4(s: &[u8], j: usize) -> (u8, u8) {
-    if j < 4 {
-        (s[j] & 63, s[j + 4] & 63)
-    } else {
-        (
-            (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4),
-            (s[j + 4] >> 4) | ((s[j] >> 6) << 4),
-        )
-    }
-}
-
-impl Affine {
-    fn of(dtype: GgmlDType) -> Option<Affine> {
-        let simple = |size, qmax, zero, min| Affine {
-            qmax,
-            zero,
-            has_min: min,
-            sub: false,
-            layout: Layout::Simple { size, min },
-        };
-        let k_quant = |size, qmax| Affine {
-            qmax,
-            zero: 0,
-            has_min: true,
-            sub: false,
-            layout: Layout::KQuant { size },
-        };
-        Some(match dtype {
-            GgmlDType::Q4_0 => simple(18, 15, 8, false),
-            GgmlDType::Q4_1 => simple(20, 15, 0, true),
-            GgmlDType::Q5_0 => simple(22, 31, 16, false),
-            GgmlDType::Q5_1 => simple(24, 31, 0, true),
-            GgmlDType::Q8_0 => simple(34, 255, 128, false),
-            GgmlDType::Q4K => k_quant(144, 15),
-            GgmlDType::Q5K => k_quant(176, 31),
-            GgmlDType::Q6K => Affine {
-                qmax: 63,
-                zero: 32,
-                has_min: false,
-                sub: true,
-                layout: Layout::Q6K,
-            },
-            _ => return None,
-        })
-    }
-
-    /// `(d, m)` of each 16-weight half of 32-weight block `b` of the tensor (in
-    /// element order): the same pair twice except for `sub` types.
-    fn dm(&self, bytes: &[u8], b: usize) -> [(f32, f32); 2] {
-        if let Layout::Q6K = self.layout {
-            let sb = &bytes[(b / 8) * 210..][..210];
-            let d = f16_at(sb, 208);
-            let sc = |j: usize| sb[192 + j] as i8 as f32;
-            // candle computes `d * scale` in f32, then times the value, as here.
-            return [(d * sc(2 * (b % 8)), 0.0), (d * sc(2 * (b % 8) + 1), 0.0)];
-        }
-        [self.dm32(bytes, b); 2]
-    }
-
-    /// `(d, m)` of 32-weight block `b` of a type with one pair per block.
-    fn dm32(&self, bytes: &[u8], b: usize) -> (f32, f32) {
-        match self.layout {
-            Layout::Q6K => unreachable!("two scales per block"),
-            Layout::Simple { size, min } => {
-                let m = if min {
-                    f16_at(bytes, b * size + 2)
-                } else {
-                    0.0
-                };
-                (f16_at(bytes, b * size), m)
-            }
-            Layout::KQuant { size } => {
-                let sb = &bytes[(b / 8) * size..][..size];
-                let (sc, mn) = scale_min_k4(&sb[4..16], b % 8);
-                // candle computes these products in f32, as here.
-                (f16_at(sb, 0) * sc as f32, -(f16_at(sb, 2) * mn as f32))
-            }
-        }
-    }
-}
-
 impl Int8Panels {
     /// Re-lays a row-major `[n, k]` matrix; `None` for a type whose blocks are not
-    /// `d·q + m` with one `(d, m)` per 32 weights (per 16 for Q6_K).
+    /// `d·q + m` with one `(d, m)` per 32 weights (per 16 for Q2_K, Q3_K, Q6_K).
     pub fn pack(w: &WeightData, n: usize, k: usize) -> Option<Self> {
         use rayon::prelude::*;
         let a = Affine::of(w.dtype())?;
-        if !k.is_multiple_of(256)
-            && matches!(w.dtype(), GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K)
-        {
+        if !k.is_multiple_of(256) && a.is_k_quant() {
             return None;
         }
         let kb = k / 32;
         let panels = n.div_ceil(NR);
         let bytes = w.as_bytes();
         let mut groups = vec![Group([0; 64]); panels * kb * 8];
-        let per = if a.has_min || a.sub { 2 } else { 1 };
+        let per = a.lanes_per_block();
         let mut scales = vec![Lanes([0.0; NR]); panels * kb * per];
         // Panels in parallel (load time): each writes only its own groups and
         // scales, from the file's bits (no dequantization).
@@ -237,12 +131,9 @@ impl Int8Panels {
                 for c in p * NR..((p + 1) * NR).min(n) {
                     let j = c % NR;
                     for b in 0..kb {
-                        let halves = a.dm(bytes, c * kb + b);
-                        scales[b * per].0[j] = halves[0].0;
-                        if a.sub {
-                            scales[b * per + 1].0[j] = halves[1].0;
-                        } else if a.has_min {
-                            scales[b * per + 1].0[j] = halves[0].1;
+                        let lanes = a.lanes(bytes, c * kb + b);
+                        for (l, v) in lanes[..per].iter().enumerate() {
+                            scales[b * per + l].0[j] = *v;
                         }
                         let known = stored_values(dtype, bytes, c * kb + b, &mut vals);
                         debug_assert!(known, "{dtype:?} has an affine layout");
@@ -277,22 +168,35 @@ impl Int8Panels {
             sub: a.sub,
             groups,
             nibbles: false,
-            scales: Scales::factored(&a, bytes, n, kb, &scales)
-                .unwrap_or_else(|| Scales::narrowed(scales)),
+            scales: match Scales::factored(&a, bytes, n, kb, &scales) {
+                Some(s) => s,
+                // The GEMM's `int_halves` path reads the factors only.
+                None if a.sub && a.qmax <= 7 => return None,
+                None => Scales::narrowed(scales),
+            },
         })
     }
 
-    /// Scale rows per block: 2 with minimums, else 1.
+    /// Scale rows per block: 1, 2 with minimums or per-half scales, 4 with both.
     pub fn lanes_per_block(&self) -> usize {
-        if self.has_min || self.sub {
-            2
-        } else {
-            1
-        }
+        block_scales::lanes_per_block(self.has_min, self.sub)
     }
 
-    /// Lane row `j` of block `at` (the scale, then the minimum or the second
-    /// half's scale) at column `c % NR`.
+    /// Whether each block's halves are combined in integers (Q2_K, Q3_K): two
+    /// scales (and minimums) a block, kept `Factored`, and values small enough
+    /// (at most 7) that a half's integer sum fits 16 bits.
+    pub fn int_halves(&self) -> bool {
+        self.sub && self.qmax <= 7
+    }
+
+    /// Whether lane row `j` of a block is a minimum (the negated product of `dmin`
+    /// and the block's integer, for `Factored` scales).
+    pub fn lane_is_min(&self, j: usize) -> bool {
+        block_scales::lane_is_min(self.has_min, self.sub, j)
+    }
+
+    /// Lane row `j` of block `at` (`block_scales`' order: the scale, or each
+    /// half's, then the minimum, or each half's) at column `c % NR`.
     fn scale(&self, at: usize, j: usize, c: usize) -> f32 {
         let i = at * self.lanes_per_block() + j;
         match &self.scales {
@@ -303,13 +207,13 @@ impl Int8Panels {
                 inner,
                 signed,
             } => {
-                let o = if self.has_min { j } else { 0 };
+                let o = self.lane_is_min(j) as usize;
                 let (p, b) = (at / self.kb, at % self.kb);
                 let d = f16::from_bits(outer[(p * (self.kb / 8) + b / 8) * 2 + o].0[c % NR]);
                 let q = inner[i].0[c % NR];
                 let q = if *signed { q as i8 as f32 } else { q as f32 };
                 let v = d.to_f32() * q;
-                if self.has_min && j == 1 {
+                if self.lane_is_min(j) {
                     -v
                 } else {
                     v
@@ -381,7 +285,12 @@ impl Int8Panels {
         } as i32
             - self.zero;
         if self.sub {
-            return self.scale(at, (i % 32) / 16, j) * q as f32;
+            let half = (i % 32) / 16;
+            let v = self.scale(at, half, j) * q as f32;
+            return match self.has_min {
+                true => v + self.scale(at, 2 + half, j),
+                false => v,
+            };
         }
         let m = if self.has_min {
             self.scale(at, 1, j)
@@ -396,33 +305,22 @@ impl Scales {
     /// A K-quant's scales `Factored` from the file's blocks (`bytes`), if every
     /// product equals its `f32` lane bit for bit; `None` for other types.
     fn factored(a: &Affine, bytes: &[u8], n: usize, kb: usize, f32: &[Lanes]) -> Option<Scales> {
-        let (size, signed) = match a.layout {
-            Layout::KQuant { size } => (size, false),
-            Layout::Q6K => (210, true),
-            Layout::Simple { .. } => return None,
-        };
-        let (panels, sbs, lpb) = (n.div_ceil(NR), kb / 8, 2);
+        let (size, signed) = a.super_block()?;
+        let (panels, sbs, lpb) = (n.div_ceil(NR), kb / 8, a.lanes_per_block());
         let mut outer = vec![HalfLanes([0; NR]); panels * sbs * 2];
         let mut inner = vec![ByteLanes([0; NR]); panels * kb * lpb];
         for c in 0..n {
             let (p, j) = (c / NR, c % NR);
             for sb in 0..sbs {
                 let blk = &bytes[(c * sbs + sb) * size..][..size];
-                let bits = |at: usize| u16::from_le_bytes([blk[at], blk[at + 1]]);
                 let o = (p * sbs + sb) * 2;
-                if signed {
-                    (outer[o].0[j], outer[o + 1].0[j]) = (bits(208), bits(208));
-                } else {
-                    (outer[o].0[j], outer[o + 1].0[j]) = (bits(0), bits(2));
-                }
                 for bi in 0..8 {
+                    let (d, ints) = a.factors(blk, bi);
+                    (outer[o].0[j], outer[o + 1].0[j]) = (d[0], d[1]);
                     let at = (p * kb + sb * 8 + bi) * lpb;
-                    let (x, y) = if signed {
-                        (blk[192 + 2 * bi], blk[192 + 2 * bi + 1])
-                    } else {
-                        scale_min_k4(&blk[4..16], bi)
-                    };
-                    (inner[at].0[j], inner[at + 1].0[j]) = (x, y);
+                    for (l, &q) in ints[..lpb].iter().enumerate() {
+                        inner[at + l].0[j] = q;
+                    }
                 }
             }
         }
@@ -486,9 +384,10 @@ mod tests {
     use super::*;
     use crate::kernels::cpu::test_data;
     use candle_core::quantized::k_quants::{
-        BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
-        BlockQ8_0, GgmlType,
+        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+        BlockQ6K, BlockQ8_0, GgmlType,
     };
+    use candle_core::quantized::GgmlDType;
 
     fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
         let x: Vec<f32> = test_data(n * k, 11).iter().map(|v| v * 3.0).collect();
@@ -510,11 +409,13 @@ mod tests {
             WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
             WeightData::Q5K(quantized::<BlockQ5K>(n, k)),
             WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
+            WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
+            WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
         ];
         for w in &cases {
             let mut p = Int8Panels::pack(w, n, k).unwrap_or_else(|| panic!("{:?}", w.dtype()));
-            let file_scales =
-                !matches!(w.dtype(), GgmlDType::Q4K | GgmlDType::Q5K | GgmlDType::Q6K);
+            use GgmlDType as D;
+            let file_scales = !matches!(w.dtype(), D::Q2K | D::Q3K | D::Q4K | D::Q5K | D::Q6K);
             assert!(
                 !file_scales || p.scales.is_half(),
                 "{:?}: the file's f16 scales",
@@ -539,7 +440,37 @@ mod tests {
                 }
             }
         }
-        let q3k = WeightData::Q3K(quantized::<BlockQ3K>(n, k));
-        assert!(Int8Panels::pack(&q3k, n, k).is_none(), "Q3_K is not packed");
+    }
+
+    /// Random bits in every field of the K-quants' blocks (scales of either sign,
+    /// every high bit and minimum): the panels hold exactly the dequantized weights,
+    /// one byte or a nibble a value.
+    #[test]
+    fn panels_hold_random_k_quant_blocks_exactly() {
+        use crate::kernels::block_scales::random_blocks;
+        let (n, k) = (21, 768);
+        for dtype in [
+            GgmlDType::Q2K,
+            GgmlDType::Q3K,
+            GgmlDType::Q4K,
+            GgmlDType::Q6K,
+        ] {
+            for seed in 1..4 {
+                let w = random_blocks(dtype, n, k, seed);
+                let mut p = Int8Panels::pack(&w, n, k).unwrap();
+                assert!(matches!(p.scales, Scales::Factored { .. }), "{dtype:?}");
+                let f = w.to_f32();
+                for nibbles in [false, true] {
+                    if nibbles && !p.to_nibbles() {
+                        assert!(p.qmax > 15, "{dtype:?}");
+                        continue;
+                    }
+                    for (i, &want) in f.iter().enumerate() {
+                        let ours = p.weight(i / k, i % k);
+                        assert_eq!(ours.to_bits(), want.to_bits(), "{dtype:?} {seed} at {i}");
+                    }
+                }
+            }
+        }
     }
 }

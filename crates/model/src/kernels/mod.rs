@@ -6,6 +6,7 @@ pub mod act_quant;
 pub mod activation;
 pub mod attention;
 mod attention_f16;
+pub mod block_scales;
 pub mod block_values;
 pub mod cpu;
 pub mod exp;

@@ -1,6 +1,7 @@
 //! The AVX2 tile of the 8-bit GEMM (`int8_gemm`): 8 columns at a time, `vpmaddubsw`
 //! pair sums in 16 bits, by how a panel stores its values (`avx2_values`).
 
+use super::zero_pair;
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::int8_panels::{Int8Panels, Scales};
 
@@ -27,7 +28,10 @@ pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
 /// `vpmaddubsw` sums pairs of products in 16 bits: two groups' sums fit for 6-bit
 /// values (`2 · 63 · 127` each), four for 5-bit, a whole block's for 4-bit ones.
 /// `MIN`: the panel has minimums and no zero point (asymmetric types), else a zero
-/// point. `SUB`: two scales per block (Q6_K), each half's sums scaled apart.
+/// point. `SUB`: two scales per block (Q2_K, Q3_K, Q6_K), each half's sums apart
+/// (nibbles keep the first half low, the second high): Q6_K's scaled apart in
+/// float, Q2_K's and Q3_K's (`int_halves`, minimums included whatever `MIN`) times
+/// their integer scales and summed in integers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
@@ -54,8 +58,8 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
     // Groups summed in 16 bits before widening (BYTES): 8 for 4-bit, 4 for 5-bit,
     // 2 for 6-bit.
     let run = match w.qmax {
-        ..=15 => 8,
-        16..=31 => 4,
+        ..=15 if !SUB => 8,
+        ..=31 => 4,
         _ => 2,
     };
     for half in 0..2 {
@@ -78,8 +82,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 signed,
             } => {
                 let (b, j) = (i / lpb, i % lpb);
-                let o = if w.has_min { j } else { 0 };
-                let at = (p * (kb / 8) + b / 8) * 2 + o;
+                let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
                 let d = _mm256_cvtph_ps(_mm_load_si128(
                     (outer.as_ptr().add(at) as *const u16).add(half * 8) as *const __m128i,
                 ));
@@ -92,7 +95,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                     false => _mm256_cvtepu8_epi32(raw),
                 };
                 let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
-                match w.has_min && j == 1 {
+                match w.lane_is_min(j) {
                     // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
                     true => _mm256_xor_ps(v, _mm256_set1_ps(-0.0)),
                     false => v,
@@ -108,7 +111,23 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
             };
             let mut s = [_mm256_setzero_si256(); R];
             let mut s_lo = [_mm256_setzero_si256(); R];
-            if V == NIBBLES {
+            if V == NIBBLES && SUB {
+                // The halves' sums apart: low nibbles (the first half), high.
+                let (mut lo16, mut hi16) =
+                    ([_mm256_setzero_si256(); R], [_mm256_setzero_si256(); R]);
+                for v in 0..4 {
+                    let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 4 + v) * 2)));
+                    for r in 0..R {
+                        lo16[r] = _mm256_add_epi16(lo16[r], _mm256_maddubs_epi16(lo, act(r, v)));
+                        hi16[r] =
+                            _mm256_add_epi16(hi16[r], _mm256_maddubs_epi16(hi, act(r, v + 4)));
+                    }
+                }
+                for r in 0..R {
+                    s_lo[r] = _mm256_madd_epi16(lo16[r], ones);
+                    s[r] = _mm256_madd_epi16(hi16[r], ones);
+                }
+            } else if V == NIBBLES {
                 let mut s16 = [_mm256_setzero_si256(); R];
                 for v in 0..4 {
                     let (lo, hi) = nibbles(_mm256_load_si256(gp.add((b * 4 + v) * 2)));
@@ -160,6 +179,59 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                         *s = _mm256_add_epi32(*s, _mm256_madd_epi16(*s16, ones));
                     }
                 }
+            }
+            if SUB && w.int_halves() {
+                // As `tile_vnni` sums Q2_K and Q3_K: each half's sum times its small
+                // integer scale, both halves in one `vpmaddwd`; the zero point and
+                // the minimums likewise; one float multiply-add per factor.
+                let Scales::Factored {
+                    outer,
+                    inner,
+                    signed,
+                } = &w.scales
+                else {
+                    unreachable!("int_halves panels are factored")
+                };
+                let at = (p * (kb / 8) + b / 8) * 2;
+                let factor = |o: usize| {
+                    let f = (outer.as_ptr().add(at + o) as *const u16).add(half * 8);
+                    _mm256_cvtph_ps(_mm_load_si128(f as *const __m128i))
+                };
+                let raw = (inner.as_ptr().add((p * kb + b) * lpb) as *const u8).add(half * 8);
+                // This half's 8 columns' integers for the two halves of the block
+                // (lanes l, l + 1), as 16-bit pairs.
+                let pairs = |l: usize| {
+                    let x = _mm_loadl_epi64(raw.add(16 * l) as *const __m128i);
+                    let y = _mm_loadl_epi64(raw.add(16 * (l + 1)) as *const __m128i);
+                    match signed {
+                        true => _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(x, y)),
+                        false => _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, y)),
+                    }
+                };
+                let (d, sc) = (factor(0), pairs(0));
+                let (dmin, mn) = match w.has_min {
+                    true => (factor(1), pairs(2)),
+                    false => (_mm256_setzero_ps(), _mm256_setzero_si256()),
+                };
+                for (r, acc) in acc.iter_mut().enumerate() {
+                    let i = (r0 + r) * kb + b;
+                    let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
+                    let mut halves =
+                        _mm256_blend_epi16::<0xAA>(s_lo[r], _mm256_slli_epi32::<16>(s[r]));
+                    if w.zero != 0 {
+                        let z = _mm256_set1_epi32(zero_pair(w, sum, lo));
+                        halves = _mm256_sub_epi16(halves, z);
+                    }
+                    let t = _mm256_madd_epi16(halves, sc);
+                    let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_mul_ps(d, da), *acc);
+                    if w.has_min {
+                        let sums = _mm256_set1_epi32((lo & 0xFFFF) | ((sum - lo) << 16));
+                        let m = _mm256_cvtepi32_ps(_mm256_madd_epi16(sums, mn));
+                        *acc = _mm256_fnmadd_ps(m, _mm256_mul_ps(dmin, da), *acc);
+                    }
+                }
+                continue;
             }
             let d = lanes(b * lpb);
             if SUB {
