@@ -444,6 +444,8 @@ def main():
             json.dump({"shape": args.shape, "model": args.model, "runs": runs}, f, indent=1)
         return
     names = list(POLICIES) + (["llama-server"] if args.llama_bin else [])
+    if args.only:  # a sweep setting may be measured as a policy of its own too
+        names += list(SWEEP)
     policies = [k for k in names if not args.only or k in args.only.split(",")]
     shape = SHAPES[args.shape]
     results = {"alone": [], "beside": {k: [] for k in policies}, "sweep": {}, "attainment": {},
