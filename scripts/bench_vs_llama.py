@@ -5,8 +5,8 @@ Each round alternates, per case, sloserve's forward bench (`--fast-only --only C
 median of its 7 runs; saved runs from before stop 19 also hold an `int8` column) with llama.cpp's own bench for it: `llama-bench -n 128`
 (tg128) for decode batch 1, `llama-batched-bench -npp 128 -ntg 64 -npl 32` (S_TG) for batch 32
 (the forward bench then runs the same shape, `--decode 128:64`),
-`llama-bench -p 512` (pp512) for prefill. On the default model `cargo bench --bench peak` runs
-first and its ceilings go beside the figures they bound. The result is the median over rounds of
+`llama-bench -p 512` (pp512) for prefill. `cargo bench --bench peak` runs first on the same file
+(`SLOSERVE_BENCH_MODEL`) and its ceilings go beside the figures they bound. The result is the median over rounds of
 each figure, the ratio of the medians and the ratio per round, with the load average per round:
 a table on stdout, JSON and a plot (matplotlib from scripts/requirements-plots.txt).
 
@@ -84,8 +84,9 @@ def llama(bin_dir, model, case, threads):
     return json.loads(out)[0]["avg_ts"]
 
 
-def peak(threads):
-    run(["cargo", "bench", "-p", "sloserve-model", "--bench", "peak"], env={"RAYON_NUM_THREADS": str(threads)})
+def peak(threads, model):
+    run(["cargo", "bench", "-p", "sloserve-model", "--bench", "peak"],
+        env={"RAYON_NUM_THREADS": str(threads), "SLOSERVE_BENCH_MODEL": model})
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     with open(os.path.join(target, "bench", "peak.json")) as f:
         p = json.load(f)
@@ -172,6 +173,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--no-peak", action="store_true", help="skip the ceilings (cargo bench --bench peak)")
     ap.add_argument("--cases", default="decode_b1,decode_b32,prefill_512")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--llama-bin", default=os.environ.get("LLAMA_BIN", LLAMA_BIN))
@@ -201,9 +203,9 @@ def main():
     fwd = a.forward_bin or run([os.path.join(ROOT, "scripts/forward-bench-bin.sh")]).strip()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     ceilings = None
-    if os.path.samefile(model, os.path.join(ROOT, DEFAULT_MODEL)):
+    if not a.no_peak:
         log(f"peak (load {load()})")
-        ceilings = peak(a.threads)
+        ceilings = peak(a.threads, model)
     rounds = []
     for i in range(a.rounds):
         r = {"load": load()}

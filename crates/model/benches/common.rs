@@ -7,8 +7,12 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The default model, or the file `SLOSERVE_BENCH_MODEL` names.
 pub fn model_path() -> PathBuf {
-    repo_root().join(sloserve_model::DEFAULT_MODEL_PATH)
+    match std::env::var_os("SLOSERVE_BENCH_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => repo_root().join(sloserve_model::DEFAULT_MODEL_PATH),
+    }
 }
 
 /// Where results go: `$CARGO_TARGET_DIR`, else the workspace's `target/`.

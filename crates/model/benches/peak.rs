@@ -181,7 +181,8 @@ fn main() {
             return;
         }
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let file = GgufFile::open(model_path()).expect("open the default model (make model)");
+        let file = GgufFile::open(model_path())
+            .expect("open the model (make model, or SLOSERVE_BENCH_MODEL)");
         let c = ModelConfig::from_gguf(&file).expect("read its config");
         let macs = c.matmul_macs_per_token() as f64;
         eprintln!("peak: {threads} threads, {RUNS} runs of each kernel");

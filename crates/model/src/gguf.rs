@@ -222,4 +222,49 @@ impl GgufFile {
         };
         Ok((data, dims))
     }
+
+    /// A matrix's type and shape `[rows, cols]`, when it can be read by rows as the file
+    /// stores it (`read_rows`): `None` for a tensor that is not 2-D, whose rows are not
+    /// whole blocks, or that `set_quantize` re-quantizes (read those with `read_tensor`).
+    pub fn matrix_rows(&self, name: &str) -> Option<(GgmlDType, [usize; 2])> {
+        let info = self.content.tensor_infos.get(name)?;
+        let &[rows, cols] = info.shape.dims() else {
+            return None;
+        };
+        let dims = [rows, cols];
+        if !cols.is_multiple_of(info.ggml_dtype.block_size())
+            || self
+                .quantize
+                .and_then(|ty| requantize::target(&self.content, ty, name, &dims))
+                .is_some()
+        {
+            return None;
+        }
+        Some((info.ggml_dtype, dims))
+    }
+
+    /// The file's blocks of rows `rows` of a matrix `matrix_rows` accepted.
+    pub fn read_rows(&mut self, name: &str, rows: std::ops::Range<usize>) -> Result<Vec<u8>> {
+        let bad = |reason: String| ModelError::BadTensor {
+            path: self.path.clone(),
+            tensor: name.to_string(),
+            reason,
+        };
+        let Some((dtype, [n, k])) = self.matrix_rows(name) else {
+            return Err(bad("not a matrix readable by rows".into()));
+        };
+        if rows.start > rows.end || rows.end > n {
+            return Err(bad(format!("rows {rows:?} of {n}")));
+        }
+        let info = &self.content.tensor_infos[name];
+        // `read_header` checked that the whole tensor lies inside the file, so these
+        // products are at most its byte size.
+        let row_bytes = k / dtype.block_size() * dtype.type_size();
+        let start = self.content.tensor_data_offset + info.offset + (rows.start * row_bytes) as u64;
+        let mut data = vec![0u8; rows.len() * row_bytes];
+        let io_err = |e: std::io::Error| bad(e.to_string());
+        self.reader.seek(SeekFrom::Start(start)).map_err(io_err)?;
+        self.reader.read_exact(&mut data).map_err(io_err)?;
+        Ok(data)
+    }
 }

@@ -20,6 +20,8 @@
 //!
 //! The switch points are measured (see `HALF_MAX_ROWS`) and decided here only.
 
+use candle_core::quantized::GgmlDType;
+
 use crate::kernels::gemm_f32::gemm_f32;
 use crate::kernels::half_rows::{self, HalfWeights};
 use crate::kernels::int8_gemm::{self, Isa};
@@ -155,6 +157,17 @@ pub struct Linear {
 /// paths: `avx2` takes the AVX2 kernel on a CPU with AVX-512 VNNI, `u8` leaves 4-bit
 /// values one byte each, `f32` leaves out the panels (8-bit dot products instead).
 fn int8_panels(w: &WeightData, n: usize, k: usize) -> Option<(Int8Panels, Isa)> {
+    let (isa, nibbles) = panel_choice()?;
+    let mut p = Int8Panels::pack(w, n, k)?;
+    if nibbles {
+        p.to_nibbles();
+    }
+    Some((p, isa))
+}
+
+/// The panels' instruction set and whether 4-bit values go as nibbles; `None` where
+/// the panels are left out (`SLOSERVE_DENSE=f32`, or no AVX2).
+fn panel_choice() -> Option<(Isa, bool)> {
     let choice = std::env::var("SLOSERVE_DENSE").unwrap_or_default();
     let choices: Vec<&str> = choice.split(',').collect();
     if choices.contains(&"f32") {
@@ -164,11 +177,7 @@ fn int8_panels(w: &WeightData, n: usize, k: usize) -> Option<(Int8Panels, Isa)> 
         true => Some(Isa::Avx2).filter(|i| i.available()),
         false => Isa::best(),
     }?;
-    let mut p = Int8Panels::pack(w, n, k)?;
-    if !choices.contains(&"u8") {
-        p.to_nibbles();
-    }
-    Some((p, isa))
+    Some((isa, !choices.contains(&"u8")))
 }
 
 fn half(w: &WeightData) -> Option<HalfWeights<'_>> {
@@ -196,6 +205,40 @@ impl Linear {
             k,
             bias,
         }
+    }
+
+    /// `new` for a quantized matrix the 8-bit panels will hold, built from its rows
+    /// as `read(rows)` gives their blocks, a `chunk` of rows at a time: the whole
+    /// matrix's blocks are never held beside its panels (a load's peak memory: Qwen2.5
+    /// 1.5B's tied 191 MB output matrix). `Ok(None)` where `new` would choose another
+    /// form (or the rows' scales need the whole matrix): read it whole for `new`.
+    /// No bias: set `bias` after.
+    pub fn from_rows<B: AsRef<[u8]>, E>(
+        dtype: GgmlDType,
+        (n_out, k): (usize, usize),
+        precision: Precision,
+        chunk: usize,
+        read: impl FnMut(std::ops::Range<usize>) -> Result<B, E>,
+    ) -> Result<Option<Self>, E> {
+        let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+        if precision == Precision::Exact || float {
+            return Ok(None);
+        }
+        let Some((isa, nibbles)) = panel_choice() else {
+            return Ok(None);
+        };
+        let Some(mut p) = Int8Panels::pack_chunks(dtype, n_out, k, chunk, read)? else {
+            return Ok(None);
+        };
+        if nibbles {
+            p.to_nibbles();
+        }
+        Ok(Some(Linear {
+            form: Form::Panels(p, isa),
+            n_out,
+            k,
+            bias: None,
+        }))
     }
 
     fn form(weight: WeightData, n: usize, k: usize, precision: Precision) -> Form {

@@ -96,6 +96,10 @@ impl Progress {
     }
 }
 
+/// The file's blocks read at a time for a matrix built by rows (`Loader::matrix`):
+/// what a load holds beside the panels already built, instead of the whole matrix.
+const LOAD_CHUNK_BYTES: usize = 8 << 20;
+
 /// Loads named tensors, checking their shapes against the config.
 struct Loader<'a> {
     file: &'a mut GgufFile,
@@ -134,12 +138,39 @@ impl Loader<'_> {
     }
 
     fn linear(&mut self, name: &str, n_out: usize, k: usize, bias: bool) -> Result<Linear> {
-        let w = self.tensor(&format!("{name}.weight"), &[n_out, k])?;
         let b = if bias {
             Some(self.vector(&format!("{name}.bias"), n_out)?)
         } else {
             None
         };
+        self.matrix(&format!("{name}.weight"), n_out, k, b)
+    }
+
+    /// Matrix `name` of shape `[n_out, k]` as a layer: read by rows, `LOAD_CHUNK_BYTES`
+    /// at a time, where it becomes panels (`Linear::from_rows`), else whole.
+    fn matrix(
+        &mut self,
+        name: &str,
+        n_out: usize,
+        k: usize,
+        b: Option<Vec<f32>>,
+    ) -> Result<Linear> {
+        if let Some((dtype, dims)) = self.file.matrix_rows(name) {
+            if dims == [n_out, k] {
+                let row_bytes = k / dtype.block_size() * dtype.type_size();
+                let chunk = (LOAD_CHUNK_BYTES / row_bytes.max(1)).max(1);
+                let file = &mut *self.file;
+                let read = |rows| file.read_rows(name, rows);
+                if let Some(mut l) =
+                    Linear::from_rows(dtype, (n_out, k), self.precision, chunk, read)?
+                {
+                    self.held.add(l.held_bytes());
+                    l.bias = b;
+                    return Ok(l);
+                }
+            }
+        }
+        let w = self.tensor(name, &[n_out, k])?;
         Ok(self.new_linear(w, n_out, k, b))
     }
 }
@@ -156,7 +187,11 @@ impl Llama {
             held: HeldBytes::default(),
         };
         let h = c.hidden_size;
-        let token_embd = ld.tensor("token_embd.weight", &[c.vocab_size, h])?;
+        // Tied, it is the output matrix: read last, by rows, as that layer.
+        let token_embd = match c.tied_embeddings {
+            true => None,
+            false => Some(ld.tensor("token_embd.weight", &[c.vocab_size, h])?),
+        };
         let progress = Progress::new(c.num_layers);
         let blocks = (0..c.num_layers)
             .map(|i| {
@@ -167,14 +202,12 @@ impl Llama {
             .collect::<Result<Vec<_>>>()?;
         progress.done();
         let output_norm = ld.vector("output_norm.weight", h)?;
-        let (token_embd, output) = if c.tied_embeddings {
-            (None, ld.new_linear(token_embd, c.vocab_size, h, None))
-        } else {
-            ld.held.quantized += token_embd.as_bytes().len();
-            (
-                Some(token_embd),
-                ld.linear("output", c.vocab_size, h, false)?,
-            )
+        let output = match &token_embd {
+            None => ld.matrix("token_embd.weight", c.vocab_size, h, None)?,
+            Some(t) => {
+                ld.held.quantized += t.as_bytes().len();
+                ld.linear("output", c.vocab_size, h, false)?
+            }
         };
         let held = ld.held;
         let max_pos = max_positions.min(c.context_length);

@@ -27,6 +27,9 @@
 //! weight (Q4_1: 0.5 of values, 0.125 of f16 scale and minimum) instead of 1.25:
 //! what a matrix-vector product at one row is bound by.
 
+use std::ops::Range;
+
+use candle_core::quantized::GgmlDType;
 use half::f16;
 
 use crate::kernels::block_scales::{self, Affine};
@@ -108,57 +111,62 @@ impl Int8Panels {
     /// Re-lays a row-major `[n, k]` matrix; `None` for a type whose blocks are not
     /// `d·q + m` with one `(d, m)` per 32 weights (per 16 for Q2_K, Q3_K, Q6_K).
     pub fn pack(w: &WeightData, n: usize, k: usize) -> Option<Self> {
-        use rayon::prelude::*;
-        let a = Affine::of(w.dtype())?;
+        let bytes = w.as_bytes();
+        let row = bytes.len() / n.max(1);
+        let whole = |rows: Range<usize>| {
+            Ok::<_, std::convert::Infallible>(&bytes[rows.start * row..rows.end * row])
+        };
+        match Self::pack_chunks(w.dtype(), n, k, n, whole) {
+            Ok(p) => p,
+        }
+    }
+
+    /// `pack`, reading the file's blocks `chunk` rows at a time (`read(rows)` gives
+    /// those rows' bytes), so only one chunk's blocks are held beside the panels and
+    /// never the whole matrix's: a load's peak memory. `Ok(None)` where `pack` gives
+    /// `None`, or where chunks' scales took different forms (f16 for one, f32 for
+    /// another; not seen in files): the caller packs the whole matrix then.
+    pub fn pack_chunks<B: AsRef<[u8]>, E>(
+        dtype: GgmlDType,
+        n: usize,
+        k: usize,
+        chunk: usize,
+        mut read: impl FnMut(Range<usize>) -> Result<B, E>,
+    ) -> Result<Option<Self>, E> {
+        let Some(a) = Affine::of(dtype) else {
+            return Ok(None);
+        };
         if !k.is_multiple_of(256) && a.is_k_quant() {
-            return None;
+            return Ok(None);
         }
         let kb = k / 32;
-        let panels = n.div_ceil(NR);
-        let bytes = w.as_bytes();
-        let mut groups = vec![Group([0; 64]); panels * kb * 8];
-        let per = a.lanes_per_block();
-        let mut scales = vec![Lanes([0.0; NR]); panels * kb * per];
-        // Panels in parallel (load time): each writes only its own groups and
-        // scales, from the file's bits (no dequantization).
-        let dtype = w.dtype();
-        groups
-            .par_chunks_mut(kb * 8)
-            .zip(scales.par_chunks_mut(kb * per))
-            .enumerate()
-            .for_each(|(p, (groups, scales))| {
-                let mut vals = [0u8; 32];
-                for c in p * NR..((p + 1) * NR).min(n) {
-                    let j = c % NR;
-                    for b in 0..kb {
-                        let lanes = a.lanes(bytes, c * kb + b);
-                        for (l, v) in lanes[..per].iter().enumerate() {
-                            scales[b * per + l].0[j] = *v;
-                        }
-                        let known = stored_values(dtype, bytes, c * kb + b, &mut vals);
-                        debug_assert!(known, "{dtype:?} has an affine layout");
-                        for (i, &v) in vals.iter().enumerate() {
-                            groups[b * 8 + i / 4].0[j * 4 + i % 4] = v;
-                        }
+        // Whole panels a chunk, so each part's `[panel]` arrays append in order.
+        let chunk = chunk.max(1).next_multiple_of(NR);
+        let mut whole: Option<Part> = None;
+        for r0 in (0..n).step_by(chunk) {
+            let rows = r0..(r0 + chunk).min(n);
+            let bytes = read(rows.clone())?;
+            let Some(part) = Part::pack(&a, dtype, bytes.as_ref(), rows.len(), kb) else {
+                return Ok(None);
+            };
+            match &mut whole {
+                None => {
+                    let mut first = part;
+                    // The groups' final size, so appending never reallocates them.
+                    first
+                        .groups
+                        .reserve_exact(n.div_ceil(NR) * kb * 8 - first.groups.len());
+                    whole = Some(first);
+                }
+                Some(w) => {
+                    if !w.append(part) {
+                        return Ok(None);
                     }
                 }
-            });
-        let wsum128 = if a.qmax == 255 {
-            (0..panels * kb)
-                .map(|at| {
-                    std::array::from_fn(|j| {
-                        let total: i32 = (0..32)
-                            .map(|i| groups[at * 8 + i / 4].0[j * 4 + i % 4] as i32 - a.zero)
-                            .sum();
-                        128 * total
-                    })
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Some(Int8Panels {
-            wsum128,
+            }
+        }
+        Ok(whole.map(|p| Int8Panels {
+            wsum128: p.wsum128,
             n,
             k,
             kb,
@@ -166,15 +174,10 @@ impl Int8Panels {
             zero: a.zero,
             has_min: a.has_min,
             sub: a.sub,
-            groups,
+            groups: p.groups,
             nibbles: false,
-            scales: match Scales::factored(&a, bytes, n, kb, &scales) {
-                Some(s) => s,
-                // The GEMM's `int_halves` path reads the factors only.
-                None if a.sub && a.qmax <= 7 => return None,
-                None => Scales::narrowed(scales),
-            },
-        })
+            scales: p.scales,
+        }))
     }
 
     /// Scale rows per block: 1, 2 with minimums or per-half scales, 4 with both.
@@ -301,6 +304,100 @@ impl Int8Panels {
     }
 }
 
+/// The panels of some consecutive whole panels' rows, before they are appended
+/// (`Int8Panels::pack_chunks`).
+struct Part {
+    groups: Vec<Group>,
+    scales: Scales,
+    wsum128: Vec<[i32; NR]>,
+}
+
+impl Part {
+    /// Panels of the `n` rows whose blocks are `bytes`, from the file's bits (no
+    /// dequantization); `None` where Q2_K's or Q3_K's scales cannot be `Factored`.
+    fn pack(a: &Affine, dtype: GgmlDType, bytes: &[u8], n: usize, kb: usize) -> Option<Part> {
+        use rayon::prelude::*;
+        let panels = n.div_ceil(NR);
+        let mut groups = vec![Group([0; 64]); panels * kb * 8];
+        let per = a.lanes_per_block();
+        let mut scales = vec![Lanes([0.0; NR]); panels * kb * per];
+        // Panels in parallel (load time): each writes only its own groups and scales.
+        groups
+            .par_chunks_mut(kb * 8)
+            .zip(scales.par_chunks_mut(kb * per))
+            .enumerate()
+            .for_each(|(p, (groups, scales))| {
+                let mut vals = [0u8; 32];
+                for c in p * NR..((p + 1) * NR).min(n) {
+                    let j = c % NR;
+                    for b in 0..kb {
+                        let lanes = a.lanes(bytes, c * kb + b);
+                        for (l, v) in lanes[..per].iter().enumerate() {
+                            scales[b * per + l].0[j] = *v;
+                        }
+                        let known = stored_values(dtype, bytes, c * kb + b, &mut vals);
+                        debug_assert!(known, "{dtype:?} has an affine layout");
+                        for (i, &v) in vals.iter().enumerate() {
+                            groups[b * 8 + i / 4].0[j * 4 + i % 4] = v;
+                        }
+                    }
+                }
+            });
+        let wsum128 = if a.qmax == 255 {
+            (0..panels * kb)
+                .map(|at| {
+                    std::array::from_fn(|j| {
+                        let total: i32 = (0..32)
+                            .map(|i| groups[at * 8 + i / 4].0[j * 4 + i % 4] as i32 - a.zero)
+                            .sum();
+                        128 * total
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let scales = match Scales::factored(a, bytes, n, kb, &scales) {
+            Some(s) => s,
+            // The GEMM's `int_halves` path reads the factors only.
+            None if a.sub && a.qmax <= 7 => return None,
+            None => Scales::narrowed(scales),
+        };
+        Some(Part {
+            groups,
+            scales,
+            wsum128,
+        })
+    }
+
+    /// Appends the next rows' part; `false` if its scales took another form.
+    fn append(&mut self, next: Part) -> bool {
+        match (&mut self.scales, next.scales) {
+            (Scales::F16(s), Scales::F16(t)) => s.extend(t),
+            (Scales::F32(s), Scales::F32(t)) => s.extend(t),
+            (
+                Scales::Factored {
+                    outer,
+                    inner,
+                    signed,
+                },
+                Scales::Factored {
+                    outer: o,
+                    inner: i,
+                    signed: t,
+                },
+            ) if *signed == t => {
+                outer.extend(o);
+                inner.extend(i);
+            }
+            _ => return false,
+        }
+        self.groups.extend_from_slice(&next.groups);
+        self.wsum128.extend(next.wsum128);
+        true
+    }
+}
+
 impl Scales {
     /// A K-quant's scales `Factored` from the file's blocks (`bytes`), if every
     /// product equals its `f32` lane bit for bit; `None` for other types.
@@ -394,6 +491,76 @@ mod tests {
         let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
         T::from_float(&x, &mut w);
         w
+    }
+
+    /// Built from rows a chunk at a time (the loader's way), the panels are those of
+    /// the whole matrix, byte for byte: groups, every scale form, the column sums.
+    #[test]
+    fn chunked_packing_equals_whole() {
+        let (n, k) = (53, 512);
+        let cases = [
+            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+            WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
+            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
+            WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
+            WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
+            WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
+        ];
+        let lanes = |p: &Int8Panels| -> Vec<f32> {
+            let at = p.n.div_ceil(NR) * p.kb;
+            (0..at)
+                .flat_map(|a| {
+                    (0..p.lanes_per_block()).flat_map(move |j| (0..NR).map(move |c| (a, j, c)))
+                })
+                .map(|(a, j, c)| p.scale(a, j, c))
+                .collect()
+        };
+        for w in &cases {
+            let whole = Int8Panels::pack(w, n, k).unwrap();
+            let bytes = w.as_bytes();
+            let row = bytes.len() / n;
+            // Not a multiple of NR (rounded up to one), one panel, and more than n.
+            for chunk in [1, 20, 32, 100] {
+                let mut reads = 0;
+                let read = |rows: Range<usize>| {
+                    reads += 1;
+                    Ok::<_, ()>(bytes[rows.start * row..rows.end * row].to_vec())
+                };
+                let p = Int8Panels::pack_chunks(w.dtype(), n, k, chunk, read)
+                    .unwrap()
+                    .unwrap();
+                let what = format!("{:?} chunk {chunk}", w.dtype());
+                assert_eq!(reads, n.div_ceil(chunk.next_multiple_of(NR)), "{what}");
+                assert_eq!(p.groups.len(), whole.groups.len(), "{what}");
+                assert!(
+                    p.groups.iter().zip(&whole.groups).all(|(a, b)| a.0 == b.0),
+                    "{what}"
+                );
+                assert_eq!(p.wsum128, whole.wsum128, "{what}");
+                assert_eq!(
+                    std::mem::discriminant(&p.scales),
+                    std::mem::discriminant(&whole.scales),
+                    "{what}"
+                );
+                let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+                assert_eq!(bits(lanes(&p)), bits(lanes(&whole)), "{what}");
+                assert_eq!(p.held_bytes(), whole.held_bytes(), "{what}");
+            }
+        }
+    }
+
+    /// A read that fails ends the packing with its error.
+    #[test]
+    fn chunked_packing_passes_a_read_error_on() {
+        let (n, k) = (40, 256);
+        let w = WeightData::Q4K(quantized::<BlockQ4K>(n, k));
+        let row = w.as_bytes().len() / n;
+        let read = |rows: Range<usize>| match rows.start {
+            0 => Ok(w.as_bytes()[..rows.len() * row].to_vec()),
+            _ => Err("truncated"),
+        };
+        let r = Int8Panels::pack_chunks(w.dtype(), n, k, 16, read);
+        assert_eq!(r.err(), Some("truncated"));
     }
 
     /// Every supported type's panels hold exactly the file's weights.
