@@ -243,8 +243,14 @@ impl GgufFile {
         Some((info.ggml_dtype, dims))
     }
 
-    /// The file's blocks of rows `rows` of a matrix `matrix_rows` accepted.
-    pub fn read_rows(&mut self, name: &str, rows: std::ops::Range<usize>) -> Result<Vec<u8>> {
+    /// Puts the file's blocks of rows `rows` of a matrix `matrix_rows` accepted in
+    /// `buf` (reused: only growth is allocated).
+    pub fn read_rows(
+        &mut self,
+        name: &str,
+        rows: std::ops::Range<usize>,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
         let bad = |reason: String| ModelError::BadTensor {
             path: self.path.clone(),
             tensor: name.to_string(),
@@ -261,10 +267,9 @@ impl GgufFile {
         // products are at most its byte size.
         let row_bytes = k / dtype.block_size() * dtype.type_size();
         let start = self.content.tensor_data_offset + info.offset + (rows.start * row_bytes) as u64;
-        let mut data = vec![0u8; rows.len() * row_bytes];
+        buf.resize(rows.len() * row_bytes, 0);
         let io_err = |e: std::io::Error| bad(e.to_string());
         self.reader.seek(SeekFrom::Start(start)).map_err(io_err)?;
-        self.reader.read_exact(&mut data).map_err(io_err)?;
-        Ok(data)
+        self.reader.read_exact(buf).map_err(io_err)
     }
 }

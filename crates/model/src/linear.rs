@@ -158,11 +158,7 @@ pub struct Linear {
 /// values one byte each, `f32` leaves out the panels (8-bit dot products instead).
 fn int8_panels(w: &WeightData, n: usize, k: usize) -> Option<(Int8Panels, Isa)> {
     let (isa, nibbles) = panel_choice()?;
-    let mut p = Int8Panels::pack(w, n, k)?;
-    if nibbles {
-        p.to_nibbles();
-    }
-    Some((p, isa))
+    Some((Int8Panels::pack_as(w, n, k, nibbles)?, isa))
 }
 
 /// The panels' instruction set and whether 4-bit values go as nibbles; `None` where
@@ -208,17 +204,17 @@ impl Linear {
     }
 
     /// `new` for a quantized matrix the 8-bit panels will hold, built from its rows
-    /// as `read(rows)` gives their blocks, a `chunk` of rows at a time: the whole
+    /// as `read(rows, buf)` puts their blocks in `buf`, a `chunk` of rows at a time: the whole
     /// matrix's blocks are never held beside its panels (a load's peak memory: Qwen2.5
     /// 1.5B's tied 191 MB output matrix). `Ok(None)` where `new` would choose another
     /// form (or the rows' scales need the whole matrix): read it whole for `new`.
     /// No bias: set `bias` after.
-    pub fn from_rows<B: AsRef<[u8]>, E>(
+    pub fn from_rows<E>(
         dtype: GgmlDType,
         (n_out, k): (usize, usize),
         precision: Precision,
         chunk: usize,
-        read: impl FnMut(std::ops::Range<usize>) -> Result<B, E>,
+        read: impl FnMut(std::ops::Range<usize>, &mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Option<Self>, E> {
         let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
         if precision == Precision::Exact || float {
@@ -227,12 +223,9 @@ impl Linear {
         let Some((isa, nibbles)) = panel_choice() else {
             return Ok(None);
         };
-        let Some(mut p) = Int8Panels::pack_chunks(dtype, n_out, k, chunk, read)? else {
+        let Some(p) = Int8Panels::pack_chunks(dtype, (n_out, k), nibbles, chunk, read)? else {
             return Ok(None);
         };
-        if nibbles {
-            p.to_nibbles();
-        }
         Ok(Some(Linear {
             form: Form::Panels(p, isa),
             n_out,

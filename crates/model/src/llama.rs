@@ -160,7 +160,7 @@ impl Loader<'_> {
                 let row_bytes = k / dtype.block_size() * dtype.type_size();
                 let chunk = (LOAD_CHUNK_BYTES / row_bytes.max(1)).max(1);
                 let file = &mut *self.file;
-                let read = |rows| file.read_rows(name, rows);
+                let read = |rows, buf: &mut Vec<u8>| file.read_rows(name, rows, buf);
                 if let Some(mut l) =
                     Linear::from_rows(dtype, (n_out, k), self.precision, chunk, read)?
                 {

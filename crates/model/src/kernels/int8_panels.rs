@@ -111,53 +111,57 @@ impl Int8Panels {
     /// Re-lays a row-major `[n, k]` matrix; `None` for a type whose blocks are not
     /// `d·q + m` with one `(d, m)` per 32 weights (per 16 for Q2_K, Q3_K, Q6_K).
     pub fn pack(w: &WeightData, n: usize, k: usize) -> Option<Self> {
-        let bytes = w.as_bytes();
-        let row = bytes.len() / n.max(1);
-        let whole = |rows: Range<usize>| {
-            Ok::<_, std::convert::Infallible>(&bytes[rows.start * row..rows.end * row])
-        };
-        match Self::pack_chunks(w.dtype(), n, k, n, whole) {
-            Ok(p) => p,
+        Self::pack_as(w, n, k, false)
+    }
+
+    /// `pack`, 4-bit values as nibbles where `nibbles` (what `to_nibbles` gives,
+    /// without the one-byte groups in between).
+    pub fn pack_as(w: &WeightData, n: usize, k: usize, nibbles: bool) -> Option<Self> {
+        let (a, kb) = Self::layout(w.dtype(), k)?;
+        let gpb = Self::groups_for(&a, nibbles);
+        let mut groups = vec![Group([0; 64]); n.div_ceil(NR) * kb * gpb];
+        let part = Part::pack(&a, w.dtype(), w.as_bytes(), (n, kb), &mut groups);
+        Some(Self::assemble(&a, n, k, groups, part))
+    }
+
+    /// Groups a block takes: 4 for values of at most 4 bits as nibbles, else 8.
+    fn groups_for(a: &Affine, nibbles: bool) -> usize {
+        if nibbles && a.qmax <= 15 {
+            4
+        } else {
+            8
         }
     }
 
-    /// `pack`, reading the file's blocks `chunk` rows at a time (`read(rows)` gives
-    /// those rows' bytes), so only one chunk's blocks are held beside the panels and
-    /// never the whole matrix's: a load's peak memory. `Ok(None)` where `pack` gives
-    /// `None`, or where chunks' scales took different forms (f16 for one, f32 for
-    /// another; not seen in files): the caller packs the whole matrix then.
-    pub fn pack_chunks<B: AsRef<[u8]>, E>(
+    /// `pack`, reading the file's blocks `chunk` rows at a time (`read(rows, buf)`
+    /// puts those rows' bytes in `buf`), so only one chunk's blocks are held beside
+    /// the panels and never the whole matrix's: a load's peak memory. `Ok(None)`
+    /// where `pack` gives `None`, or where chunks' scales took different forms (f16
+    /// for one, f32 for another; not seen in files): the caller packs the whole
+    /// matrix then.
+    pub fn pack_chunks<E>(
         dtype: GgmlDType,
-        n: usize,
-        k: usize,
+        (n, k): (usize, usize),
+        nibbles: bool,
         chunk: usize,
-        mut read: impl FnMut(Range<usize>) -> Result<B, E>,
+        mut read: impl FnMut(Range<usize>, &mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Option<Self>, E> {
-        let Some(a) = Affine::of(dtype) else {
+        let Some((a, kb)) = Self::layout(dtype, k) else {
             return Ok(None);
         };
-        if !k.is_multiple_of(256) && a.is_k_quant() {
-            return Ok(None);
-        }
-        let kb = k / 32;
         // Whole panels a chunk, so each part's `[panel]` arrays append in order.
         let chunk = chunk.max(1).next_multiple_of(NR);
+        let gpb = Self::groups_for(&a, nibbles);
+        let mut groups = vec![Group([0; 64]); n.div_ceil(NR) * kb * gpb];
+        let mut buf = Vec::new();
         let mut whole: Option<Part> = None;
         for r0 in (0..n).step_by(chunk) {
             let rows = r0..(r0 + chunk).min(n);
-            let bytes = read(rows.clone())?;
-            let Some(part) = Part::pack(&a, dtype, bytes.as_ref(), rows.len(), kb) else {
-                return Ok(None);
-            };
+            read(rows.clone(), &mut buf)?;
+            let g = &mut groups[r0 / NR * kb * gpb..rows.end.div_ceil(NR) * kb * gpb];
+            let part = Part::pack(&a, dtype, &buf, (rows.len(), kb), g);
             match &mut whole {
-                None => {
-                    let mut first = part;
-                    // The groups' final size, so appending never reallocates them.
-                    first
-                        .groups
-                        .reserve_exact(n.div_ceil(NR) * kb * 8 - first.groups.len());
-                    whole = Some(first);
-                }
+                None => whole = Some(part),
                 Some(w) => {
                     if !w.append(part) {
                         return Ok(None);
@@ -165,19 +169,33 @@ impl Int8Panels {
                 }
             }
         }
-        Ok(whole.map(|p| Int8Panels {
-            wsum128: p.wsum128,
+        Ok(whole.map(|part| Self::assemble(&a, n, k, groups, part)))
+    }
+
+    /// The type's layout and the blocks per row, if the panels hold it.
+    fn layout(dtype: GgmlDType, k: usize) -> Option<(Affine, usize)> {
+        let a = Affine::of(dtype)?;
+        if !k.is_multiple_of(256) && a.is_k_quant() {
+            return None;
+        }
+        Some((a, k / 32))
+    }
+
+    fn assemble(a: &Affine, n: usize, k: usize, groups: Vec<Group>, part: Part) -> Self {
+        let nibbles = groups.len() < n.div_ceil(NR) * (k / 32) * 8;
+        Int8Panels {
+            wsum128: part.wsum128,
             n,
             k,
-            kb,
+            kb: k / 32,
             qmax: a.qmax,
             zero: a.zero,
             has_min: a.has_min,
             sub: a.sub,
-            groups: p.groups,
-            nibbles: false,
-            scales: p.scales,
-        }))
+            groups,
+            nibbles,
+            scales: part.scales,
+        }
     }
 
     /// Scale rows per block: 1, 2 with minimums or per-half scales, 4 with both.
@@ -304,47 +322,60 @@ impl Int8Panels {
     }
 }
 
-/// The panels of some consecutive whole panels' rows, before they are appended
-/// (`Int8Panels::pack_chunks`).
+/// The scales and column sums of some consecutive whole panels' rows, before they
+/// are appended (`Int8Panels::pack_chunks`); their groups are written in place.
 struct Part {
-    groups: Vec<Group>,
     scales: Scales,
     wsum128: Vec<[i32; NR]>,
 }
 
 impl Part {
-    /// Panels of the `n` rows whose blocks are `bytes`, from the file's bits (no
-    /// dequantization); `None` where Q2_K's or Q3_K's scales cannot be `Factored`.
-    fn pack(a: &Affine, dtype: GgmlDType, bytes: &[u8], n: usize, kb: usize) -> Option<Part> {
+    /// Writes the panels of the `n` rows whose blocks are `bytes` into `groups`
+    /// (their `[panel][block][8]` slots, or `[4]` as nibbles when that is their
+    /// length), from the file's bits (no dequantization), and returns their scales.
+    fn pack(
+        a: &Affine,
+        dtype: GgmlDType,
+        bytes: &[u8],
+        (n, kb): (usize, usize),
+        groups: &mut [Group],
+    ) -> Part {
         use rayon::prelude::*;
         let panels = n.div_ceil(NR);
-        let mut groups = vec![Group([0; 64]); panels * kb * 8];
-        let per = a.lanes_per_block();
-        let mut scales = vec![Lanes([0.0; NR]); panels * kb * per];
-        // Panels in parallel (load time): each writes only its own groups and scales.
+        let gpb = groups.len() / (panels * kb);
+        // Panels in parallel (load time): each writes only its own groups.
         groups
-            .par_chunks_mut(kb * 8)
-            .zip(scales.par_chunks_mut(kb * per))
+            .par_chunks_mut(kb * gpb)
             .enumerate()
-            .for_each(|(p, (groups, scales))| {
+            .for_each(|(p, groups)| {
                 let mut vals = [0u8; 32];
                 for c in p * NR..((p + 1) * NR).min(n) {
                     let j = c % NR;
-                    for b in 0..kb {
-                        let lanes = a.lanes(bytes, c * kb + b);
-                        for (l, v) in lanes[..per].iter().enumerate() {
-                            scales[b * per + l].0[j] = *v;
-                        }
+                    for (b, block) in groups.chunks_exact_mut(gpb).enumerate() {
                         let known = stored_values(dtype, bytes, c * kb + b, &mut vals);
                         debug_assert!(known, "{dtype:?} has an affine layout");
-                        for (i, &v) in vals.iter().enumerate() {
-                            groups[b * 8 + i / 4].0[j * 4 + i % 4] = v;
+                        if gpb == 8 {
+                            for (g, v) in block.iter_mut().zip(vals.chunks_exact(4)) {
+                                g.0[j * 4..j * 4 + 4].copy_from_slice(v);
+                            }
+                            continue;
+                        }
+                        // Nibbles (`to_nibbles`' layout): group g pairs groups g and g + 4.
+                        let (lo, hi) = vals.split_at(16);
+                        for (g, (lo, hi)) in block
+                            .iter_mut()
+                            .zip(lo.chunks_exact(4).zip(hi.chunks_exact(4)))
+                        {
+                            for (t, (l, h)) in lo.iter().zip(hi).enumerate() {
+                                g.0[j * 4 + t] = l | h << 4;
+                            }
                         }
                     }
                 }
             });
         let wsum128 = if a.qmax == 255 {
             (0..panels * kb)
+                .into_par_iter()
                 .map(|at| {
                     std::array::from_fn(|j| {
                         let total: i32 = (0..32)
@@ -357,17 +388,11 @@ impl Part {
         } else {
             Vec::new()
         };
-        let scales = match Scales::factored(a, bytes, n, kb, &scales) {
-            Some(s) => s,
-            // The GEMM's `int_halves` path reads the factors only.
-            None if a.sub && a.qmax <= 7 => return None,
-            None => Scales::narrowed(scales),
+        let scales = match a.super_block() {
+            Some(_) => Scales::factored(a, bytes, n, kb),
+            None => Scales::narrowed(Scales::lanes(a, bytes, n, kb)),
         };
-        Some(Part {
-            groups,
-            scales,
-            wsum128,
-        })
+        Part { scales, wsum128 }
     }
 
     /// Appends the next rows' part; `false` if its scales took another form.
@@ -392,64 +417,70 @@ impl Part {
             }
             _ => return false,
         }
-        self.groups.extend_from_slice(&next.groups);
         self.wsum128.extend(next.wsum128);
         true
     }
 }
 
 impl Scales {
-    /// A K-quant's scales `Factored` from the file's blocks (`bytes`), if every
-    /// product equals its `f32` lane bit for bit; `None` for other types.
-    fn factored(a: &Affine, bytes: &[u8], n: usize, kb: usize, f32: &[Lanes]) -> Option<Scales> {
-        let (size, signed) = a.super_block()?;
+    /// A K-quant's scales `Factored` from the file's blocks (`bytes`). Exact by
+    /// construction: `Affine::lanes`, the values each form must give, is defined as
+    /// the f32 products of these factors, the ones `Int8Panels::scale` and the
+    /// kernels form (tested: `factored_scales_are_the_blocks_lanes`).
+    fn factored(a: &Affine, bytes: &[u8], n: usize, kb: usize) -> Scales {
+        use rayon::prelude::*;
+        let (size, signed) = a.super_block().expect("a K-quant");
         let (panels, sbs, lpb) = (n.div_ceil(NR), kb / 8, a.lanes_per_block());
         let mut outer = vec![HalfLanes([0; NR]); panels * sbs * 2];
         let mut inner = vec![ByteLanes([0; NR]); panels * kb * lpb];
-        for c in 0..n {
-            let (p, j) = (c / NR, c % NR);
-            for sb in 0..sbs {
-                let blk = &bytes[(c * sbs + sb) * size..][..size];
-                let o = (p * sbs + sb) * 2;
-                for bi in 0..8 {
-                    let (d, ints) = a.factors(blk, bi);
-                    (outer[o].0[j], outer[o + 1].0[j]) = (d[0], d[1]);
-                    let at = (p * kb + sb * 8 + bi) * lpb;
-                    for (l, &q) in ints[..lpb].iter().enumerate() {
-                        inner[at + l].0[j] = q;
+        // Panels in parallel (load time), each writing only its own lanes.
+        outer
+            .par_chunks_mut(sbs * 2)
+            .zip(inner.par_chunks_mut(kb * lpb))
+            .enumerate()
+            .for_each(|(p, (outer, inner))| {
+                for c in p * NR..((p + 1) * NR).min(n) {
+                    let j = c % NR;
+                    for sb in 0..sbs {
+                        let blk = &bytes[(c * sbs + sb) * size..][..size];
+                        for bi in 0..8 {
+                            let (d, ints) = a.factors(blk, bi);
+                            (outer[sb * 2].0[j], outer[sb * 2 + 1].0[j]) = (d[0], d[1]);
+                            let at = (sb * 8 + bi) * lpb;
+                            for (l, &q) in ints[..lpb].iter().enumerate() {
+                                inner[at + l].0[j] = q;
+                            }
+                        }
                     }
                 }
-            }
-        }
-        let s = Scales::Factored {
+            });
+        Scales::Factored {
             outer,
             inner,
             signed,
-        };
-        // The kernels' products must be the lanes' values, bit for bit.
-        let probe = Int8Panels {
-            n,
-            k: kb * 32,
-            kb,
-            qmax: a.qmax,
-            zero: a.zero,
-            has_min: a.has_min,
-            sub: a.sub,
-            groups: Vec::new(),
-            nibbles: false,
-            scales: s,
-            wsum128: Vec::new(),
-        };
-        for at in 0..panels * kb {
-            for jj in 0..lpb {
-                for c in 0..NR.min(n - (at / kb) * NR) {
-                    if probe.scale(at, jj, c).to_bits() != f32[at * lpb + jj].0[c].to_bits() {
-                        return None;
+        }
+    }
+
+    /// Blocks of 32 (Q4_0 … Q8_0): each block's scale and minimum, `[panel][block]
+    /// [lanes_per_block]`, from the file's f16 values.
+    fn lanes(a: &Affine, bytes: &[u8], n: usize, kb: usize) -> Vec<Lanes> {
+        use rayon::prelude::*;
+        let per = a.lanes_per_block();
+        let mut lanes = vec![Lanes([0.0; NR]); n.div_ceil(NR) * kb * per];
+        lanes
+            .par_chunks_mut(kb * per)
+            .enumerate()
+            .for_each(|(p, lanes)| {
+                for c in p * NR..((p + 1) * NR).min(n) {
+                    for b in 0..kb {
+                        let v = a.lanes(bytes, c * kb + b);
+                        for (l, v) in v[..per].iter().enumerate() {
+                            lanes[b * per + l].0[c % NR] = *v;
+                        }
                     }
                 }
-            }
-        }
-        Some(probe.scales)
+            });
+        lanes
     }
 
     /// `f32` as f16 if every value survives the round trip, else as it is.
@@ -485,6 +516,7 @@ mod tests {
         BlockQ6K, BlockQ8_0, GgmlType,
     };
     use candle_core::quantized::GgmlDType;
+    use GgmlDType as D;
 
     fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
         let x: Vec<f32> = test_data(n * k, 11).iter().map(|v| v * 3.0).collect();
@@ -515,21 +547,34 @@ mod tests {
                 .map(|(a, j, c)| p.scale(a, j, c))
                 .collect()
         };
-        for w in &cases {
-            let whole = Int8Panels::pack(w, n, k).unwrap();
+        for (w, nibbles) in cases.iter().flat_map(|w| [(w, false), (w, true)]) {
+            let mut whole = Int8Panels::pack(w, n, k).unwrap();
+            if nibbles {
+                whole.to_nibbles();
+            }
             let bytes = w.as_bytes();
             let row = bytes.len() / n;
+            let direct = Int8Panels::pack_as(w, n, k, nibbles).unwrap();
+            assert_eq!(direct.nibbles, whole.nibbles, "{:?}", w.dtype());
+            assert!(direct
+                .groups
+                .iter()
+                .zip(&whole.groups)
+                .all(|(a, b)| a.0 == b.0));
             // Not a multiple of NR (rounded up to one), one panel, and more than n.
             for chunk in [1, 20, 32, 100] {
                 let mut reads = 0;
-                let read = |rows: Range<usize>| {
+                let read = |rows: Range<usize>, buf: &mut Vec<u8>| {
                     reads += 1;
-                    Ok::<_, ()>(bytes[rows.start * row..rows.end * row].to_vec())
+                    buf.clear();
+                    buf.extend_from_slice(&bytes[rows.start * row..rows.end * row]);
+                    Ok::<_, ()>(())
                 };
-                let p = Int8Panels::pack_chunks(w.dtype(), n, k, chunk, read)
+                let p = Int8Panels::pack_chunks(w.dtype(), (n, k), nibbles, chunk, read)
                     .unwrap()
                     .unwrap();
-                let what = format!("{:?} chunk {chunk}", w.dtype());
+                let what = format!("{:?} chunk {chunk} nibbles {nibbles}", w.dtype());
+                assert_eq!(p.nibbles, whole.nibbles, "{what}");
                 assert_eq!(reads, n.div_ceil(chunk.next_multiple_of(NR)), "{what}");
                 assert_eq!(p.groups.len(), whole.groups.len(), "{what}");
                 assert!(
@@ -549,17 +594,48 @@ mod tests {
         }
     }
 
+    /// K-quants' factored scales (kept without a check at load) give each block's
+    /// lanes, the values `Affine::lanes` reads from the file, bit for bit: random
+    /// blocks, every sign and size of factor.
+    #[test]
+    fn factored_scales_are_the_blocks_lanes() {
+        use crate::kernels::block_scales::random_blocks;
+        let (n, k) = (37, 512);
+        for dtype in [D::Q2K, D::Q3K, D::Q4K, D::Q5K, D::Q6K] {
+            let w = random_blocks(dtype, n, k, 5);
+            let p = Int8Panels::pack(&w, n, k).unwrap();
+            assert!(matches!(p.scales, Scales::Factored { .. }), "{dtype:?}");
+            let a = Affine::of(dtype).unwrap();
+            for c in 0..n {
+                for b in 0..p.kb {
+                    let want = a.lanes(w.as_bytes(), c * p.kb + b);
+                    for (j, v) in want[..p.lanes_per_block()].iter().enumerate() {
+                        let at = (c / NR) * p.kb + b;
+                        assert_eq!(
+                            p.scale(at, j, c).to_bits(),
+                            v.to_bits(),
+                            "{dtype:?} {c} {b} {j}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     /// A read that fails ends the packing with its error.
     #[test]
     fn chunked_packing_passes_a_read_error_on() {
         let (n, k) = (40, 256);
         let w = WeightData::Q4K(quantized::<BlockQ4K>(n, k));
         let row = w.as_bytes().len() / n;
-        let read = |rows: Range<usize>| match rows.start {
-            0 => Ok(w.as_bytes()[..rows.len() * row].to_vec()),
+        let read = |rows: Range<usize>, buf: &mut Vec<u8>| match rows.start {
+            0 => {
+                *buf = w.as_bytes()[..rows.len() * row].to_vec();
+                Ok(())
+            }
             _ => Err("truncated"),
         };
-        let r = Int8Panels::pack_chunks(w.dtype(), n, k, 16, read);
+        let r = Int8Panels::pack_chunks(w.dtype(), (n, k), true, 16, read);
         assert_eq!(r.err(), Some("truncated"));
     }
 
@@ -581,7 +657,6 @@ mod tests {
         ];
         for w in &cases {
             let mut p = Int8Panels::pack(w, n, k).unwrap_or_else(|| panic!("{:?}", w.dtype()));
-            use GgmlDType as D;
             let file_scales = !matches!(w.dtype(), D::Q2K | D::Q3K | D::Q4K | D::Q5K | D::Q6K);
             assert!(
                 !file_scales || p.scales.is_half(),
