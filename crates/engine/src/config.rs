@@ -128,6 +128,13 @@ pub struct EngineConfig {
     /// carrying interactive requests without an absolute target (0.2 = 20%).
     [flag "max-batch-interference"]
     pub max_batch_interference: f64 = 0.2,
+    /// With `step_budget = "time"` and an absolute TPOT target: a step carrying
+    /// interactive decodes is also bounded by this many times their predicted time
+    /// alone (unset: by the target only). On a fast model a reading-speed target
+    /// allows steps many times a stream's own: its reader does not notice, but an
+    /// arriving request's first token waits behind such a step.
+    [flag "max-tpot-stretch"]
+    pub max_tpot_stretch: Option<f64> = None,
     /// Safety margin on every time bound: batch work may use this fraction less of
     /// the time a target leaves over the interactive work (prediction error).
     [flag "slo-margin"]
@@ -311,6 +318,12 @@ impl EngineConfig {
         let f = self.max_batch_interference;
         if !f.is_finite() || f < 0.0 {
             return Err(bad("max_batch_interference must be >= 0"));
+        }
+        if self
+            .max_tpot_stretch
+            .is_some_and(|k| !k.is_finite() || k < 1.0)
+        {
+            return Err(bad("max_tpot_stretch must be >= 1"));
         }
         if !(0.0..1.0).contains(&self.slo_margin) {
             return Err(bad("slo_margin must be in [0, 1)"));

@@ -246,7 +246,7 @@ impl Scheduler {
             let bound = self
                 .cfg
                 .default_tpot_slo_ms
-                .map_or(self.relative_bound(base), |t| t / 1e3);
+                .map_or(self.relative_bound(base), |t| self.stretched(base, t / 1e3));
             self.with_margin(base, bound)
         })
     }
@@ -255,6 +255,14 @@ impl Scheduler {
     /// seconds may take without a target: `base` times `1 + max_batch_interference`.
     fn relative_bound(&self, base: f64) -> f64 {
         base * (1.0 + self.cfg.max_batch_interference)
+    }
+
+    /// An absolute TPOT `bound` (seconds) on a step whose interactive work is
+    /// predicted to take `base`, within `max_tpot_stretch` times `base`.
+    fn stretched(&self, base: f64, bound: f64) -> f64 {
+        self.cfg
+            .max_tpot_stretch
+            .map_or(bound, |k| bound.min(k * base))
     }
 
     /// The limit of a step with interactive work of `base` seconds and the
@@ -289,14 +297,22 @@ impl Scheduler {
                 // A drafting row's step emits more than one token on average: its
                 // TPOT target bounds the time per expected token.
                 let per_step = s.expected_step_tokens();
-                s.targets().tpot_ms.map_or(relative, |t| t / 1e3 * per_step)
+                s.targets()
+                    .tpot_ms
+                    .map_or(relative, |t| self.stretched(base, t / 1e3 * per_step))
             } else if let Some(t) = s.targets().ttft_ms {
-                // Its share of the TTFT slack: this step and the chunks still left.
+                // Its share of the TTFT slack: this step and the chunks still left;
+                // and no more than the relative bound, as without a target. A
+                // prefill step is what a person waits for, and a rare one (a
+                // stream's prefill is one step of dozens), so keeping it short
+                // costs batch work little: on the default model the slack alone let
+                // batch rows stretch the stream's TTFT to 8x alone (p50 276 ms of
+                // 500) for no gain in the flood's rate.
                 let waited = now.saturating_duration_since(s.timings().arrival);
                 let slack = t / 1e3 - waited.as_secs_f64();
                 let left = s.num_uncomputed() - s.scheduled();
                 let steps = 1 + left.div_ceil(self.cfg.max_prefill_chunk);
-                slack / steps as f64
+                (slack / steps as f64).min(relative)
             } else {
                 relative
             };

@@ -276,6 +276,81 @@ fn the_limit_follows_the_tightest_target() {
     );
 }
 
+/// `max_tpot_stretch`: an absolute TPOT target far above a stream's own step time
+/// bounds its steps at that many times the interactive work alone, and so do the
+/// lingering steps after it (what an arriving request waits behind).
+#[test]
+fn a_stretch_bound_caps_a_loose_tpot_target() {
+    let mut c = slo_cfg(0.2);
+    c.max_tpot_stretch = Some(2.0);
+    c.default_tpot_slo_ms = Some(100.0);
+    c.interactive_linger_ms = 500;
+    let (mut core, _log) = core_with_cost(c);
+    let _flood = batch_flood(&mut core, 8, 400);
+    for _ in 0..20 {
+        core.step();
+    }
+    let mut inter = submit(&mut core, 0, greedy(prompt(0, 8), 6, SloClass::Interactive));
+    for _ in 0..4 {
+        core.step();
+    }
+    // One interactive decode row: 15 ms; 2x = 30 ms (as the engine's learned cost
+    // predicts it), far under the 100 ms target.
+    let limit = core
+        .sched()
+        .last_limit()
+        .expect("interactive work bounds the step");
+    assert!(
+        (0.020..=0.032).contains(&limit),
+        "stretch 2x: limit {limit}"
+    );
+    while !inter.done() {
+        core.step();
+    }
+    // Lingering after the stream ended: the same bound.
+    core.step();
+    let limit = core.sched().last_limit().expect("a lingering bound");
+    assert!((0.020..=0.032).contains(&limit), "lingering: limit {limit}");
+    run_to_idle(&mut core, 3000);
+    assert_all_blocks_return(&mut core);
+}
+
+/// A loose TTFT target does not let batch rows stretch the step a person waits
+/// for: the step that runs an interactive prefill stays within the relative bound
+/// (1.2x its interactive work), though 60 s of slack would fit the whole flood.
+#[test]
+fn a_loose_ttft_target_keeps_the_prefill_step_short() {
+    let (mut core, log) = core_with_cost(slo_cfg(0.2));
+    let _flood = batch_flood(&mut core, 8, 400);
+    for _ in 0..20 {
+        core.step();
+    }
+    let mut inter = submit(
+        &mut core,
+        0,
+        greedy(prompt(0, 8), 5, SloClass::Interactive).with_ttft_slo_ms(60_000.0),
+    );
+    let before = log.lock().unwrap().len();
+    core.step();
+    inter.poll();
+    assert_eq!(inter.tokens.len(), 1, "the prefill ran in the next step");
+    // The interactive part: 10 ms + 8 prefill tokens x 2 ms = 26 ms; bound 31.2 ms,
+    // room for one 5 ms batch row, where all 8 (66 ms) fit the TTFT slack.
+    let batch_rows = rows(&log, before) - 1;
+    let (shape, limit) = (core.sched().planned_shape(), core.sched().last_limit());
+    assert!(
+        batch_rows <= 2,
+        "{batch_rows} batch rows beside the prefill"
+    );
+    assert!(
+        cost(shape) <= 0.026 * 1.2 + 0.005,
+        "the prefill step costs {} s (limit {limit:?})",
+        cost(shape)
+    );
+    run_to_idle(&mut core, 3000);
+    assert_all_blocks_return(&mut core);
+}
+
 /// `max_num_seqs` full of batch work: an interactive arrival runs in the next step
 /// (a batch sequence is preempted), not after a batch sequence finishes.
 #[test]
