@@ -51,6 +51,17 @@ fn batch_flood(core: &mut EngineCore, n: u64, max_tokens: usize) -> Vec<Client> 
     clients
 }
 
+/// A core with `c`, 8 batch requests decoding, and 20 steps for the cost model to
+/// learn the flood's steps.
+fn warm_flood(c: EngineConfig) -> (EngineCore, crate::mock::BatchLog, Vec<Client>) {
+    let (mut core, log) = core_with_cost(c);
+    let flood = batch_flood(&mut core, 8, 400);
+    for _ in 0..20 {
+        core.step();
+    }
+    (core, log, flood)
+}
+
 fn rows(log: &crate::mock::BatchLog, step: usize) -> usize {
     log.lock().unwrap()[step].seqs.len()
 }
@@ -213,11 +224,7 @@ fn no_batch_row_starves() {
 /// relative bound, and the tightest running target wins.
 #[test]
 fn the_limit_follows_the_tightest_target() {
-    let (mut core, _log) = core_with_cost(slo_cfg(0.2));
-    let _flood = batch_flood(&mut core, 8, 400);
-    for _ in 0..20 {
-        core.step();
-    }
+    let (mut core, _log, _flood) = warm_flood(slo_cfg(0.2));
     let mut loose = submit(
         &mut core,
         0,
@@ -285,11 +292,7 @@ fn a_stretch_bound_caps_a_loose_tpot_target() {
     c.max_tpot_stretch = Some(2.0);
     c.default_tpot_slo_ms = Some(100.0);
     c.interactive_linger_ms = 500;
-    let (mut core, _log) = core_with_cost(c);
-    let _flood = batch_flood(&mut core, 8, 400);
-    for _ in 0..20 {
-        core.step();
-    }
+    let (mut core, _log, _flood) = warm_flood(c);
     let mut inter = submit(&mut core, 0, greedy(prompt(0, 8), 6, SloClass::Interactive));
     for _ in 0..4 {
         core.step();
@@ -320,11 +323,7 @@ fn a_stretch_bound_caps_a_loose_tpot_target() {
 /// (1.2x its interactive work), though 60 s of slack would fit the whole flood.
 #[test]
 fn a_loose_ttft_target_keeps_the_prefill_step_short() {
-    let (mut core, log) = core_with_cost(slo_cfg(0.2));
-    let _flood = batch_flood(&mut core, 8, 400);
-    for _ in 0..20 {
-        core.step();
-    }
+    let (mut core, log, _flood) = warm_flood(slo_cfg(0.2));
     let mut inter = submit(
         &mut core,
         0,

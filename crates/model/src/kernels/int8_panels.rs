@@ -525,19 +525,28 @@ mod tests {
         w
     }
 
+    /// `[n, k]` weights of every type the panels hold.
+    fn every_type(n: usize, k: usize) -> [WeightData; 10] {
+        [
+            WeightData::Q4_0(quantized::<BlockQ4_0>(n, k)),
+            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+            WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
+            WeightData::Q5_1(quantized::<BlockQ5_1>(n, k)),
+            WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
+            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
+            WeightData::Q5K(quantized::<BlockQ5K>(n, k)),
+            WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
+            WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
+            WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
+        ]
+    }
+
     /// Built from rows a chunk at a time (the loader's way), the panels are those of
     /// the whole matrix, byte for byte: groups, every scale form, the column sums.
     #[test]
     fn chunked_packing_equals_whole() {
         let (n, k) = (53, 512);
-        let cases = [
-            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
-            WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
-            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
-            WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
-            WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
-            WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
-        ];
+        let cases = every_type(n, k);
         let lanes = |p: &Int8Panels| -> Vec<f32> {
             let at = p.n.div_ceil(NR) * p.kb;
             (0..at)
@@ -643,18 +652,7 @@ mod tests {
     #[test]
     fn panels_hold_each_types_weights_exactly() {
         let (n, k) = (19, 512);
-        let cases = [
-            WeightData::Q4_0(quantized::<BlockQ4_0>(n, k)),
-            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
-            WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
-            WeightData::Q5_1(quantized::<BlockQ5_1>(n, k)),
-            WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
-            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
-            WeightData::Q5K(quantized::<BlockQ5K>(n, k)),
-            WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
-            WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
-            WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
-        ];
+        let cases = every_type(n, k);
         for w in &cases {
             let mut p = Int8Panels::pack(w, n, k).unwrap_or_else(|| panic!("{:?}", w.dtype()));
             let file_scales = !matches!(w.dtype(), D::Q2K | D::Q3K | D::Q4K | D::Q5K | D::Q6K);
