@@ -251,21 +251,11 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
             // halves in one `vpmaddwd` (exact); the minimums times the halves'
             // activation sums likewise; then one float multiply-add per super-block
             // factor.
-            let Scales::Factored {
-                outer,
-                inner,
-                signed,
-            } = &w.scales
-            else {
-                unreachable!("int_halves panels are factored")
-            };
-            let at = (p * (kb / 8) + b / 8) * 2;
+            let (outer, inner, signed) = w.block_factors(p, b);
             let factor = |o: usize| {
-                _mm512_cvtph_ps(_mm256_load_si256(
-                    outer.as_ptr().add(at + o) as *const __m256i
-                ))
+                _mm512_cvtph_ps(_mm256_load_si256(outer.as_ptr().add(o) as *const __m256i))
             };
-            let raw = inner.as_ptr().add((p * kb + b) * lpb) as *const __m128i;
+            let raw = inner.as_ptr() as *const __m128i;
             // Each column's integers for the two halves (lanes l, l + 1), as one
             // 16-bit pair.
             let pairs = |l: usize| {

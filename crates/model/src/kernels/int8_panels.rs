@@ -150,6 +150,27 @@ impl Int8Panels {
         }
     }
 
+    /// Factored panels: block `b` of panel `p` as the tiles read it: its
+    /// super-block's two f16 factors (`d`, then `dmin`; Q3_K: `d` twice), the
+    /// block's `lanes_per_block` rows of small integers, and whether they are signed.
+    pub fn block_factors(&self, p: usize, b: usize) -> (&[HalfLanes], &[ByteLanes], bool) {
+        let Scales::Factored {
+            outer,
+            inner,
+            signed,
+        } = &self.scales
+        else {
+            unreachable!("int_halves panels are factored")
+        };
+        let (kb, lpb) = (self.kb, self.lanes_per_block());
+        let at = (p * (kb / 8) + b / 8) * 2;
+        (
+            &outer[at..at + 2],
+            &inner[(p * kb + b) * lpb..][..lpb],
+            *signed,
+        )
+    }
+
     /// Groups stored per block.
     pub fn groups_per_block(&self) -> usize {
         if self.nibbles {

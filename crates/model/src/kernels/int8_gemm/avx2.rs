@@ -184,20 +184,12 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 // As `tile_vnni` sums Q2_K and Q3_K: each half's sum times its small
                 // integer scale, both halves in one `vpmaddwd`; the zero point and
                 // the minimums likewise; one float multiply-add per factor.
-                let Scales::Factored {
-                    outer,
-                    inner,
-                    signed,
-                } = &w.scales
-                else {
-                    unreachable!("int_halves panels are factored")
-                };
-                let at = (p * (kb / 8) + b / 8) * 2;
+                let (outer, inner, signed) = w.block_factors(p, b);
                 let factor = |o: usize| {
-                    let f = (outer.as_ptr().add(at + o) as *const u16).add(half * 8);
+                    let f = (outer.as_ptr().add(o) as *const u16).add(half * 8);
                     _mm256_cvtph_ps(_mm_load_si128(f as *const __m128i))
                 };
-                let raw = (inner.as_ptr().add((p * kb + b) * lpb) as *const u8).add(half * 8);
+                let raw = (inner.as_ptr() as *const u8).add(half * 8);
                 // This half's 8 columns' integers for the two halves of the block
                 // (lanes l, l + 1), as 16-bit pairs.
                 let pairs = |l: usize| {
