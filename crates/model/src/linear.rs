@@ -156,14 +156,15 @@ pub struct Linear {
 /// stop 14). `SLOSERVE_DENSE` (comma-separated) is for A/B measurements of the other
 /// paths: `avx2` takes the AVX2 kernel on a CPU with AVX-512 VNNI, `u8` leaves 4-bit
 /// values one byte each, `f32` leaves out the panels (8-bit dot products instead).
-fn int8_panels(w: &WeightData, n: usize, k: usize) -> Option<(Int8Panels, Isa)> {
-    let (isa, nibbles) = panel_choice()?;
-    Some((Int8Panels::pack_as(w, n, k, nibbles)?, isa))
-}
-
-/// The panels' instruction set and whether 4-bit values go as nibbles; `None` where
-/// the panels are left out (`SLOSERVE_DENSE=f32`, or no AVX2).
-fn panel_choice() -> Option<(Isa, bool)> {
+/// Whether `precision` holds a `dtype` matrix as the 8-bit panels: their
+/// instruction set and whether 4-bit values go as nibbles. `None` for exact
+/// precision, float types, or where the panels are left out (`SLOSERVE_DENSE=f32`,
+/// or no AVX2).
+fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, bool)> {
+    let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+    if precision == Precision::Exact || float {
+        return None;
+    }
     let choice = std::env::var("SLOSERVE_DENSE").unwrap_or_default();
     let choices: Vec<&str> = choice.split(',').collect();
     if choices.contains(&"f32") {
@@ -216,11 +217,7 @@ impl Linear {
         chunk: usize,
         read: impl FnMut(std::ops::Range<usize>, &mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Option<Self>, E> {
-        let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-        if precision == Precision::Exact || float {
-            return Ok(None);
-        }
-        let Some((isa, nibbles)) = panel_choice() else {
+        let Some((isa, nibbles)) = panels_for(dtype, precision) else {
             return Ok(None);
         };
         let Some(p) = Int8Panels::pack_chunks(dtype, (n_out, k), nibbles, chunk, read)? else {
@@ -253,7 +250,9 @@ impl Linear {
             let packed = PackedMatrix::pack(&weight.to_f32(), n, k);
             return Form::Half(weight, packed);
         }
-        match int8_panels(&weight, n, k) {
+        let panels = panels_for(weight.dtype(), precision)
+            .and_then(|(isa, nibbles)| Some((Int8Panels::pack_as(&weight, n, k, nibbles)?, isa)));
+        match panels {
             Some((p, isa)) => Form::Panels(p, isa),
             None => Form::Quantized(weight),
         }
