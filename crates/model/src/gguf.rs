@@ -38,6 +38,15 @@ pub fn supported_dtypes_list() -> String {
         .join(", ")
 }
 
+/// A matrix as `GgufFile::read_rows` reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatrixRows {
+    pub dtype: GgmlDType,
+    /// `[rows, cols]`.
+    pub dims: [usize; 2],
+    pub row_bytes: usize,
+}
+
 /// An open GGUF file: its parsed header (metadata and tensor index) and a reader.
 pub struct GgufFile {
     pub path: PathBuf,
@@ -223,10 +232,11 @@ impl GgufFile {
         Ok((data, dims))
     }
 
-    /// A matrix's type and shape `[rows, cols]`, when it can be read by rows as the file
-    /// stores it (`read_rows`): `None` for a tensor that is not 2-D, whose rows are not
-    /// whole blocks, or that `set_quantize` re-quantizes (read those with `read_tensor`).
-    pub fn matrix_rows(&self, name: &str) -> Option<(GgmlDType, [usize; 2])> {
+    /// A matrix's type, shape `[rows, cols]` and bytes per row, when it can be read by
+    /// rows as the file stores it (`read_rows`): `None` for a tensor that is not 2-D,
+    /// whose rows are not whole blocks, or that `set_quantize` re-quantizes (read those
+    /// with `read_tensor`).
+    pub fn matrix_rows(&self, name: &str) -> Option<MatrixRows> {
         let info = self.content.tensor_infos.get(name)?;
         let &[rows, cols] = info.shape.dims() else {
             return None;
@@ -240,7 +250,13 @@ impl GgufFile {
         {
             return None;
         }
-        Some((info.ggml_dtype, dims))
+        let dtype = info.ggml_dtype;
+        Some(MatrixRows {
+            dtype,
+            dims,
+            // At most the tensor's byte size, which `read_header` checked.
+            row_bytes: cols / dtype.block_size() * dtype.type_size(),
+        })
     }
 
     /// Puts the file's blocks of rows `rows` of a matrix `matrix_rows` accepted in
@@ -256,7 +272,12 @@ impl GgufFile {
             tensor: name.to_string(),
             reason,
         };
-        let Some((dtype, [n, k])) = self.matrix_rows(name) else {
+        let Some(MatrixRows {
+            dims: [n, _],
+            row_bytes,
+            ..
+        }) = self.matrix_rows(name)
+        else {
             return Err(bad("not a matrix readable by rows".into()));
         };
         if rows.start > rows.end || rows.end > n {
@@ -265,7 +286,6 @@ impl GgufFile {
         let info = &self.content.tensor_infos[name];
         // `read_header` checked that the whole tensor lies inside the file, so these
         // products are at most its byte size.
-        let row_bytes = k / dtype.block_size() * dtype.type_size();
         let start = self.content.tensor_data_offset + info.offset + (rows.start * row_bytes) as u64;
         buf.resize(rows.len() * row_bytes, 0);
         let io_err = |e: std::io::Error| bad(e.to_string());

@@ -155,10 +155,9 @@ impl Loader<'_> {
         k: usize,
         b: Option<Vec<f32>>,
     ) -> Result<Linear> {
-        if let Some((dtype, dims)) = self.file.matrix_rows(name) {
-            if dims == [n_out, k] {
-                let row_bytes = k / dtype.block_size() * dtype.type_size();
-                let chunk = (LOAD_CHUNK_BYTES / row_bytes.max(1)).max(1);
+        if let Some(m) = self.file.matrix_rows(name) {
+            if m.dims == [n_out, k] {
+                let (dtype, chunk) = (m.dtype, (LOAD_CHUNK_BYTES / m.row_bytes.max(1)).max(1));
                 let file = &mut *self.file;
                 let read = |rows, buf: &mut Vec<u8>| file.read_rows(name, rows, buf);
                 if let Some(mut l) =
