@@ -3,7 +3,10 @@
 //! of llama-batched-bench's `-npp 128 -ntg 64`) over the default model's attention
 //! shape (9 query heads, 3 KV heads of 64, f16 cache), through all 30 layers so that
 //! the cache is read from wherever a real step finds it. Prints µs per layer and the
-//! bytes of cache read per second. Flags: `--batch B`, `--context N`, `--layers L`, `--runs R`.
+//! bytes of cache read per second. Flags: `--batch B`, `--context N`, `--layers L`, `--runs R`;
+//! `--qwen` for Qwen2.5 1.5B's shape (12 query heads, 2 KV heads of 128); `--prefill T`
+//! for one sequence's prompt chunk of T tokens ending at position N instead of a
+//! decode step (then also GFLOP/s).
 
 use std::time::Instant;
 
@@ -17,11 +20,18 @@ use common::{load_avg, median};
 
 const LAYERS_DEFAULT: usize = 30;
 const BLOCK: usize = 16;
-const SHAPE: AttnShape = AttnShape {
+const SMOL: AttnShape = AttnShape {
     num_heads: 9,
     num_kv_heads: 3,
     head_dim: 64,
     scale: 0.125,
+    window: None,
+};
+const QWEN: AttnShape = AttnShape {
+    num_heads: 12,
+    num_kv_heads: 2,
+    head_dim: 128,
+    scale: 0.088_388_35,
     window: None,
 };
 
@@ -41,7 +51,11 @@ fn main() {
         flag(&args, "--runs", 20),
     );
     let layers = flag(&args, "--layers", LAYERS_DEFAULT);
-    let kv = SHAPE.num_kv_heads * SHAPE.head_dim;
+    let shape = if args.iter().any(|a| a == "--qwen") { QWEN } else { SMOL };
+    let prefill = flag(&args, "--prefill", 0);
+    // A prompt chunk is one sequence whose `prefill` new tokens end at position n.
+    let (b, tokens) = if prefill > 0 { (1, prefill.min(n)) } else { (b, 1) };
+    let kv = shape.num_kv_heads * shape.head_dim;
     let per_seq = n.div_ceil(BLOCK);
     let mut cache = KvCache::new(layers, kv, BLOCK, b * per_seq, KvDtype::F16);
     let mut batch = Batch::default();
@@ -61,16 +75,16 @@ fn main() {
                 cache.write(layer, slot, &k, &v);
             }
         }
-        batch.push(&[1], n - 1, &table, true);
+        batch.push(&vec![1; tokens], n - tokens, &table, true);
     }
-    let token_seq: Vec<u32> = (0..b as u32).collect();
-    let qw = SHAPE.num_heads * SHAPE.head_dim;
-    let q: Vec<f32> = (0..b * qw).map(|_| next()).collect();
-    let mut out = vec![0f32; b * qw];
+    let token_seq: Vec<u32> = (0..b * tokens).map(|t| (t / tokens) as u32).collect();
+    let qw = shape.num_heads * shape.head_dim;
+    let q: Vec<f32> = (0..b * tokens * qw).map(|_| next()).collect();
+    let mut out = vec![0f32; b * tokens * qw];
     let mut step = || {
         let t0 = Instant::now();
         for layer in 0..layers {
-            paged_attention(&batch, &token_seq, &q, &cache, layer, SHAPE, &mut out);
+            paged_attention(&batch, &token_seq, &q, &cache, layer, shape, &mut out);
         }
         t0.elapsed().as_secs_f64() / layers as f64
     };
@@ -86,5 +100,12 @@ fn main() {
         bytes / (us * 1e-6) / 1e9,
         us * layers as f64 / 1e3
     );
+    if prefill > 0 {
+        // Two passes (scores, values) of a multiply-add per head dimension per
+        // (token, query head, attended key).
+        let keys: usize = (n - tokens + 1..=n).sum();
+        let flops = 4.0 * (shape.num_heads * shape.head_dim * keys) as f64;
+        println!("  prompt chunk of {tokens}: {:.1} GFLOP/s", flops / (us * 1e-6) / 1e9);
+    }
     std::hint::black_box(&out);
 }

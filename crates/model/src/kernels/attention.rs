@@ -169,7 +169,7 @@ impl Attend for Task<'_, f32> {
 impl Attend for Task<'_, f16> {
     fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
         let group = self.q.len() / self.head_dim;
-        if has_avx2() && self.head_dim.is_multiple_of(32) && group <= MAX_GROUP {
+        if has_avx2() && self.head_dim.is_multiple_of(16) && group <= MAX_GROUP {
             // SAFETY: the CPU has AVX2, FMA and F16C; the shapes were just checked.
             unsafe { attend_f16_avx2(self, scores, out) }
         } else {
@@ -354,25 +354,46 @@ mod tests {
             unreachable!()
         };
         let s = &batch.seqs[0];
-        // Groups of 1-6 query heads (each register tile width, and tiles of three
-        // followed by a narrower one); 7 keys: one tile of four and three left over.
-        let mut rows = Vec::new();
-        row_offsets(batch.block_table(s), (BS, KV, HD), (3, 10), &mut rows);
-        for group in 1..=6 {
-            let task = Task {
-                q: &q[2 * QW..][..group * HD],
+        // Groups of 1-8 query heads (each register tile height, and groups split
+        // into two tiles); 7 keys (three pairs and one left over) and 6.
+        let q: Vec<f32> = (0..MAX_GROUP * HD).map(|i| val(i, 91)).collect();
+        for first in [3, 4] {
+            let mut rows = Vec::new();
+            row_offsets(batch.block_table(s), (BS, KV, HD), (first, 10), &mut rows);
+            let task = |group| Task {
+                q: &q[..group * HD],
                 keys: k,
                 values: v,
                 rows: &rows,
                 head_dim: HD,
                 scale: 0.25,
             };
-            let (mut scores, mut portable) = (Vec::new(), vec![0f32; group * HD]);
-            attend(&task, &mut scores, &mut portable);
-            let mut fast = vec![f32::NAN; group * HD];
-            task.attend(&mut scores, &mut fast);
-            for (a, b) in fast.iter().zip(&portable) {
-                assert!((a - b).abs() <= 1e-5, "group {group}: {a} vs {b}");
+            let mut scores = Vec::new();
+            // Each head alone, the reference for the head inside any group.
+            let alone: Vec<Vec<f32>> = (0..MAX_GROUP)
+                .map(|h| {
+                    let one = Task {
+                        q: &q[h * HD..][..HD],
+                        ..task(1)
+                    };
+                    let mut o = vec![f32::NAN; HD];
+                    one.attend(&mut scores, &mut o);
+                    o
+                })
+                .collect();
+            for group in 1..=MAX_GROUP {
+                let task = task(group);
+                let mut portable = vec![0f32; group * HD];
+                attend(&task, &mut scores, &mut portable);
+                let mut fast = vec![f32::NAN; group * HD];
+                task.attend(&mut scores, &mut fast);
+                for (a, b) in fast.iter().zip(&portable) {
+                    assert!((a - b).abs() <= 1e-5, "group {group}: {a} vs {b}");
+                }
+                for (h, head) in fast.chunks_exact(HD).enumerate() {
+                    let same = head.iter().zip(&alone[h]).all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "head {h} of a group of {group} differs from the head alone");
+                }
             }
         }
     }

@@ -1,54 +1,80 @@
 //! The f16-cache attention of one task (the query heads of one KV head at one token)
-//! with AVX2, FMA and F16C: scores in register tiles of up to three heads by four
-//! keys (each key row widened once for all heads), a vectorised softmax, then the
-//! weighted values for up to three heads by 32 dimensions held in registers across
+//! with AVX2, FMA and F16C: scores in register tiles of up to six heads by two keys
+//! (each key row widened once for all heads of the tile), a vectorised softmax, then
+//! the weighted values for up to six heads by 16 dimensions held in registers across
 //! all keys, scaled by each head's 1/sum at the end.
+//!
+//! Each score and each output lane has one fixed arithmetic, whatever the tile it
+//! lands in: a score is eight lane sums over the head dimension reduced by one tree
+//! ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)), then scaled; an output lane sums weight x
+//! value over the keys in order. So a head's result does not depend on the group
+//! size, the number of keys being odd, or what else the step holds.
 
 use half::f16;
 
 use super::attention::Task;
 
-/// Query heads per KV head this kernel handles (in register tiles of 3).
+/// Query heads per KV head this kernel handles (in register tiles of up to 6).
 pub(super) const MAX_GROUP: usize = 8;
 
+/// Rows (query heads) of a register tile: 2 x 6 accumulators, two widened keys (or
+/// value vectors) and one query (or weight) vector fill 15 of the 16 registers.
+const TILE_ROWS: usize = 6;
+
 /// How many rows ahead the score pass asks for the keys it will read, and for the
-/// values the value pass will: a tile of four keys takes ~50 cycles, a row from
+/// values the value pass will: a tile of two keys takes ~50 cycles, a row from
 /// L3 ~200 or more.
 const PREFETCH: usize = 24;
+
+/// The row tiles of a group of `group` heads: as few tiles as possible, of sizes
+/// that differ by at most one (7 heads: 4 + 3).
+fn row_tiles(group: usize) -> impl Iterator<Item = (usize, usize)> {
+    let tiles = group.div_ceil(TILE_ROWS);
+    (0..tiles).map(move |t| {
+        let (lo, hi) = (t * group / tiles, (t + 1) * group / tiles);
+        (lo, hi - lo)
+    })
+}
 
 /// Softmax(q·Kᵀ·scale)·V for each query head of `task` into `out`; `scores` is
 /// scratch.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C (`has_avx2()`); `task.head_dim` must be a
-/// multiple of 32 and the group at most `MAX_GROUP` heads; every row offset plus
+/// multiple of 16 and the group at most `MAX_GROUP` heads; every row offset plus
 /// `head_dim` must lie inside `keys` and `values`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, out: &mut [f32]) {
     let (hd, n) = (task.head_dim, task.rows.len());
     let group = task.q.len() / hd;
-    debug_assert!(hd.is_multiple_of(32) && group <= MAX_GROUP && out.len() == group * hd);
+    debug_assert!(hd.is_multiple_of(16) && group <= MAX_GROUP && out.len() == group * hd);
     // Rows padded to whole vectors with -inf, whose exp is 0.
     let stride = n.next_multiple_of(8);
     scores.clear();
     scores.resize(group * stride, f32::NEG_INFINITY);
-    for g0 in (0..group).step_by(3) {
-        match (group - g0).min(3) {
+    for (g0, rows) in row_tiles(group) {
+        match rows {
             1 => scores_tile::<1>(task, g0, stride, scores),
             2 => scores_tile::<2>(task, g0, stride, scores),
-            _ => scores_tile::<3>(task, g0, stride, scores),
+            3 => scores_tile::<3>(task, g0, stride, scores),
+            4 => scores_tile::<4>(task, g0, stride, scores),
+            5 => scores_tile::<5>(task, g0, stride, scores),
+            _ => scores_tile::<6>(task, g0, stride, scores),
         }
     }
     let mut inv = [0f32; MAX_GROUP];
     for (g, inv) in inv.iter_mut().enumerate().take(group) {
         *inv = exp_row(&mut scores[g * stride..][..stride]);
     }
-    for g0 in (0..group).step_by(3) {
-        match (group - g0).min(3) {
+    for (g0, rows) in row_tiles(group) {
+        match rows {
             1 => values_tile::<1>(task, g0, stride, scores, &inv, out),
             2 => values_tile::<2>(task, g0, stride, scores, &inv, out),
-            _ => values_tile::<3>(task, g0, stride, scores, &inv, out),
+            3 => values_tile::<3>(task, g0, stride, scores, &inv, out),
+            4 => values_tile::<4>(task, g0, stride, scores, &inv, out),
+            5 => values_tile::<5>(task, g0, stride, scores, &inv, out),
+            _ => values_tile::<6>(task, g0, stride, scores, &inv, out),
         }
     }
 }
@@ -96,17 +122,17 @@ unsafe fn exp_row(row: &mut [f32]) -> f32 {
     1.0 / hsum256(sum)
 }
 
-/// `scores[g, j] = q_g · k_j · scale` for heads `g0..g0 + G` (rows `stride` apart).
+/// `scores[g, j] = q_g · k_j · scale` for heads `g0..g0 + R` (rows `stride` apart),
+/// two keys at a time (an odd last key is paired with itself and stored once).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scores_tile<const G: usize>(
+unsafe fn scores_tile<const R: usize>(
     task: &Task<f16>,
     g0: usize,
     stride: usize,
     scores: &mut [f32],
 ) {
-    use super::cpu::hsum256;
     use std::arch::x86_64::*;
     let (hd, n) = (task.head_dim, task.rows.len());
     let (qp, kp, vp, sp) = (
@@ -118,55 +144,58 @@ unsafe fn scores_tile<const G: usize>(
     let row = |j: usize| *task.rows.get_unchecked(j);
     let lines = (hd * 2).div_ceil(64);
     let scale = _mm_set1_ps(task.scale);
-    let mut j = 0;
-    while j + 4 <= n {
+    for j in (0..n).step_by(2) {
         // Keys PREFETCH rows ahead; on the first tile of heads, the values too.
-        for a in j + PREFETCH..(j + PREFETCH + 4).min(n) {
+        for a in j + PREFETCH..(j + PREFETCH + 2).min(n) {
             prefetch(kp.add(row(a)), lines);
             if g0 == 0 {
                 prefetch(vp.add(row(a)), lines);
             }
         }
-        let k = [0, 1, 2, 3].map(|i| kp.add(row(j + i)) as *const __m128i);
-        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+        let pair = j + 1 < n;
+        let k = [row(j), row(if pair { j + 1 } else { j })].map(|r| kp.add(r) as *const __m128i);
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for c in 0..hd / 8 {
             let kv = k.map(|k| _mm256_cvtph_ps(_mm_loadu_si128(k.add(c))));
             for (h, acc) in acc.iter_mut().enumerate() {
                 let q = _mm256_loadu_ps(qp.add(h * hd + c * 8));
-                for (a, kv) in acc.iter_mut().zip(&kv) {
-                    *a = _mm256_fmadd_ps(q, *kv, *a);
+                acc[0] = _mm256_fmadd_ps(q, kv[0], acc[0]);
+                acc[1] = _mm256_fmadd_ps(q, kv[1], acc[1]);
+            }
+        }
+        // Two heads' two scores at once: lanes (h, j), (h, j+1), (h+1, j), (h+1, j+1).
+        for h in (0..R).step_by(2) {
+            let h1 = (h + 1).min(R - 1);
+            let t = _mm256_hadd_ps(
+                _mm256_hadd_ps(acc[h][0], acc[h][1]),
+                _mm256_hadd_ps(acc[h1][0], acc[h1][1]),
+            );
+            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+            let s4 = _mm_mul_ps(s4, scale);
+            let at = |g: usize| sp.add((g0 + g) * stride + j);
+            let hi = _mm_movehl_ps(s4, s4);
+            if pair {
+                _mm_storel_epi64(at(h) as *mut __m128i, _mm_castps_si128(s4));
+                if h1 != h {
+                    _mm_storel_epi64(at(h1) as *mut __m128i, _mm_castps_si128(hi));
+                }
+            } else {
+                _mm_store_ss(at(h), s4);
+                if h1 != h {
+                    _mm_store_ss(at(h1), hi);
                 }
             }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            // Four eight-lane sums into one four-lane vector.
-            let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-            _mm_storeu_ps(sp.add((g0 + h) * stride + j), _mm_mul_ps(s4, scale));
-        }
-        j += 4;
-    }
-    for j in j..n {
-        let k = kp.add(row(j)) as *const __m128i;
-        let mut acc = [_mm256_setzero_ps(); G];
-        for c in 0..hd / 8 {
-            let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.add(c)));
-            for (h, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(h * hd + c * 8)), kv, *a);
-            }
-        }
-        for (h, a) in acc.iter().enumerate() {
-            *sp.add((g0 + h) * stride + j) = hsum256(*a) * task.scale;
         }
     }
 }
 
-/// `out_g = inv_g · Σ_j scores[g, j] · v_j` for heads `g0..g0 + G`, 32 dimensions
-/// at a time: 4·G accumulators, G weights and one widened value vector in registers.
+/// `out_g = inv_g · Σ_j scores[g, j] · v_j` for heads `g0..g0 + R`, 16 dimensions
+/// at a time: 2·R accumulators, one weight and two widened value vectors in
+/// registers.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn values_tile<const G: usize>(
+unsafe fn values_tile<const R: usize>(
     task: &Task<f16>,
     g0: usize,
     stride: usize,
@@ -181,17 +210,16 @@ unsafe fn values_tile<const G: usize>(
         scores.as_ptr().add(g0 * stride),
         out.as_mut_ptr().add(g0 * hd),
     );
-    for c0 in (0..hd).step_by(32) {
-        let mut acc = [[_mm256_setzero_ps(); 4]; G];
+    for c0 in (0..hd).step_by(16) {
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for j in 0..n {
             let v = vp.add(*task.rows.get_unchecked(j) + c0) as *const __m128i;
-            let w: [__m256; G] =
-                std::array::from_fn(|h| _mm256_broadcast_ss(&*sp.add(h * stride + j)));
-            for i in 0..4 {
-                let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.add(i)));
-                for (acc, w) in acc.iter_mut().zip(&w) {
-                    acc[i] = _mm256_fmadd_ps(*w, vv, acc[i]);
-                }
+            let v0 = _mm256_cvtph_ps(_mm_loadu_si128(v));
+            let v1 = _mm256_cvtph_ps(_mm_loadu_si128(v.add(1)));
+            for (h, acc) in acc.iter_mut().enumerate() {
+                let w = _mm256_broadcast_ss(&*sp.add(h * stride + j));
+                acc[0] = _mm256_fmadd_ps(w, v0, acc[0]);
+                acc[1] = _mm256_fmadd_ps(w, v1, acc[1]);
             }
         }
         for (h, acc) in acc.iter().enumerate() {
