@@ -2,7 +2,9 @@
 //! GEMM (`int8_gemm`), vectorized with AVX2 but bit for bit what candle's
 //! `BlockQ8_0::from_float` computes (scale `amax / 127` rounded to f16, values
 //! `round(x / scale)` half away from zero, so within ±127), and each block's exact
-//! value sum. The values of each block lie in one aligned 32-byte vector.
+//! value sum. The values of each block lie in one aligned 32-byte vector. Blocks are
+//! stored block-major (`at(row, b)`): a GEMM tile reads block `b` of consecutive rows
+//! at one base address and constant offsets.
 
 use half::f16;
 
@@ -22,10 +24,13 @@ pub struct Halves {
     pub hi: [u8; 32],
 }
 
-/// `rows` activation rows of `kb` blocks each.
+/// `rows` activation rows of `kb` blocks each, block-major: every vector below is
+/// indexed by `at(row, b)`.
 #[derive(Default)]
 pub struct QuantActs {
     pub kb: usize,
+    /// Rows of the last `quantize`.
+    pub rows: usize,
     pub qs: Vec<Block>,
     /// Block scales (f16 values, as f32).
     pub d: Vec<f32>,
@@ -48,7 +53,9 @@ impl QuantActs {
     pub fn quantize(&mut self, x: &[f32], k: usize) {
         let kb = k / 32;
         let blocks = x.len() / 32;
+        let rows = blocks / kb.max(1);
         self.kb = kb;
+        self.rows = rows;
         self.blocks = blocks;
         if self.qs.len() < blocks {
             self.qs.resize(blocks, Block([0; 32]));
@@ -68,9 +75,10 @@ impl QuantActs {
         };
         let run = |t: usize| {
             for i in t * PER_TASK..((t + 1) * PER_TASK).min(blocks) {
-                // SAFETY: i < blocks <= every vector's length; each block index is
-                // written by one task only.
-                unsafe { out.write(i, &x[i * 32..][..32]) };
+                let (row, b) = (i / kb, i % kb);
+                // SAFETY: b·rows + row < blocks <= every vector's length; each input
+                // block i has its own index, written by one task only.
+                unsafe { out.write(b * rows + row, &x[i * 32..][..32]) };
             }
         };
         if tasks > 1 {
@@ -78,6 +86,12 @@ impl QuantActs {
         } else if tasks == 1 {
             run(0);
         }
+    }
+
+    /// The index of block `b` of row `row` in every vector.
+    #[inline(always)]
+    pub fn at(&self, row: usize, b: usize) -> usize {
+        b * self.rows + row
     }
 
     /// Fills `halves` from the last `quantize`'s values: `q + 128 = 16·hi + lo`, both
@@ -226,8 +240,9 @@ mod tests {
     #[test]
     fn equals_candles_quantizers_bit_for_bit() {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        let k = 32 * 40;
-        let mut x: Vec<f32> = (0..k).map(|_| rng.random_range(-3.0f32..3.0)).collect();
+        // Five rows of eight blocks.
+        let (n, k) = (32 * 40, 32 * 8);
+        let mut x: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
         // Values at exactly half steps (x / scale = n + 1/2), a zero block, tiny values.
         for (j, v) in x[..32].iter_mut().enumerate() {
             *v = (j as f32 - 15.5) * 0.5;
@@ -236,17 +251,18 @@ mod tests {
         x[64..96].iter_mut().for_each(|v| *v *= 1e-30);
         let mut ours = QuantActs::default();
         ours.quantize(&x, k);
-        let mut c0 = vec![BlockQ8_0::zeros(); k / 32];
+        let mut c0 = vec![BlockQ8_0::zeros(); n / 32];
         BlockQ8_0::from_float(&x, &mut c0);
         // SAFETY: the mirror has the block's repr(C) layout.
         let c0: &[Q8_0] =
             unsafe { std::slice::from_raw_parts(c0.as_ptr() as *const Q8_0, c0.len()) };
-        for (i, c) in c0.iter().enumerate() {
-            assert_eq!(ours.qs[i].0, c.qs, "block {i} values vs Q8_0");
-            assert_eq!(ours.d[i], c.d.to_f32(), "block {i} scale");
+        for (j, c) in c0.iter().enumerate() {
+            let i = ours.at(j / 8, j % 8);
+            assert_eq!(ours.qs[i].0, c.qs, "block {j} values vs Q8_0");
+            assert_eq!(ours.d[i], c.d.to_f32(), "block {j} scale");
             let sum: i32 = c.qs.iter().map(|&q| q as i32).sum();
-            assert_eq!(ours.sum[i], sum, "block {i} value sum");
-            assert_eq!(ours.dsum[i], ours.d[i] * sum as f32, "block {i} d · sum");
+            assert_eq!(ours.sum[i], sum, "block {j} value sum");
+            assert_eq!(ours.dsum[i], ours.d[i] * sum as f32, "block {j} d · sum");
         }
     }
 }

@@ -218,31 +218,35 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
     for b in 0..kb {
         let mut s = [_mm512_setzero_si512(); R];
         let mut s_lo = [_mm512_setzero_si512(); R];
-        for v in 0..per {
-            if SUB && !NIB && v == 4 {
-                s_lo = s;
-                s = [_mm512_setzero_si512(); R];
+        // Group `g`'s weights times every row's 4 activations at 4g, into `s`.
+        let dot = |s: &mut [__m512i; R], wv: __m512i, g: usize| {
+            for (r, s) in s.iter_mut().enumerate() {
+                let q = a.qs.get_unchecked(a.at(r0 + r, b)).0.as_ptr() as *const i32;
+                let av = _mm512_set1_epi32(q.add(g).read_unaligned());
+                *s = _mm512_dpbusd_epi32(*s, wv, av);
             }
-            let raw = _mm512_load_si512(gp.add(b * per + v));
-            // Group `g`'s weights times every row's 4 activations at 4g, into `s`.
-            let dot = |s: &mut [__m512i; R], wv: __m512i, g: usize| {
-                for (r, s) in s.iter_mut().enumerate() {
-                    let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr() as *const i32;
-                    let av = _mm512_set1_epi32(q.add(g).read_unaligned());
-                    *s = _mm512_dpbusd_epi32(*s, wv, av);
-                }
-            };
-            if NIB {
+        };
+        let raw = |v: usize| _mm512_load_si512(gp.add(b * per + v));
+        if NIB {
+            for v in 0..per {
+                let raw = raw(v);
                 // With SUB, the low nibbles (groups 0..4) are the first half.
                 let first = if SUB { &mut s_lo } else { &mut s };
                 dot(first, _mm512_and_si512(raw, low), v);
-                dot(
-                    &mut s,
-                    _mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
-                    v + 4,
-                );
-            } else {
-                dot(&mut s, raw, v);
+                dot(&mut s, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low), v + 4);
+            }
+        } else if SUB {
+            // Each half's groups into its own sums (two loops, so both arrays stay
+            // in registers).
+            for v in 0..per / 2 {
+                dot(&mut s_lo, raw(v), v);
+            }
+            for v in per / 2..per {
+                dot(&mut s, raw(v), v);
+            }
+        } else {
+            for v in 0..per {
+                dot(&mut s, raw(v), v);
             }
         }
         if SUB && w.int_halves() {
@@ -275,7 +279,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
                 false => (_mm512_setzero_ps(), _mm512_setzero_si512()),
             };
             for (r, acc) in acc.iter_mut().enumerate() {
-                let i = (r0 + r) * kb + b;
+                let i = a.at(r0 + r, b);
                 let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
                 let mut halves =
                     _mm512_mask_blend_epi16(0xAAAA_AAAA, s_lo[r], _mm512_slli_epi32::<16>(s[r]));
@@ -300,7 +304,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
         if SUB {
             let d_hi = lanes(b * lpb + 1);
             for (r, acc) in acc.iter_mut().enumerate() {
-                let i = (r0 + r) * kb + b;
+                let i = a.at(r0 + r, b);
                 let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
                 let da = _mm512_set1_ps(*a.d.get_unchecked(i));
                 let t_lo = _mm512_sub_epi32(s_lo[r], _mm512_set1_epi32(w.zero * lo));
@@ -316,7 +320,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
             _mm512_setzero_ps()
         };
         for (r, acc) in acc.iter_mut().enumerate() {
-            let i = (r0 + r) * kb + b;
+            let i = a.at(r0 + r, b);
             let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * *a.sum.get_unchecked(i)));
             let scale = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(i)));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, *acc);
@@ -374,7 +378,10 @@ mod tests {
         let mut acts = QuantActs::default();
         acts.quantize(x, k);
         let xq: Vec<f64> = (0..m * k)
-            .map(|i| acts.qs[i / 32].0[i % 32] as f64 * acts.d[i / 32] as f64)
+            .map(|i| {
+                let b = acts.at(i / k, i % k / 32);
+                acts.qs[b].0[i % 32] as f64 * acts.d[b] as f64
+            })
             .collect();
         let mut out = vec![0f32; m * n];
         for r in 0..m {

@@ -106,7 +106,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
         for b in 0..kb {
             // Row r's 4 activations of group g, in every 32-bit lane.
             let act = |r: usize, g: usize| {
-                let q = a.qs.get_unchecked((r0 + r) * kb + b).0.as_ptr().add(4 * g);
+                let q = a.qs.get_unchecked(a.at(r0 + r, b)).0.as_ptr().add(4 * g);
                 _mm256_set1_epi32((q as *const i32).read_unaligned())
             };
             let mut s = [_mm256_setzero_si256(); R];
@@ -148,7 +148,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 for g in 0..8 {
                     let wv = _mm256_xor_si256(_mm256_load_si256(gp.add((b * 8 + g) * 2)), flip);
                     for r in 0..R {
-                        let h = a.halves.get_unchecked((r0 + r) * kb + b);
+                        let h = a.halves.get_unchecked(a.at(r0 + r, b));
                         let lo = (h.lo.as_ptr().add(4 * g) as *const i32).read_unaligned();
                         let hi = (h.hi.as_ptr().add(4 * g) as *const i32).read_unaligned();
                         let (lo, hi) = (_mm256_set1_epi32(lo), _mm256_set1_epi32(hi));
@@ -206,7 +206,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                     false => (_mm256_setzero_ps(), _mm256_setzero_si256()),
                 };
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let i = (r0 + r) * kb + b;
+                    let i = a.at(r0 + r, b);
                     let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
                     let mut halves =
                         _mm256_blend_epi16::<0xAA>(s_lo[r], _mm256_slli_epi32::<16>(s[r]));
@@ -229,7 +229,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
             if SUB {
                 let d_hi = lanes(b * lpb + 1);
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let i = (r0 + r) * kb + b;
+                    let i = a.at(r0 + r, b);
                     let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
                     let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
                     let t_lo = _mm256_sub_epi32(s_lo[r], _mm256_set1_epi32(w.zero * lo));
@@ -251,7 +251,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 _mm256_setzero_si256()
             };
             for (r, acc) in acc.iter_mut().enumerate() {
-                let i = (r0 + r) * kb + b;
+                let i = a.at(r0 + r, b);
                 let scale = _mm256_mul_ps(d, _mm256_broadcast_ss(a.d.get_unchecked(i)));
                 if V == WIDE {
                     let t = _mm256_sub_epi32(s[r], wsum);
