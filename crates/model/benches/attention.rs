@@ -51,10 +51,18 @@ fn main() {
         flag(&args, "--runs", 20),
     );
     let layers = flag(&args, "--layers", LAYERS_DEFAULT);
-    let shape = if args.iter().any(|a| a == "--qwen") { QWEN } else { SMOL };
+    let shape = if args.iter().any(|a| a == "--qwen") {
+        QWEN
+    } else {
+        SMOL
+    };
     let prefill = flag(&args, "--prefill", 0);
     // A prompt chunk is one sequence whose `prefill` new tokens end at position n.
-    let (b, tokens) = if prefill > 0 { (1, prefill.min(n)) } else { (b, 1) };
+    let (b, tokens) = if prefill > 0 {
+        (1, prefill.min(n))
+    } else {
+        (b, 1)
+    };
     let kv = shape.num_kv_heads * shape.head_dim;
     let per_seq = n.div_ceil(BLOCK);
     let mut cache = KvCache::new(layers, kv, BLOCK, b * per_seq, KvDtype::F16);
@@ -105,7 +113,10 @@ fn main() {
         // (token, query head, attended key).
         let keys: usize = (n - tokens + 1..=n).sum();
         let flops = 4.0 * (shape.num_heads * shape.head_dim * keys) as f64;
-        println!("  prompt chunk of {tokens}: {:.1} GFLOP/s", flops / (us * 1e-6) / 1e9);
+        println!(
+            "  prompt chunk of {tokens}: {:.1} GFLOP/s",
+            flops / (us * 1e-6) / 1e9
+        );
     }
     std::hint::black_box(&out);
 }

@@ -349,7 +349,7 @@ mod tests {
 
     #[test]
     fn f16_kernel_equals_the_portable_path() {
-        let (batch, _, q, cache) = setup(KvDtype::F16);
+        let (batch, _, _, cache) = setup(KvDtype::F16);
         let (KvData::F16(k), KvData::F16(v)) = (&cache.keys[0], &cache.values[0]) else {
             unreachable!()
         };
@@ -391,8 +391,14 @@ mod tests {
                     assert!((a - b).abs() <= 1e-5, "group {group}: {a} vs {b}");
                 }
                 for (h, head) in fast.chunks_exact(HD).enumerate() {
-                    let same = head.iter().zip(&alone[h]).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(same, "head {h} of a group of {group} differs from the head alone");
+                    let same = head
+                        .iter()
+                        .zip(&alone[h])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "head {h} of a group of {group} differs from the head alone"
+                    );
                 }
             }
         }

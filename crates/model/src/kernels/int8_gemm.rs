@@ -233,7 +233,11 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
                 // With SUB, the low nibbles (groups 0..4) are the first half.
                 let first = if SUB { &mut s_lo } else { &mut s };
                 dot(first, _mm512_and_si512(raw, low), v);
-                dot(&mut s, _mm512_and_si512(_mm512_srli_epi16(raw, 4), low), v + 4);
+                dot(
+                    &mut s,
+                    _mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
+                    v + 4,
+                );
             }
         } else if SUB {
             // Each half's groups into its own sums (two loops, so both arrays stay
