@@ -36,6 +36,20 @@ fn row_tiles(group: usize) -> impl Iterator<Item = (usize, usize)> {
     })
 }
 
+/// Calls `$tile::<R>(args)` for a tile of `$rows` (1..=TILE_ROWS) rows.
+macro_rules! by_rows {
+    ($rows:expr, $tile:ident($($arg:expr),*)) => {
+        match $rows {
+            1 => $tile::<1>($($arg),*),
+            2 => $tile::<2>($($arg),*),
+            3 => $tile::<3>($($arg),*),
+            4 => $tile::<4>($($arg),*),
+            5 => $tile::<5>($($arg),*),
+            _ => $tile::<TILE_ROWS>($($arg),*),
+        }
+    };
+}
+
 /// Softmax(q·Kᵀ·scale)·V for each query head of `task` into `out`; `scores` is
 /// scratch.
 ///
@@ -54,28 +68,14 @@ pub(super) unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, ou
     scores.clear();
     scores.resize(group * stride, f32::NEG_INFINITY);
     for (g0, rows) in row_tiles(group) {
-        match rows {
-            1 => scores_tile::<1>(task, g0, stride, scores),
-            2 => scores_tile::<2>(task, g0, stride, scores),
-            3 => scores_tile::<3>(task, g0, stride, scores),
-            4 => scores_tile::<4>(task, g0, stride, scores),
-            5 => scores_tile::<5>(task, g0, stride, scores),
-            _ => scores_tile::<6>(task, g0, stride, scores),
-        }
+        by_rows!(rows, scores_tile(task, g0, stride, scores));
     }
     let mut inv = [0f32; MAX_GROUP];
     for (g, inv) in inv.iter_mut().enumerate().take(group) {
         *inv = exp_row(&mut scores[g * stride..][..stride]);
     }
     for (g0, rows) in row_tiles(group) {
-        match rows {
-            1 => values_tile::<1>(task, g0, stride, scores, &inv, out),
-            2 => values_tile::<2>(task, g0, stride, scores, &inv, out),
-            3 => values_tile::<3>(task, g0, stride, scores, &inv, out),
-            4 => values_tile::<4>(task, g0, stride, scores, &inv, out),
-            5 => values_tile::<5>(task, g0, stride, scores, &inv, out),
-            _ => values_tile::<6>(task, g0, stride, scores, &inv, out),
-        }
+        by_rows!(rows, values_tile(task, g0, stride, scores, &inv, out));
     }
 }
 
