@@ -1,0 +1,78 @@
+//! The 8-bit GEMM on its own (`cargo bench -p sloserve-model --bench int8_gemm`): Qwen2.5
+//! 1.5B's feed-forward shapes (up: 8960 x 1536, down: 1536 x 8960) in Q4_K and Q6_K
+//! (random weights, the file's block formats), `m` activation rows (default 512, a
+//! prompt chunk; `--rows 32` a decode batch), on the best instruction set this CPU
+//! has, over the pool's threads (`RAYON_NUM_THREADS`). Prints the median GOP/s
+//! (2·m·n·k per product) of `--runs` runs (default 7), the best run's (what a
+//! shared machine's interruptions leave alone), and the load average.
+
+use std::time::Instant;
+
+use candle_core::quantized::k_quants::{BlockQ4K, BlockQ6K, GgmlType};
+use sloserve_model::kernels::int8_gemm::{matmul, Isa};
+use sloserve_model::kernels::int8_panels::Int8Panels;
+use sloserve_model::weights::WeightData;
+
+#[path = "common.rs"]
+mod common;
+use common::{load_avg, median};
+
+/// Deterministic values in about `-1..1` (a fixed LCG).
+fn test_data(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn blocks<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
+    let x = test_data(n * k, 11);
+    let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
+    T::from_float(&x, &mut w);
+    w
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str, default: usize| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .map(|v| v.parse().expect("a number"))
+            .unwrap_or(default)
+    };
+    let (m, runs) = (flag("--rows", 512), flag("--runs", 7));
+    let Some(isa) = Isa::best() else {
+        return eprintln!("no AVX2: nothing to measure");
+    };
+    println!("isa {isa:?}, {m} rows, load {}", load_avg());
+    for (name, n, k) in [("up", 8960, 1536), ("down", 1536, 8960)] {
+        let x: Vec<f32> = test_data(m * k, 3).iter().map(|v| v * 4.0).collect();
+        let mut out = vec![0f32; m * n];
+        for (ty, w) in [
+            ("Q4_K", WeightData::Q4K(blocks::<BlockQ4K>(n, k))),
+            ("Q6_K", WeightData::Q6K(blocks::<BlockQ6K>(n, k))),
+        ] {
+            let mut p = Int8Panels::pack(&w, n, k).expect("packs");
+            p.to_nibbles();
+            matmul(&p, isa, &x, m, &mut out);
+            let times: Vec<f64> = (0..runs)
+                .map(|_| {
+                    let t = Instant::now();
+                    matmul(&p, isa, &x, m, &mut out);
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            let ops = 2.0 * (m * n * k) as f64 / 1e9;
+            let best = times.iter().cloned().fold(f64::MAX, f64::min);
+            println!(
+                "{name:5} {ty}  {n} x {k}: {:7.1} GOP/s (best {:.1})",
+                ops / median(&times),
+                ops / best
+            );
+        }
+    }
+}
