@@ -2,7 +2,7 @@
 //! 1.5B's feed-forward shapes (up: 8960 x 1536, down: 1536 x 8960) in Q4_K and Q6_K
 //! (random weights, the file's block formats), `m` activation rows (default 512, a
 //! prompt chunk; `--rows 32` a decode batch), on the best instruction set this CPU
-//! has, over the pool's threads (`RAYON_NUM_THREADS`). Prints the median GOP/s
+//! has (`--avx2`: the AVX2 tiles, as an AVX2-only machine runs them), over the pool's threads (`RAYON_NUM_THREADS`). Prints the median GOP/s
 //! (2·m·n·k per product) of `--runs` runs (default 7), the best run's (what a
 //! shared machine's interruptions leave alone), and the load average.
 
@@ -45,7 +45,11 @@ fn main() {
             .unwrap_or(default)
     };
     let (m, runs) = (flag("--rows", 512), flag("--runs", 7));
-    let Some(isa) = Isa::best() else {
+    let isa = match args.iter().any(|a| a == "--avx2") {
+        true => Some(Isa::Avx2).filter(|i| i.available()),
+        false => Isa::best(),
+    };
+    let Some(isa) = isa else {
         return eprintln!("no AVX2: nothing to measure");
     };
     println!("isa {isa:?}, {m} rows, load {}", load_avg());
