@@ -148,6 +148,14 @@ pub struct EngineConfig {
     /// it (a client's next request does not wait behind a full batch step; 0: off).
     [flag "interactive-linger-ms"]
     pub interactive_linger_ms: u64 = 1000,
+    /// With `step_budget = "time"`: for this long (ms) after an interactive request
+    /// finishes, every step stays within the relative bound
+    /// (`max_batch_interference`), as while an interactive request waits: the
+    /// client's next request, which agents, tool loops and other closed-loop
+    /// clients send at once, starts after a short step instead of a full one
+    /// (0: off).
+    [flag "interactive-followup-ms"]
+    pub interactive_followup_ms: u64 = 20,
     /// With `step_budget = "time"`: the longest predicted batch prefill of a step
     /// without interactive work (ms), on top of its batch decode rows, so an
     /// interactive arrival never waits behind a long step (unset: the token budget).

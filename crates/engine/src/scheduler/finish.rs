@@ -185,11 +185,14 @@ impl Scheduler {
 
     /// Sends `Finished` for and drops every running sequence with a finish reason.
     pub fn reap_finished(&mut self, now: Instant) {
-        let c = &mut self.counters;
+        let (c, last) = (&mut self.counters, &mut self.last_interactive_finish);
         self.running.retain_mut(|s| {
             let Some(reason) = s.finish_reason().cloned() else {
                 return true;
             };
+            if s.class() == SloClass::Interactive {
+                *last = Some(now);
+            }
             count_finish(c, &reason);
             s.send_finished(reason, now, &mut c.slo[s.class()]);
             false

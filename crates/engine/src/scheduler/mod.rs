@@ -23,7 +23,9 @@
 //!    the token budget allows, except within `interactive_linger_ms` of the last
 //!    interactive work: then a step is bounded as if it carried that work, so
 //!    the next interactive arrival waits no longer for the step in flight than
-//!    beside it. With `step_budget = "tokens"` (the earlier policy)
+//!    beside it; within `interactive_followup_ms` of an interactive request's
+//!    finish, steps stay within the relative bound (its client's next request,
+//!    sent at once by closed-loop clients, arrives during them). With `step_budget = "tokens"` (the earlier policy)
 //!    every decode joins and batch prefill fills up to
 //!    `interactive_max_batched_tokens`.
 //!
@@ -55,7 +57,7 @@ mod speculate;
 pub(crate) use finish::StepOutcome;
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::block_pool::{BlockPool, BlockTable};
 use crate::budget::StepBudget;
@@ -128,6 +130,8 @@ pub(crate) struct Scheduler {
     /// When the latest step with interactive work was planned, and the predicted
     /// time of that work (bounds the steps just after it: `linger_limit`).
     last_interactive: Option<(Instant, f64)>,
+    /// When an interactive request last finished (`interactive_followup_ms`).
+    last_interactive_finish: Option<Instant>,
     /// Seconds of interference allowance earlier bounded steps left unused.
     interference_credit: f64,
     /// The planned step's own time bound (before carried-over allowance).
@@ -163,6 +167,7 @@ impl Scheduler {
             order: Vec::new(),
             last_batch_prefill_step: 0,
             last_interactive: None,
+            last_interactive_finish: None,
             interference_credit: 0.0,
             step_bound: None,
             ngram: Vec::new(),
@@ -263,6 +268,14 @@ impl Scheduler {
         debug_assert_eq!(batch.num_tokens(), budget.used());
         debug_assert!(batch.num_tokens() <= self.cfg.max_num_batched_tokens);
         debug_assert!(self.running.len() <= self.cfg.max_num_seqs);
+    }
+
+    /// Whether an interactive request finished within `interactive_followup_ms`:
+    /// its client's next request may be on its way.
+    fn followup_expected(&self, now: Instant) -> bool {
+        let window = Duration::from_millis(self.cfg.interactive_followup_ms);
+        self.last_interactive_finish
+            .is_some_and(|t| now.saturating_duration_since(t) < window)
     }
 
     /// Whether interactive requests wait or run.

@@ -58,8 +58,9 @@ impl Scheduler {
                 // small-batch path costs about a whole small step).
                 let cap = (allowance * CREDIT_STEPS).max(base);
                 self.interference_credit = (self.interference_credit + allowance).min(cap);
-                if budget.shape().prefill_tokens > 0 {
-                    // An interactive prefill is its request's TTFT: no carried-over
+                if budget.shape().prefill_tokens > 0 || self.followup_expected(now) {
+                    // An interactive prefill is its request's TTFT, and so is the
+                    // step an expected follow-up arrives during: no carried-over
                     // allowance is spent on it.
                     Some(limit)
                 } else {
@@ -241,6 +242,9 @@ impl Scheduler {
     /// beside that work. `None` otherwise (a full step: throughput).
     fn linger_limit(&self, now: Instant) -> Option<f64> {
         let (at, base) = self.last_interactive?;
+        if self.followup_expected(now) {
+            return Some(self.with_margin(base, self.relative_bound(base)));
+        }
         let linger = Duration::from_millis(self.cfg.interactive_linger_ms);
         (now.saturating_duration_since(at) < linger).then(|| {
             let bound = self
@@ -284,11 +288,14 @@ impl Scheduler {
         let one_row = cost.predict(&StepShape::of_seq(1, 0, true));
         let base = cost.predict(budget.shape()).max(one_row);
         let relative = self.relative_bound(base);
-        let mut bound = if self.waiting[SloClass::Interactive].is_empty() {
-            f64::INFINITY
-        } else {
-            relative // an interactive request waits for room: keep steps short
-        };
+        let mut bound =
+            if self.waiting[SloClass::Interactive].is_empty() && !self.followup_expected(now) {
+                f64::INFINITY
+            } else {
+                // An interactive request waits for room, or one just finished and
+                // its client's next may arrive during this step: keep steps short.
+                relative
+            };
         for s in &self.running {
             if !s.is_active() || s.rank() != SloClass::Interactive {
                 continue;

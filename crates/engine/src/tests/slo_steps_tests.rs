@@ -292,6 +292,7 @@ fn a_stretch_bound_caps_a_loose_tpot_target() {
     c.max_tpot_stretch = Some(2.0);
     c.default_tpot_slo_ms = Some(100.0);
     c.interactive_linger_ms = 500;
+    c.interactive_followup_ms = 0; // the lingering bound itself, not the follow-up's
     let (mut core, _log, _flood) = warm_flood(c);
     let mut inter = submit(&mut core, 0, greedy(prompt(0, 8), 6, SloClass::Interactive));
     for _ in 0..4 {
@@ -465,6 +466,38 @@ fn steps_stay_short_for_a_while_after_interactive_work() {
     core.step();
     assert_eq!(rows(&log, before), 12, "full steps once the linger is over");
     assert_eq!(core.sched().last_limit(), None);
+}
+
+/// Just after an interactive request finishes, its client's next request is
+/// likely on its way (agents and other closed-loop clients send it at once): for
+/// `interactive_followup_ms` steps stay within the relative bound, though the
+/// lingering bound under a loose TPOT target is far larger; then they return to it.
+#[test]
+fn a_finished_interactive_request_keeps_the_next_steps_short() {
+    let mut c = slo_cfg(0.2);
+    c.default_tpot_slo_ms = Some(100.0);
+    c.interactive_linger_ms = 60_000;
+    c.interactive_followup_ms = 40;
+    let (mut core, log, _flood) = warm_flood(c);
+    let mut inter = submit(&mut core, 0, greedy(prompt(0, 8), 6, SloClass::Interactive));
+    while !inter.done() {
+        core.step();
+    }
+    // 1.2x the last interactive work (one decode row, 15 ms): 18 ms, where the
+    // 100 ms target would let the whole flood (8 rows, 50 ms) join.
+    let before = log.lock().unwrap().len();
+    core.step();
+    let limit = core.sched().last_limit().expect("a bound");
+    assert!(limit <= 0.020, "in the follow-up window: limit {limit}");
+    assert!(rows(&log, before) < 8, "{} rows", rows(&log, before));
+    // 40 ms later (each step moves the clock by its cost): the target's bound.
+    for _ in 0..4 {
+        core.step();
+    }
+    let limit = core.sched().last_limit().expect("a lingering bound");
+    assert!(limit > 0.05, "after the window: limit {limit}");
+    run_to_idle(&mut core, 3000);
+    assert_all_blocks_return(&mut core);
 }
 
 /// A step limit that nothing fits never stalls the engine: one unit of batch work
