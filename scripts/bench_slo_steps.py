@@ -80,6 +80,7 @@ SWEEP = {
     "slo-tpot-100ms": "default_tpot_slo_ms = 100.0\n",
     "slo-margin-0.2": "slo_margin = 0.2\n",
     "slo-margin-0": "slo_margin = 0.0\n",
+    "slo-followup-0": "interactive_followup_ms = 0\n",
 }
 
 
