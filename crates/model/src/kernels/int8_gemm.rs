@@ -325,7 +325,10 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
         };
         for (r, acc) in acc.iter_mut().enumerate() {
             let i = a.at(r0 + r, b);
-            let t = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * *a.sum.get_unchecked(i)));
+            let t = match w.zero {
+                0 => s[r],
+                z => _mm512_sub_epi32(s[r], _mm512_set1_epi32(z * *a.sum.get_unchecked(i))),
+            };
             let scale = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(i)));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, *acc);
             if w.has_min {
