@@ -2,13 +2,15 @@
 //! 1.5B's feed-forward shapes (up: 8960 x 1536, down: 1536 x 8960) in Q4_K and Q6_K
 //! (random weights, the file's block formats), `m` activation rows (default 512, a
 //! prompt chunk; `--rows 32` a decode batch), on the best instruction set this CPU
-//! has (`--avx2`: the AVX2 tiles, as an AVX2-only machine runs them), over the pool's threads (`RAYON_NUM_THREADS`). Prints the median GOP/s
-//! (2·m·n·k per product) of `--runs` runs (default 7), the best run's (what a
-//! shared machine's interruptions leave alone), and the load average.
+//! has (`--avx2`: the AVX2 tiles, as an AVX2-only machine runs them), over the
+//! pool's threads (`RAYON_NUM_THREADS`). Prints the median GOP/s (2·m·n·k per
+//! product) of `--runs` runs (default 7), the best run's (what a shared machine's
+//! interruptions leave alone), and the load average.
 
 use std::time::Instant;
 
 use candle_core::quantized::k_quants::{BlockQ4K, BlockQ6K, GgmlType};
+use sloserve_model::kernels::cpu::test_data;
 use sloserve_model::kernels::int8_gemm::{matmul, Isa};
 use sloserve_model::kernels::int8_panels::Int8Panels;
 use sloserve_model::weights::WeightData;
@@ -16,17 +18,6 @@ use sloserve_model::weights::WeightData;
 #[path = "common.rs"]
 mod common;
 use common::{load_avg, median};
-
-/// Deterministic values in about `-1..1` (a fixed LCG).
-fn test_data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (s >> 8) as f32 / (1 << 23) as f32 - 1.0
-        })
-        .collect()
-}
 
 fn blocks<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
     let x = test_data(n * k, 11);

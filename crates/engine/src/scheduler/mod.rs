@@ -25,9 +25,9 @@
 //!    the next interactive arrival waits no longer for the step in flight than
 //!    beside it; within `interactive_followup_ms` of an interactive request's
 //!    finish, steps stay within the relative bound (its client's next request,
-//!    sent at once by closed-loop clients, arrives during them). With `step_budget = "tokens"` (the earlier policy)
-//!    every decode joins and batch prefill fills up to
-//!    `interactive_max_batched_tokens`.
+//!    sent at once by closed-loop clients, arrives during them). With
+//!    `step_budget = "tokens"` (the earlier policy) every decode joins and batch
+//!    prefill fills up to `interactive_max_batched_tokens`.
 //!
 //! Within a class, waiting requests start in fair order across flows (the
 //! gateway's fairness id; `fair.rs`): start-time fair queuing, one unit per

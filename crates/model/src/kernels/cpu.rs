@@ -62,8 +62,7 @@ pub unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
 }
 
-/// Deterministic values in [-1, 1) for kernel tests.
-#[cfg(test)]
+/// Deterministic values in [-1, 1) for kernel tests and benches.
 pub fn test_data(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
         .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
