@@ -3,7 +3,10 @@
 //! (random weights, the file's block formats), `m` activation rows (default 512, a
 //! prompt chunk; `--rows 32` a decode batch), on the best instruction set this CPU
 //! has (`--avx2`: the AVX2 tiles, as an AVX2-only machine runs them), over the
-//! pool's threads (`RAYON_NUM_THREADS`). Prints the median GOP/s (2·m·n·k per
+//! pool's threads (`RAYON_NUM_THREADS`). `--bytes` keeps one byte a value (else
+//! values are packed as the loader packs them for the instruction set). `--shape N,K` multiplies that one shape
+//! instead (`--shape 151936,1536`: Qwen's output matrix, 175-233 MB, which no cache
+//! holds: what a batch-1 token reads). Prints the median GOP/s (2·m·n·k per
 //! product) of `--runs` runs (default 7), the best run's (what a shared machine's
 //! interruptions leave alone), and the load average.
 
@@ -12,7 +15,7 @@ use std::time::Instant;
 use candle_core::quantized::k_quants::{BlockQ4K, BlockQ6K, GgmlType};
 use sloserve_model::kernels::cpu::test_data;
 use sloserve_model::kernels::int8_gemm::{matmul, Isa};
-use sloserve_model::kernels::int8_panels::Int8Panels;
+use sloserve_model::kernels::int8_panels::{Int8Panels, Packing};
 use sloserve_model::weights::WeightData;
 
 #[path = "common.rs"]
@@ -44,7 +47,17 @@ fn main() {
         return eprintln!("no AVX2: nothing to measure");
     };
     println!("isa {isa:?}, {m} rows, load {}", load_avg());
-    for (name, n, k) in [("up", 8960, 1536), ("down", 1536, 8960)] {
+    let shapes = match args.iter().position(|a| a == "--shape") {
+        Some(i) => {
+            let nk: Vec<usize> = args[i + 1]
+                .split(',')
+                .map(|v| v.parse().expect("--shape N,K"))
+                .collect();
+            vec![("shape", nk[0], nk[1])]
+        }
+        None => vec![("up", 8960, 1536), ("down", 1536, 8960)],
+    };
+    for (name, n, k) in shapes {
         let x: Vec<f32> = test_data(m * k, 3).iter().map(|v| v * 4.0).collect();
         let mut out = vec![0f32; m * n];
         for (ty, w) in [
@@ -52,7 +65,12 @@ fn main() {
             ("Q6_K", WeightData::Q6K(blocks::<BlockQ6K>(n, k))),
         ] {
             let mut p = Int8Panels::pack(&w, n, k).expect("packs");
-            p.to_nibbles();
+            // As the loader packs them (`linear::panels_for`).
+            p.repack(match (args.iter().any(|a| a == "--bytes"), isa) {
+                (true, _) => Packing::Bytes,
+                (false, Isa::Avx512Vnni) => Packing::Planes,
+                (false, Isa::Avx2) => Packing::Nibbles,
+            });
             matmul(&p, isa, &x, m, &mut out);
             let times: Vec<f64> = (0..runs)
                 .map(|_| {
@@ -63,10 +81,12 @@ fn main() {
                 .collect();
             let ops = 2.0 * (m * n * k) as f64 / 1e9;
             let best = times.iter().cloned().fold(f64::MAX, f64::min);
+            let gb = p.held_bytes() as f64 / 1e9;
             println!(
-                "{name:5} {ty}  {n} x {k}: {:7.1} GOP/s (best {:.1})",
+                "{name:5} {ty}  {n} x {k}: {:7.1} GOP/s (best {:.1}), {:.1} GB/s of panels",
                 ops / median(&times),
-                ops / best
+                ops / best,
+                gb / median(&times)
             );
         }
     }

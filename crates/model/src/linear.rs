@@ -25,7 +25,7 @@ use candle_core::quantized::GgmlDType;
 use crate::kernels::gemm_f32::gemm_f32;
 use crate::kernels::half_rows::{self, HalfWeights};
 use crate::kernels::int8_gemm::{self, Isa};
-use crate::kernels::int8_panels::Int8Panels;
+use crate::kernels::int8_panels::{Int8Panels, Packing};
 use crate::kernels::packed_gemm::{self, PackedMatrix, RowBlocks};
 use crate::weights::{Precision, WeightData};
 
@@ -153,14 +153,14 @@ pub struct Linear {
 
 /// The 8-bit panels, 4-bit values packed as nibbles (on both instruction sets they
 /// beat one byte each, prompts included: AVX2 int8 prefill 803-830 vs 762 tok/s,
-/// stop 14). `SLOSERVE_DENSE` (comma-separated) is for A/B measurements of the other
-/// paths: `avx2` takes the AVX2 kernel on a CPU with AVX-512 VNNI, `u8` leaves 4-bit
-/// values one byte each, `f32` leaves out the panels (8-bit dot products instead).
-/// Whether `precision` holds a `dtype` matrix as the 8-bit panels: their
-/// instruction set and whether 4-bit values go as nibbles. `None` for exact
-/// precision, float types, or where the panels are left out (`SLOSERVE_DENSE=f32`,
-/// or no AVX2).
-fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, bool)> {
+/// stop 14), and with AVX-512 5- and 6-bit values as nibbles and high planes
+/// (`Packing::Planes`). `SLOSERVE_DENSE` (comma-separated) is for A/B measurements of
+/// the other paths: `avx2` takes the AVX2 kernel on a CPU with AVX-512 VNNI, `u8`
+/// leaves values one byte each, `f32` leaves out the panels (8-bit dot products
+/// instead). Whether `precision` holds a `dtype` matrix as the 8-bit panels: their
+/// instruction set and packing. `None` for exact precision, float types, or where
+/// the panels are left out (`SLOSERVE_DENSE=f32`, or no AVX2).
+fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, Packing)> {
     let float = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
     if precision == Precision::Exact || float {
         return None;
@@ -174,7 +174,12 @@ fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, bool)> {
         true => Some(Isa::Avx2).filter(|i| i.available()),
         false => Isa::best(),
     }?;
-    Some((isa, !choices.contains(&"u8")))
+    let packing = match (choices.contains(&"u8"), isa) {
+        (true, _) => Packing::Bytes,
+        (false, Isa::Avx512Vnni) => Packing::Planes,
+        (false, Isa::Avx2) => Packing::Nibbles,
+    };
+    Some((isa, packing))
 }
 
 fn half(w: &WeightData) -> Option<HalfWeights<'_>> {
@@ -217,10 +222,10 @@ impl Linear {
         chunk: usize,
         read: impl FnMut(std::ops::Range<usize>, &mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Option<Self>, E> {
-        let Some((isa, nibbles)) = panels_for(dtype, precision) else {
+        let Some((isa, packing)) = panels_for(dtype, precision) else {
             return Ok(None);
         };
-        let Some(p) = Int8Panels::pack_chunks(dtype, (n_out, k), nibbles, chunk, read)? else {
+        let Some(p) = Int8Panels::pack_chunks(dtype, (n_out, k), packing, chunk, read)? else {
             return Ok(None);
         };
         Ok(Some(Linear {
@@ -251,7 +256,7 @@ impl Linear {
             return Form::Half(weight, packed);
         }
         let panels = panels_for(weight.dtype(), precision)
-            .and_then(|(isa, nibbles)| Some((Int8Panels::pack_as(&weight, n, k, nibbles)?, isa)));
+            .and_then(|(isa, packing)| Some((Int8Panels::pack_as(&weight, n, k, packing)?, isa)));
         match panels {
             Some((p, isa)) => Form::Panels(p, isa),
             None => Form::Quantized(weight),

@@ -116,7 +116,8 @@ impl MemoryPlan {
 
 /// Bytes a tensor of `dtype` is held in, per weight, by precision (`linear.rs`'s
 /// forms: panels one byte a value, nibbles for types of at most 4 bits (Q2_K and
-/// Q3_K included); exact precision the file's blocks, tiles dequantized inside the
+/// Q3_K included), with AVX-512 VNNI nibbles and high planes (0.75 bytes) for 5- and
+/// 6-bit types; exact precision the file's blocks, tiles dequantized inside the
 /// GEMM, or f32 without AVX2). An estimate for the load-time memory check.
 pub fn held_bytes_per_weight(dtype: GgmlDType, precision: Precision) -> f64 {
     use GgmlDType as D;
@@ -126,15 +127,20 @@ pub fn held_bytes_per_weight(dtype: GgmlDType, precision: Precision) -> f64 {
             false => 4.0,
         };
     }
+    // 5- and 6-bit values: a quarter of a byte less each as high planes.
+    let planes = match crate::kernels::cpu::has_avx512_vnni() {
+        true => 0.25,
+        false => 0.0,
+    };
     match dtype {
         D::F32 => 4.0,
         D::F16 | D::BF16 => 6.0,
         D::Q4_0 => 0.5625,
         D::Q4_1 => 0.625,
         D::Q4K | D::Q3K => 0.58,
-        D::Q5_0 => 1.0625,
-        D::Q5_1 => 1.125,
-        D::Q5K | D::Q6K => 1.08,
+        D::Q5_0 => 1.0625 - planes,
+        D::Q5_1 => 1.125 - planes,
+        D::Q5K | D::Q6K => 1.08 - planes,
         D::Q8_0 => 1.1875,
         D::Q2K => 0.64,
         _ => 4.0,

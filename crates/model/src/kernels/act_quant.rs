@@ -45,6 +45,12 @@ pub struct QuantActs {
     blocks: usize,
     /// The values as `Halves`, after `split` (the AVX2 GEMM's 8-bit weights).
     pub halves: Vec<Halves>,
+    /// After `fold_zero(z)`: `-z · Σ q_a` over each block's first 16 values, its
+    /// last 16 and all 32: where a GEMM tile starts a panel's integer sums, so that
+    /// the panel's zero point comes off exactly with no work per block in the tile.
+    pub zero_lo: Vec<i32>,
+    pub zero_hi: Vec<i32>,
+    pub zero_all: Vec<i32>,
 }
 
 impl QuantActs {
@@ -92,6 +98,24 @@ impl QuantActs {
     #[inline(always)]
     pub fn at(&self, row: usize, b: usize) -> usize {
         b * self.rows + row
+    }
+
+    /// Fills `zero_lo`, `zero_hi` and `zero_all` for a panel with zero point `zero`,
+    /// from the last `quantize`'s sums (exact: each within `32 · 127 · 255`).
+    pub fn fold_zero(&mut self, zero: i32) {
+        let blocks = self.blocks;
+        self.zero_lo.resize(blocks, 0);
+        self.zero_hi.resize(blocks, 0);
+        self.zero_all.resize(blocks, 0);
+        let sums = self.sum[..blocks].iter().zip(&self.sum_lo[..blocks]);
+        let out = self
+            .zero_lo
+            .iter_mut()
+            .zip(&mut self.zero_hi)
+            .zip(&mut self.zero_all);
+        for (((lo, hi), all), (&sum, &sum_lo)) in out.zip(sums) {
+            (*lo, *hi, *all) = (-zero * sum_lo, -zero * (sum - sum_lo), -zero * sum);
+        }
     }
 
     /// Fills `halves` from the last `quantize`'s values: `q + 128 = 16·hi + lo`, both

@@ -20,7 +20,14 @@ use crate::kernels::int8_panels::{Int8Panels, Scales, NR};
 use crate::kernels::pool::parallel_tiles;
 
 mod avx2;
-use avx2::{avx2_values, tile_avx2, BYTES, NIBBLES, WIDE};
+use avx2::{avx2_values, tile_avx2, BYTES, NIBBLES, SIX, WIDE};
+
+/// Tiles of at most this many rows (decode at batch 1 or 2, bound by the bytes they
+/// read) prefetch each panel `PREFETCH_BLOCKS` blocks ahead: at one row the loads
+/// alone do not keep enough misses in flight (Q4_K's output-matrix GEMV on 2 cores,
+/// `--rows 1 --shape 151936,1536`: 71.5 against 89.8 GOP/s, medians of 5).
+pub(super) const PREFETCH_ROWS: usize = 2;
+pub(super) const PREFETCH_BLOCKS: usize = 4;
 
 /// Activation rows per task: `MC · k` bytes of them stay in L2.
 const MC: usize = 64;
@@ -80,6 +87,9 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
     ACTS.with(|cell| {
         let acts = &mut *cell.borrow_mut();
         acts.quantize(&x[..m * k], k);
+        if folds_zero(w) {
+            acts.fold_zero(w.zero);
+        }
         if isa == Isa::Avx2 && avx2_values(w) == WIDE {
             // The tile reads `stored ^ 0x80` as `stored - zero`.
             assert_eq!(w.zero, 128, "8-bit values with another zero point");
@@ -101,6 +111,12 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
             }
         });
     });
+}
+
+/// Whether the tiles start `w`'s integer sums at `QuantActs::fold_zero`'s terms (a
+/// zero point, subtracted per half or per block) rather than at zero.
+fn folds_zero(w: &Int8Panels) -> bool {
+    w.zero != 0 && !w.int_halves()
 }
 
 /// `int_halves` panels with a zero point (Q3_K): each half's `zero · Σ q_a`, as
@@ -143,15 +159,24 @@ unsafe fn tile(
             }
         };
     }
-    match (isa, w.nibbles, w.sub) {
-        (Isa::Avx512Vnni, true, true) => run!(tile_vnni, true, true; 1 2 3 4 5 6 7 8),
-        (Isa::Avx512Vnni, true, false) => run!(tile_vnni, true, false; 1 2 3 4 5 6 7 8),
-        (Isa::Avx512Vnni, false, true) => run!(tile_vnni, false, true; 1 2 3 4 5 6 7 8),
-        (Isa::Avx512Vnni, false, false) => run!(tile_vnni, false, false; 1 2 3 4 5 6 7 8),
+    match (isa, w.nibbles, w.high, w.sub) {
+        (Isa::Avx512Vnni, true, false, true) => run!(tile_vnni, true, false, true; 1 2 3 4 5 6 7 8),
+        (Isa::Avx512Vnni, true, false, false) => {
+            run!(tile_vnni, true, false, false; 1 2 3 4 5 6 7 8)
+        }
+        (Isa::Avx512Vnni, true, true, true) => run!(tile_vnni, true, true, true; 1 2 3 4 5 6 7 8),
+        (Isa::Avx512Vnni, true, true, false) => run!(tile_vnni, true, true, false; 1 2 3 4 5 6 7 8),
+        (Isa::Avx512Vnni, false, _, true) => run!(tile_vnni, false, false, true; 1 2 3 4 5 6 7 8),
+        (Isa::Avx512Vnni, false, _, false) => {
+            run!(tile_vnni, false, false, false; 1 2 3 4 5 6 7 8)
+        }
         (Isa::Avx2, ..) => match (avx2_values(w), w.has_min, w.sub) {
             // Two scales a block: Q2_K's minimums are read as `int_halves` reads them.
             (NIBBLES, _, true) => run!(tile_avx2, NIBBLES, false, true; 1 2 3 4),
             (BYTES, _, true) => run!(tile_avx2, BYTES, false, true; 1 2 3 4),
+            (SIX, _, true) => run!(tile_avx2, SIX, false, true; 1 2 3 4),
+            (SIX, true, false) => run!(tile_avx2, SIX, true, false; 1 2 3 4),
+            (SIX, false, false) => run!(tile_avx2, SIX, false, false; 1 2 3 4),
             (NIBBLES, true, false) => run!(tile_avx2, NIBBLES, true, false; 1 2 3 4 5),
             (NIBBLES, false, false) => run!(tile_avx2, NIBBLES, false, false; 1 2 3 4 5),
             (BYTES, true, false) => run!(tile_avx2, BYTES, true, false; 1 2 3 4),
@@ -164,13 +189,15 @@ unsafe fn tile(
 
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI. `NIB`: the panel's
 /// 4-bit values are packed (each 64-byte vector holds groups `g` and `g + 4`, split
-/// with a mask and a shift), else one byte each. `SUB`: two scales per block (Q2_K,
+/// with a mask and a shift), else one byte each. `HIGH` (with `NIB`): bits 4-5 of
+/// each value come from the block's high planes, shifted into place and merged
+/// (one `vpternlogd`). `SUB`: two scales per block (Q2_K,
 /// Q3_K, Q6_K), each half's integer sums apart (with `NIB` the low nibbles are the
 /// first half, the high the second): Q6_K's scaled apart in float, Q2_K's and
 /// Q3_K's (`int_halves`) times their integer scales and summed in integers.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -214,10 +241,24 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
         }
     };
     let low = _mm512_set1_epi8(0x0F);
+    let fold = folds_zero(w);
     let mut acc = [_mm512_setzero_ps(); R];
     for b in 0..kb {
         let mut s = [_mm512_setzero_si512(); R];
         let mut s_lo = [_mm512_setzero_si512(); R];
+        if fold {
+            // The zero point's `-zero · Σ q_a` (per half with SUB) as the sums' start.
+            for r in 0..R {
+                let i = a.at(r0 + r, b);
+                match SUB {
+                    true => {
+                        s_lo[r] = _mm512_set1_epi32(*a.zero_lo.get_unchecked(i));
+                        s[r] = _mm512_set1_epi32(*a.zero_hi.get_unchecked(i));
+                    }
+                    false => s[r] = _mm512_set1_epi32(*a.zero_all.get_unchecked(i)),
+                }
+            }
+        }
         // Group `g`'s weights times every row's 4 activations at 4g, into `s`.
         let dot = |s: &mut [__m512i; R], wv: __m512i, g: usize| {
             for (r, s) in s.iter_mut().enumerate() {
@@ -227,17 +268,43 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
             }
         };
         let raw = |v: usize| _mm512_load_si512(gp.add(b * per + v));
-        if NIB {
+        if R <= PREFETCH_ROWS {
+            // A hint only: past the panel's end it reads nothing and faults never.
             for v in 0..per {
+                _mm_prefetch::<_MM_HINT_T0>(
+                    gp.wrapping_add((b + PREFETCH_BLOCKS) * per + v) as *const i8
+                );
+            }
+        }
+        if NIB {
+            let planes = match HIGH {
+                true => [raw(4), raw(5)],
+                false => [_mm512_setzero_si512(); 2],
+            };
+            let bits45 = _mm512_set1_epi8(0x30);
+            for v in 0..4 {
                 let raw = raw(v);
+                let mut first_half = _mm512_and_si512(raw, low);
+                let mut second_half = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+                if HIGH {
+                    // Field v of each plane (bits 2v, 2v + 1 of every byte) to bits 4-5:
+                    // in 16-bit lanes, as the mask keeps only bits from the same byte.
+                    let field = |h: __m512i| match v {
+                        0 => _mm512_slli_epi16(h, 4),
+                        1 => _mm512_slli_epi16(h, 2),
+                        2 => h,
+                        _ => _mm512_srli_epi16(h, 2),
+                    };
+                    // a | (b & c)
+                    first_half =
+                        _mm512_ternarylogic_epi32(first_half, field(planes[0]), bits45, 0xF8);
+                    second_half =
+                        _mm512_ternarylogic_epi32(second_half, field(planes[1]), bits45, 0xF8);
+                }
                 // With SUB, the low nibbles (groups 0..4) are the first half.
                 let first = if SUB { &mut s_lo } else { &mut s };
-                dot(first, _mm512_and_si512(raw, low), v);
-                dot(
-                    &mut s,
-                    _mm512_and_si512(_mm512_srli_epi16(raw, 4), low),
-                    v + 4,
-                );
+                dot(first, first_half, v);
+                dot(&mut s, second_half, v + 4);
             }
         } else if SUB {
             // Each half's groups into its own sums (two loops, so both arrays stay
@@ -308,11 +375,9 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
         if SUB {
             let d_hi = lanes(b * lpb + 1);
             for (r, acc) in acc.iter_mut().enumerate() {
-                let i = a.at(r0 + r, b);
-                let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
-                let da = _mm512_set1_ps(*a.d.get_unchecked(i));
-                let t_lo = _mm512_sub_epi32(s_lo[r], _mm512_set1_epi32(w.zero * lo));
-                let t_hi = _mm512_sub_epi32(s[r], _mm512_set1_epi32(w.zero * (sum - lo)));
+                // The sums started at the zero point's terms (`fold`).
+                let da = _mm512_set1_ps(*a.d.get_unchecked(a.at(r0 + r, b)));
+                let (t_lo, t_hi) = (s_lo[r], s[r]);
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_lo), _mm512_mul_ps(d, da), *acc);
                 *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t_hi), _mm512_mul_ps(d_hi, da), *acc);
             }
@@ -325,10 +390,8 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
         };
         for (r, acc) in acc.iter_mut().enumerate() {
             let i = a.at(r0 + r, b);
-            let t = match w.zero {
-                0 => s[r],
-                z => _mm512_sub_epi32(s[r], _mm512_set1_epi32(z * *a.sum.get_unchecked(i))),
-            };
+            // A zero point's terms are in the sums already (`fold`).
+            let t = s[r];
             let scale = _mm512_mul_ps(d, _mm512_set1_ps(*a.d.get_unchecked(i)));
             *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), scale, *acc);
             if w.has_min {
@@ -347,7 +410,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn tile_vnni<const R: usize, const NIB: bool, const SUB: bool>(
+unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
     a: &QuantActs,
@@ -364,10 +427,11 @@ mod tests {
     use super::*;
     use crate::kernels::block_scales::random_blocks;
     use crate::kernels::cpu::test_data;
+    use crate::kernels::int8_panels::Packing;
     use crate::weights::WeightData;
     use candle_core::quantized::k_quants::{
-        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8_0,
-        GgmlType,
+        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+        BlockQ6K, BlockQ8_0, GgmlType,
     };
     use candle_core::quantized::GgmlDType;
 
@@ -401,7 +465,7 @@ mod tests {
         out
     }
 
-    fn check(isa: Isa, nibbles: bool, w: &WeightData, m: usize, k: usize, n: usize) {
+    fn check(isa: Isa, packing: Packing, w: &WeightData, m: usize, k: usize, n: usize) {
         let mut panels = Int8Panels::pack(w, n, k).unwrap();
         if !isa.available() {
             eprintln!(
@@ -410,7 +474,7 @@ mod tests {
             );
             return;
         }
-        if nibbles && !panels.to_nibbles() {
+        if packing != Packing::Bytes && !panels.repack(packing) {
             return;
         }
         let x: Vec<f32> = test_data(m * k, 5).iter().map(|v| v * 1.7).collect();
@@ -419,7 +483,7 @@ mod tests {
         for (i, (a, b)) in out.iter().zip(reference(w, &x, m, k, n)).enumerate() {
             assert!(
                 (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                "{isa:?} {:?} {m}x{k}x{n} at {i}: {a} vs {b}",
+                "{isa:?} {packing:?} {:?} {m}x{k}x{n} at {i}: {a} vs {b}",
                 w.dtype()
             );
         }
@@ -434,6 +498,8 @@ mod tests {
                 WeightData::Q4_0(quantized::<BlockQ4_0>(n, k)),
                 WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
                 WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
+                WeightData::Q5_1(quantized::<BlockQ5_1>(n, k)),
+                WeightData::Q5K(quantized::<BlockQ5K>(n, k)),
                 WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
                 WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
                 WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
@@ -443,13 +509,10 @@ mod tests {
                 random_blocks(GgmlDType::Q2K, n, k, (m * n) as u64),
             ];
             for w in &types {
-                for (isa, nibbles) in [
-                    (Isa::Avx512Vnni, false),
-                    (Isa::Avx512Vnni, true),
-                    (Isa::Avx2, false),
-                    (Isa::Avx2, true),
-                ] {
-                    check(isa, nibbles, w, m, k, n);
+                for isa in [Isa::Avx512Vnni, Isa::Avx2] {
+                    for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
+                        check(isa, packing, w, m, k, n);
+                    }
                 }
             }
         }
@@ -474,8 +537,8 @@ mod tests {
             .filter(|i| i.available());
         for (w, isa) in types.iter().flat_map(|w| isas.clone().map(move |i| (w, i))) {
             let mut panels = Int8Panels::pack(w, n, k).unwrap();
-            for nibbles in [false, true] {
-                if nibbles && !panels.to_nibbles() {
+            for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
+                if packing != Packing::Bytes && !panels.repack(packing) {
                     continue;
                 }
                 let x = test_data(40 * k, 5);
@@ -489,7 +552,7 @@ mod tests {
                     assert_eq!(
                         bits(&one),
                         want,
-                        "{:?} {isa:?} {nibbles} row {r}",
+                        "{:?} {isa:?} {packing:?} row {r}",
                         w.dtype()
                     );
                 }

@@ -21,11 +21,15 @@
 //! each type's scales, `block_values` its values.)
 //!
 //! Types of at most 4 bits (Q2_K and Q3_K included) may keep their values as
-//! nibbles (`to_nibbles`): groups `g` and `g + 4` of a block share one 64-byte
+//! nibbles (`repack`): groups `g` and `g + 4` of a block share one 64-byte
 //! vector (low and high halves of each byte; for `sub` types the low nibbles are
 //! the first half, the high the second), so a row reads the file's 0.625 bytes per
 //! weight (Q4_1: 0.5 of values, 0.125 of f16 scale and minimum) instead of 1.25:
-//! what a matrix-vector product at one row is bound by.
+//! what a matrix-vector product at one row is bound by. Types of 5 or 6 bits (Q5_0,
+//! Q5_1, Q5_K, Q6_K) may keep their low 4 bits as nibbles likewise and their bits 4-5
+//! in two more vectors a block, the high planes: byte `x` of plane `h` holds, at bits
+//! `2u..2u + 2`, bits 4-5 of byte `x` of group `4h + u`. Six vectors a block, 0.75
+//! bytes a weight instead of 1 (Q6_K's file: 0.82 with its scales).
 
 use half::f16;
 
@@ -95,8 +99,11 @@ pub struct Int8Panels {
     pub sub: bool,
     /// `[panel][block][8]` groups, or with `nibbles` `[panel][block][4]` pairs.
     pub groups: Vec<Group>,
-    /// Whether groups are packed in pairs as 4-bit values (`to_nibbles`).
+    /// Whether groups are packed in pairs as 4-bit values (`repack`).
     pub nibbles: bool,
+    /// With `nibbles`, values of 5 or 6 bits: each block's 4 nibble vectors are
+    /// followed by its 2 high planes.
+    pub high: bool,
     /// Per panel and block: the scales, then (`has_min`) the minimums.
     pub scales: Scales,
     /// 8-bit types only (`qmax` 255): `[panel][block]`, `128 · Σ (stored − zero)` over
@@ -173,30 +180,31 @@ impl Int8Panels {
 
     /// Groups stored per block.
     pub fn groups_per_block(&self) -> usize {
-        if self.nibbles {
-            4
-        } else {
-            8
-        }
+        vectors_per_block(self.nibbles, self.high)
     }
 
-    /// Packs the values as nibbles (4-bit types only; `false` otherwise).
-    pub fn to_nibbles(&mut self) -> bool {
-        if self.qmax > 15 || self.nibbles {
-            return self.nibbles;
+    /// Packs values held one byte each as `packing` takes this type (`false`
+    /// where it leaves them so, or they are packed already).
+    pub fn repack(&mut self, packing: Packing) -> bool {
+        if self.nibbles || vectors_per_block_of(packing, self.qmax) == 8 {
+            return false;
         }
-        // In place: block i's 4 pairs go to slots 4i..4i+4, before block i+1's
-        // 8 groups (which start at 8i + 8 > 4i + 3) are read.
+        let high = self.qmax > 15;
+        let per = vectors_per_block(true, high);
+        // In place: block i's vectors go to slots per·i.., before block i+1's 8
+        // groups (which start at 8i + 8 > per·i + per - 1) are read.
         let blocks = self.groups.len() / 8;
         for b in 0..blocks {
-            for g in 0..4 {
-                let (lo, hi) = (self.groups[b * 8 + g].0, self.groups[b * 8 + g + 4].0);
-                self.groups[b * 4 + g] = Group(std::array::from_fn(|x| lo[x] | hi[x] << 4));
+            let block: [Group; 8] = std::array::from_fn(|g| self.groups[b * 8 + g]);
+            let out = &mut self.groups[b * per..b * per + per];
+            for j in 0..NR {
+                let vals: [u8; 32] = std::array::from_fn(|i| block[i / 4].0[j * 4 + i % 4]);
+                put_column(&vals, j, out);
             }
         }
-        self.groups.truncate(blocks * 4);
+        self.groups.truncate(blocks * per);
         self.groups.shrink_to_fit();
-        self.nibbles = true;
+        (self.nibbles, self.high) = (true, high);
         true
     }
 
@@ -227,8 +235,14 @@ impl Int8Panels {
         let (p, j, b) = (c / NR, c % NR, i / 32);
         let at = p * self.kb + b;
         let (g, x) = ((i % 32) / 4, j * 4 + i % 4);
+        let per = self.groups_per_block();
         let q = if self.nibbles {
-            (self.groups[at * 4 + g % 4].0[x] >> (4 * (g / 4))) & 0xF
+            let low = (self.groups[at * per + g % 4].0[x] >> (4 * (g / 4))) & 0xF;
+            let high = match self.high {
+                true => (self.groups[at * per + 4 + g / 4].0[x] >> (2 * (g % 4))) & 3,
+                false => 0,
+            };
+            low | high << 4
         } else {
             self.groups[at * 8 + g].0[x]
         } as i32
@@ -247,6 +261,65 @@ impl Int8Panels {
             0.0
         };
         self.scale(at, 0, j) * q as f32 + m
+    }
+}
+
+/// How the panels keep their values: one byte each; values of at most 4 bits as
+/// nibbles (the rest as bytes); or also values of 5 and 6 bits as nibbles and high
+/// planes. At one row the GEMM is bound by the bytes it reads, so `Planes` (Q6_K:
+/// 0.75 bytes a value instead of 1) where merging the planes back costs little:
+/// with AVX-512 (one `vpternlogd` a vector; Q6_K's output-matrix GEMV on 2 cores
+/// 59.6 against 54.5 GOP/s, prompts about 5% slower). AVX2's merge takes three
+/// instructions a vector and slows Q6_K prompts by about a quarter: `Nibbles` there.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Packing {
+    Bytes,
+    Nibbles,
+    Planes,
+}
+
+/// Vectors a block takes: 8 groups of bytes, 4 nibble pairs, or those and 2 high
+/// planes.
+pub fn vectors_per_block(nibbles: bool, high: bool) -> usize {
+    match (nibbles, high) {
+        (false, _) => 8,
+        (true, false) => 4,
+        (true, true) => 6,
+    }
+}
+
+/// Vectors a block of a type whose values reach `qmax` takes under `packing`.
+pub fn vectors_per_block_of(packing: Packing, qmax: u8) -> usize {
+    match (packing, qmax) {
+        (Packing::Nibbles | Packing::Planes, ..=15) => 4,
+        (Packing::Planes, ..=63) => 6,
+        _ => 8,
+    }
+}
+
+/// Writes column `j`'s 32 values of one block (`vals`, in order) into the block's
+/// vectors `out`, laid out by their count (`vectors_per_block`): group `g` holds
+/// values `4g..4g + 4` at bytes `4j..4j + 4`; as nibbles, vector `v` holds groups
+/// `v` (low 4 bits) and `v + 4` (high 4 bits); the high planes hold bits 4-5.
+fn put_column(vals: &[u8; 32], j: usize, out: &mut [Group]) {
+    let at = j * 4;
+    if out.len() == 8 {
+        for (g, v) in out.iter_mut().zip(vals.chunks_exact(4)) {
+            g.0[at..at + 4].copy_from_slice(v);
+        }
+        return;
+    }
+    for t in 0..4 {
+        for v in 0..4 {
+            out[v].0[at + t] = (vals[4 * v + t] & 0xF) | (vals[16 + 4 * v + t] & 0xF) << 4;
+        }
+        if out.len() == 6 {
+            for h in 0..2 {
+                out[4 + h].0[at + t] = (0..4)
+                    .map(|u| ((vals[16 * h + 4 * u + t] >> 4) & 3) << (2 * u))
+                    .sum();
+            }
+        }
     }
 }
 
@@ -311,24 +384,25 @@ mod tests {
                 w.dtype()
             );
             let f = w.to_f32();
-            for nibbles in [false, true] {
-                if nibbles && !p.to_nibbles() {
-                    assert!(p.qmax > 15, "{:?}", w.dtype());
+            for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
+                if packing != Packing::Bytes && !p.repack(packing) {
                     continue;
                 }
                 for c in 0..n {
                     for i in 0..k {
                         let (ours, want) = (p.weight(c, i), f[c * k + i]);
-                        assert_eq!(ours, want, "{:?} {nibbles} ({c}, {i})", w.dtype());
+                        assert_eq!(ours, want, "{:?} {packing:?} ({c}, {i})", w.dtype());
                     }
                 }
             }
+            let packed = vectors_per_block_of(Packing::Planes, p.qmax) < 8;
+            assert_eq!(p.nibbles, packed, "{:?}: packed where it can be", w.dtype());
         }
     }
 
     /// Random bits in every field of the K-quants' blocks (scales of either sign,
     /// every high bit and minimum): the panels hold exactly the dequantized weights,
-    /// one byte or a nibble a value.
+    /// one byte a value, as nibbles, or as nibbles and high planes.
     #[test]
     fn panels_hold_random_k_quant_blocks_exactly() {
         use crate::kernels::block_scales::random_blocks;
@@ -344,9 +418,8 @@ mod tests {
                 let mut p = Int8Panels::pack(&w, n, k).unwrap();
                 assert!(matches!(p.scales, Scales::Factored { .. }), "{dtype:?}");
                 let f = w.to_f32();
-                for nibbles in [false, true] {
-                    if nibbles && !p.to_nibbles() {
-                        assert!(p.qmax > 15, "{dtype:?}");
+                for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
+                    if packing != Packing::Bytes && !p.repack(packing) {
                         continue;
                     }
                     for (i, &want) in f.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! The AVX2 tile of the 8-bit GEMM (`int8_gemm`): 8 columns at a time, `vpmaddubsw`
 //! pair sums in 16 bits, by how a panel stores its values (`avx2_values`).
 
-use super::zero_pair;
+use super::{folds_zero, zero_pair, PREFETCH_BLOCKS, PREFETCH_ROWS};
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::int8_panels::{Int8Panels, Scales};
 
@@ -15,11 +15,16 @@ pub(super) const BYTES: u8 = 1;
 /// 32-weight group; the shift's `128 · Σ q` per column comes from the panels.
 pub(super) const WIDE: u8 = 2;
 
+/// 5- or 6-bit values as nibbles and high planes (`Int8Panels::high`): each group
+/// merged back into bytes (a shift, two masks and an or), then as `BYTES`.
+pub(super) const SIX: u8 = 3;
+
 /// Which of the above the AVX2 tile takes for `w`.
 pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
-    match (w.nibbles, w.qmax) {
-        (true, _) => NIBBLES,
-        (false, ..=63) => BYTES,
+    match (w.nibbles, w.high, w.qmax) {
+        (true, true, _) => SIX,
+        (true, false, _) => NIBBLES,
+        (false, _, ..=63) => BYTES,
         _ => WIDE,
     }
 }
@@ -102,8 +107,30 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 }
             }
         };
+        // A zero point's `-zero · Σ q_a` as where the integer sums start (Q8_0's
+        // shift is taken apart by `wsum128`).
+        let fold = V != WIDE && folds_zero(w);
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..kb {
+            if R <= PREFETCH_ROWS && half == 0 {
+                // A hint only: past the panel's end it reads nothing and faults never.
+                let ahead = w.groups.as_ptr().add(p * kb * per) as *const __m512i;
+                for v in 0..per {
+                    let line = ahead.wrapping_add((b + PREFETCH_BLOCKS) * per + v);
+                    _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+                }
+            }
+            // Row r's start for the block's first half (`SUB`) or whole block, and its
+            // second half.
+            let start = |r: usize, second: bool| {
+                let i = a.at(r0 + r, b);
+                match (fold, SUB, second) {
+                    (false, ..) => _mm256_setzero_si256(),
+                    (true, false, _) => _mm256_set1_epi32(*a.zero_all.get_unchecked(i)),
+                    (true, true, false) => _mm256_set1_epi32(*a.zero_lo.get_unchecked(i)),
+                    (true, true, true) => _mm256_set1_epi32(*a.zero_hi.get_unchecked(i)),
+                }
+            };
             // Row r's 4 activations of group g, in every 32-bit lane.
             let act = |r: usize, g: usize| {
                 let q = a.qs.get_unchecked(a.at(r0 + r, b)).0.as_ptr().add(4 * g);
@@ -136,8 +163,8 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                         *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(hi, act(r, v + 4)));
                     }
                 }
-                for (s, s16) in s.iter_mut().zip(&s16) {
-                    *s = _mm256_madd_epi16(*s16, ones);
+                for (r, (s, s16)) in s.iter_mut().zip(&s16).enumerate() {
+                    *s = _mm256_add_epi32(start(r, false), _mm256_madd_epi16(*s16, ones));
                 }
             } else if V == WIDE {
                 // Σ (q_a + 128)·q_w = Σ lo·q_w + 16·Σ hi·q_w: each pair at most
@@ -163,14 +190,40 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                     );
                 }
             } else {
+                // Group g's values as bytes: stored so, or merged from its nibbles and
+                // its field of a high plane (bits 2u, 2u + 1 of every byte, moved to
+                // bits 4-5 in 16-bit lanes; the mask keeps only the same byte's bits).
+                let group = |g: usize| {
+                    if V != SIX {
+                        return _mm256_load_si256(gp.add((b * 8 + g) * 2));
+                    }
+                    // Nibble vector g % 4 holds group g; plane g / 4, field g % 4.
+                    let u = g % 4;
+                    let raw = _mm256_load_si256(gp.add((b * 6 + u) * 2));
+                    let nib = match g < 4 {
+                        true => _mm256_and_si256(raw, _mm256_set1_epi8(0x0F)),
+                        false => {
+                            _mm256_and_si256(_mm256_srli_epi16(raw, 4), _mm256_set1_epi8(0x0F))
+                        }
+                    };
+                    let plane = _mm256_load_si256(gp.add((b * 6 + 4 + g / 4) * 2));
+                    let field = match u {
+                        0 => _mm256_slli_epi16(plane, 4),
+                        1 => _mm256_slli_epi16(plane, 2),
+                        2 => plane,
+                        _ => _mm256_srli_epi16(plane, 2),
+                    };
+                    _mm256_or_si256(nib, _mm256_and_si256(field, _mm256_set1_epi8(0x30)))
+                };
+                s = std::array::from_fn(|r| start(r, false));
                 for g0 in (0..8).step_by(run) {
                     if SUB && g0 == 4 {
                         s_lo = s;
-                        s = [_mm256_setzero_si256(); R];
+                        s = std::array::from_fn(|r| start(r, true));
                     }
                     let mut s16 = [_mm256_setzero_si256(); R];
                     for g in g0..g0 + run {
-                        let wv = _mm256_load_si256(gp.add((b * 8 + g) * 2));
+                        let wv = group(g);
                         for (r, s16) in s16.iter_mut().enumerate() {
                             *s16 = _mm256_add_epi16(*s16, _mm256_maddubs_epi16(wv, act(r, g)));
                         }
@@ -229,11 +282,9 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
             if SUB {
                 let d_hi = lanes(b * lpb + 1);
                 for (r, acc) in acc.iter_mut().enumerate() {
-                    let i = a.at(r0 + r, b);
-                    let (sum, lo) = (*a.sum.get_unchecked(i), *a.sum_lo.get_unchecked(i));
-                    let da = _mm256_broadcast_ss(a.d.get_unchecked(i));
-                    let t_lo = _mm256_sub_epi32(s_lo[r], _mm256_set1_epi32(w.zero * lo));
-                    let t_hi = _mm256_sub_epi32(s[r], _mm256_set1_epi32(w.zero * (sum - lo)));
+                    // The sums started at the zero point's terms (`fold`).
+                    let da = _mm256_broadcast_ss(a.d.get_unchecked(a.at(r0 + r, b)));
+                    let (t_lo, t_hi) = (s_lo[r], s[r]);
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_lo), _mm256_mul_ps(d, da), *acc);
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t_hi), _mm256_mul_ps(d_hi, da), *acc);
                 }
@@ -261,9 +312,8 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), scale, *acc);
                     *acc = _mm256_fmadd_ps(m, dsum, *acc);
                 } else {
-                    let zs = _mm256_set1_epi32(w.zero * *a.sum.get_unchecked(i));
-                    let t = _mm256_sub_epi32(s[r], zs);
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), scale, *acc);
+                    // A zero point's terms are in the sums already (`fold`).
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), scale, *acc);
                 }
             }
         }

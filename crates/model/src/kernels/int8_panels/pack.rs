@@ -7,7 +7,10 @@ use std::ops::Range;
 use candle_core::quantized::GgmlDType;
 use half::f16;
 
-use super::{ByteLanes, Group, HalfLanes, Int8Panels, Lanes, Scales, NR};
+use super::{
+    put_column, vectors_per_block_of, ByteLanes, Group, HalfLanes, Int8Panels, Lanes, Packing,
+    Scales, NR,
+};
 use crate::kernels::block_scales::Affine;
 use crate::kernels::block_values::stored_values;
 use crate::weights::WeightData;
@@ -16,26 +19,17 @@ impl Int8Panels {
     /// Re-lays a row-major `[n, k]` matrix; `None` for a type whose blocks are not
     /// `d·q + m` with one `(d, m)` per 32 weights (per 16 for Q2_K, Q3_K, Q6_K).
     pub fn pack(w: &WeightData, n: usize, k: usize) -> Option<Self> {
-        Self::pack_as(w, n, k, false)
+        Self::pack_as(w, n, k, Packing::Bytes)
     }
 
-    /// `pack`, 4-bit values as nibbles where `nibbles` (what `to_nibbles` gives,
-    /// without the one-byte groups in between).
-    pub fn pack_as(w: &WeightData, n: usize, k: usize, nibbles: bool) -> Option<Self> {
+    /// `pack`, values as `packing` takes the type (what `repack` gives, without the
+    /// one-byte groups in between).
+    pub fn pack_as(w: &WeightData, n: usize, k: usize, packing: Packing) -> Option<Self> {
         let (a, kb) = Self::layout(w.dtype(), k)?;
-        let gpb = Self::groups_for(&a, nibbles);
+        let gpb = vectors_per_block_of(packing, a.qmax);
         let mut groups = vec![Group([0; 64]); n.div_ceil(NR) * kb * gpb];
         let part = Part::pack(&a, w.dtype(), w.as_bytes(), (n, kb), &mut groups);
         Some(Self::assemble(&a, n, k, groups, part))
-    }
-
-    /// Groups a block takes: 4 for values of at most 4 bits as nibbles, else 8.
-    fn groups_for(a: &Affine, nibbles: bool) -> usize {
-        if nibbles && a.qmax <= 15 {
-            4
-        } else {
-            8
-        }
     }
 
     /// `pack`, reading the file's blocks `chunk` rows at a time (`read(rows, buf)`
@@ -47,7 +41,7 @@ impl Int8Panels {
     pub fn pack_chunks<E>(
         dtype: GgmlDType,
         (n, k): (usize, usize),
-        nibbles: bool,
+        packing: Packing,
         chunk: usize,
         mut read: impl FnMut(Range<usize>, &mut Vec<u8>) -> Result<(), E>,
     ) -> Result<Option<Self>, E> {
@@ -56,7 +50,7 @@ impl Int8Panels {
         };
         // Whole panels a chunk, so each part's `[panel]` arrays append in order.
         let chunk = chunk.max(1).next_multiple_of(NR);
-        let gpb = Self::groups_for(&a, nibbles);
+        let gpb = vectors_per_block_of(packing, a.qmax);
         let mut groups = vec![Group([0; 64]); n.div_ceil(NR) * kb * gpb];
         let mut buf = Vec::new();
         let mut whole: Option<Part> = None;
@@ -88,6 +82,7 @@ impl Int8Panels {
 
     fn assemble(a: &Affine, n: usize, k: usize, groups: Vec<Group>, part: Part) -> Self {
         let nibbles = groups.len() < n.div_ceil(NR) * (k / 32) * 8;
+        let high = nibbles && a.qmax > 15;
         Int8Panels {
             wsum128: part.wsum128,
             n,
@@ -99,6 +94,7 @@ impl Int8Panels {
             sub: a.sub,
             groups,
             nibbles,
+            high,
             scales: part.scales,
         }
     }
@@ -136,22 +132,7 @@ impl Part {
                     for (b, block) in groups.chunks_exact_mut(gpb).enumerate() {
                         let known = stored_values(dtype, bytes, c * kb + b, &mut vals);
                         debug_assert!(known, "{dtype:?} has an affine layout");
-                        if gpb == 8 {
-                            for (g, v) in block.iter_mut().zip(vals.chunks_exact(4)) {
-                                g.0[j * 4..j * 4 + 4].copy_from_slice(v);
-                            }
-                            continue;
-                        }
-                        // Nibbles (`to_nibbles`' layout): group g pairs groups g and g + 4.
-                        let (lo, hi) = vals.split_at(16);
-                        for (g, (lo, hi)) in block
-                            .iter_mut()
-                            .zip(lo.chunks_exact(4).zip(hi.chunks_exact(4)))
-                        {
-                            for (t, (l, h)) in lo.iter().zip(hi).enumerate() {
-                                g.0[j * 4 + t] = l | h << 4;
-                            }
-                        }
+                        put_column(&vals, j, block);
                     }
                 }
             });
@@ -306,15 +287,15 @@ mod tests {
                 .map(|(a, j, c)| p.scale(a, j, c))
                 .collect()
         };
-        for (w, nibbles) in cases.iter().flat_map(|w| [(w, false), (w, true)]) {
+        let packings = [Packing::Bytes, Packing::Nibbles, Packing::Planes];
+        for (w, packing) in cases.iter().flat_map(|w| packings.map(|p| (w, p))) {
             let mut whole = Int8Panels::pack(w, n, k).unwrap();
-            if nibbles {
-                whole.to_nibbles();
-            }
+            whole.repack(packing);
             let bytes = w.as_bytes();
             let row = bytes.len() / n;
-            let direct = Int8Panels::pack_as(w, n, k, nibbles).unwrap();
+            let direct = Int8Panels::pack_as(w, n, k, packing).unwrap();
             assert_eq!(direct.nibbles, whole.nibbles, "{:?}", w.dtype());
+            assert_eq!(direct.high, whole.high, "{:?}", w.dtype());
             assert!(direct
                 .groups
                 .iter()
@@ -329,11 +310,12 @@ mod tests {
                     buf.extend_from_slice(&bytes[rows.start * row..rows.end * row]);
                     Ok::<_, ()>(())
                 };
-                let p = Int8Panels::pack_chunks(w.dtype(), (n, k), nibbles, chunk, read)
+                let p = Int8Panels::pack_chunks(w.dtype(), (n, k), packing, chunk, read)
                     .unwrap()
                     .unwrap();
-                let what = format!("{:?} chunk {chunk} nibbles {nibbles}", w.dtype());
+                let what = format!("{:?} chunk {chunk} {packing:?}", w.dtype());
                 assert_eq!(p.nibbles, whole.nibbles, "{what}");
+                assert_eq!(p.high, whole.high, "{what}");
                 assert_eq!(reads, n.div_ceil(chunk.next_multiple_of(NR)), "{what}");
                 assert_eq!(p.groups.len(), whole.groups.len(), "{what}");
                 assert!(
@@ -394,7 +376,7 @@ mod tests {
             }
             _ => Err("truncated"),
         };
-        let r = Int8Panels::pack_chunks(w.dtype(), (n, k), true, 16, read);
+        let r = Int8Panels::pack_chunks(w.dtype(), (n, k), Packing::Nibbles, 16, read);
         assert_eq!(r.err(), Some("truncated"));
     }
 }
