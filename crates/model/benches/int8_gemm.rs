@@ -68,8 +68,7 @@ fn main() {
             // As the loader packs them (`linear::panels_for`).
             p.repack(match (args.iter().any(|a| a == "--bytes"), isa) {
                 (true, _) => Packing::Bytes,
-                (false, Isa::Avx512Vnni) => Packing::Planes,
-                (false, Isa::Avx2) => Packing::Nibbles,
+                (false, isa) => isa.packing(),
             });
             matmul(&p, isa, &x, m, &mut out);
             let times: Vec<f64> = (0..runs)

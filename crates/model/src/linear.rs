@@ -176,8 +176,7 @@ fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, Packing)> 
     }?;
     let packing = match (choices.contains(&"u8"), isa) {
         (true, _) => Packing::Bytes,
-        (false, Isa::Avx512Vnni) => Packing::Planes,
-        (false, Isa::Avx2) => Packing::Nibbles,
+        (false, isa) => isa.packing(),
     };
     Some((isa, packing))
 }

@@ -128,9 +128,11 @@ pub fn held_bytes_per_weight(dtype: GgmlDType, precision: Precision) -> f64 {
         };
     }
     // 5- and 6-bit values: a quarter of a byte less each as high planes.
-    let planes = match crate::kernels::cpu::has_avx512_vnni() {
-        true => 0.25,
-        false => 0.0,
+    use crate::kernels::int8_gemm::Isa;
+    use crate::kernels::int8_panels::Packing;
+    let planes = match Isa::best().map(Isa::packing) {
+        Some(Packing::Planes) => 0.25,
+        _ => 0.0,
     };
     match dtype {
         D::F32 => 4.0,

@@ -16,7 +16,7 @@ use std::cell::RefCell;
 
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::cpu::{has_avx2, has_avx512_vnni, OutPtr};
-use crate::kernels::int8_panels::{Int8Panels, Scales, NR};
+use crate::kernels::int8_panels::{Int8Panels, Packing, Scales, NR};
 use crate::kernels::pool::parallel_tiles;
 
 mod avx2;
@@ -52,6 +52,17 @@ impl Isa {
         match self {
             Isa::Avx512Vnni => has_avx512_vnni(),
             Isa::Avx2 => has_avx2(),
+        }
+    }
+
+    /// How panels for this instruction set keep their values: with AVX-512, 5- and
+    /// 6-bit values as nibbles and high planes (merged back with one `vpternlogd` a
+    /// vector); with AVX2, whose merge takes three instructions and slowed Q6_K
+    /// prompts, as bytes (see `Packing`).
+    pub fn packing(self) -> Packing {
+        match self {
+            Isa::Avx512Vnni => Packing::Planes,
+            Isa::Avx2 => Packing::Nibbles,
         }
     }
 
@@ -427,7 +438,6 @@ mod tests {
     use super::*;
     use crate::kernels::block_scales::random_blocks;
     use crate::kernels::cpu::test_data;
-    use crate::kernels::int8_panels::Packing;
     use crate::weights::WeightData;
     use candle_core::quantized::k_quants::{
         BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
