@@ -6,6 +6,8 @@
 //! stored block-major (`at(row, b)`): a GEMM tile reads block `b` of consecutive rows
 //! at one base address and constant offsets.
 
+use std::ops::Range;
+
 use half::f16;
 
 use crate::kernels::pool::parallel_for;
@@ -53,6 +55,9 @@ pub struct QuantActs {
     pub zero_all: Vec<i32>,
 }
 
+/// Rows a task of `QuantActs::quantize` takes: 16 f32 scales fill a 64-byte line.
+const ROWS_PER_TASK: usize = 16;
+
 impl QuantActs {
     /// Quantizes `x` (`[rows, k]`, k a multiple of 32). Many blocks (a prefill's) are
     /// split over the pool.
@@ -70,8 +75,6 @@ impl QuantActs {
             self.sum_lo.resize(blocks, 0);
             self.dsum.resize(blocks, 0.0);
         }
-        const PER_TASK: usize = 512;
-        let tasks = blocks.div_ceil(PER_TASK);
         let out = BlockOut {
             qs: self.qs.as_mut_ptr(),
             d: self.d.as_mut_ptr(),
@@ -79,14 +82,17 @@ impl QuantActs {
             sum_lo: self.sum_lo.as_mut_ptr(),
             dsum: self.dsum.as_mut_ptr(),
         };
+        // A task quantizes `ROWS_PER_TASK` rows, block by block: each block index's
+        // rows are neighbours in every output vector (one 64-byte line of scales),
+        // so the writes fill whole lines rather than one value in each of `rows`
+        // lines apart.
         let run = |t: usize| {
-            for i in t * PER_TASK..((t + 1) * PER_TASK).min(blocks) {
-                let (row, b) = (i / kb, i % kb);
-                // SAFETY: b·rows + row < blocks <= every vector's length; each input
-                // block i has its own index, written by one task only.
-                unsafe { out.write(b * rows + row, &x[i * 32..][..32]) };
-            }
+            let rs = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
+            // SAFETY: b·rows + row < blocks <= every vector's length for b < kb and
+            // row < rows; the rows of task t are its own.
+            unsafe { out.rows(&x[..blocks * 32], kb, rows, rs) };
         };
+        let tasks = rows.div_ceil(ROWS_PER_TASK);
         if tasks > 1 {
             parallel_for(tasks, &run);
         } else if tasks == 1 {
@@ -154,42 +160,81 @@ unsafe impl Send for BlockOut {}
 unsafe impl Sync for BlockOut {}
 
 impl BlockOut {
-    /// Quantizes one block into index `i`.
+    /// Quantizes rows `rs` of `x` (`kb` blocks each, `rows` rows in all), block by
+    /// block, so that each block's rows land side by side.
     ///
     /// # Safety
-    /// `i` is in bounds of every vector and no other thread touches index `i`.
-    unsafe fn write(self, i: usize, xb: &[f32]) {
-        let q = &mut *self.qs.add(i);
-        let (d, sum) = quantize_block(xb, q);
-        let d = f16::from_f32(d).to_f32();
-        *self.d.add(i) = d;
-        *self.sum.add(i) = sum;
-        *self.sum_lo.add(i) = q.0[..16].iter().map(|&v| v as i32).sum();
-        *self.dsum.add(i) = d * sum as f32;
+    /// `x` holds `rows · kb` blocks and every vector as many; no other thread
+    /// writes rows `rs`.
+    unsafe fn rows(self, x: &[f32], kb: usize, rows: usize, rs: Range<usize>) {
+        #[cfg(target_arch = "x86_64")]
+        if crate::kernels::cpu::has_avx2() {
+            return self.rows_avx2(x, kb, rows, rs);
+        }
+        for b in 0..kb {
+            for row in rs.clone() {
+                let i = b * rows + row;
+                let q = quantize_block(&x[(row * kb + b) * 32..][..32], &mut *self.qs.add(i));
+                self.put(i, q);
+            }
+        }
+    }
+
+    /// `rows` with AVX2 (the block quantizer inlined).
+    ///
+    /// # Safety
+    /// As `rows`, and the CPU has AVX2 and F16C.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn rows_avx2(self, x: &[f32], kb: usize, rows: usize, rs: Range<usize>) {
+        for b in 0..kb {
+            for row in rs.clone() {
+                let i = b * rows + row;
+                let q = quantize_block_avx2(&x[(row * kb + b) * 32..][..32], &mut *self.qs.add(i));
+                self.put(i, q);
+            }
+        }
+    }
+
+    /// Stores block `i`'s scale and sums.
+    #[inline(always)]
+    unsafe fn put(self, i: usize, q: Quantized) {
+        *self.d.add(i) = q.d;
+        *self.sum.add(i) = q.sum;
+        *self.sum_lo.add(i) = q.sum_lo;
+        *self.dsum.add(i) = q.d * q.sum as f32;
     }
 }
 
-/// One block: its values into `q`; returns the unrounded scale and the value sum.
-fn quantize_block(x: &[f32], q: &mut Block) -> (f32, i32) {
-    #[cfg(target_arch = "x86_64")]
-    if crate::kernels::cpu::has_avx2() {
-        // SAFETY: the CPU has AVX2; x holds 32 values.
-        return unsafe { quantize_block_avx2(x, q) };
-    }
+/// What quantizing one block gives besides its values.
+struct Quantized {
+    /// The scale, rounded to f16 (as f32).
+    d: f32,
+    /// The sum of the 32 values, and of the first 16.
+    sum: i32,
+    sum_lo: i32,
+}
+
+/// One block: its values into `q`, its scale and sums (portable).
+fn quantize_block(x: &[f32], q: &mut Block) -> Quantized {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let mut sum = 0;
     for (o, &v) in q.0.iter_mut().zip(x) {
         *o = f32::round(v * id) as i8;
-        sum += *o as i32;
     }
-    (d, sum)
+    let sum_of = |q: &[i8]| q.iter().map(|&v| v as i32).sum::<i32>();
+    Quantized {
+        d: f16::from_f32(d).to_f32(),
+        sum: sum_of(&q.0),
+        sum_lo: sum_of(&q.0[..16]),
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn quantize_block_avx2(x: &[f32], q: &mut Block) -> (f32, i32) {
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn quantize_block_avx2(x: &[f32], q: &mut Block) -> Quantized {
     use std::arch::x86_64::*;
     assert!(x.len() >= 32);
     let sign = _mm256_set1_ps(-0.0);
@@ -215,10 +260,19 @@ unsafe fn quantize_block_avx2(x: &[f32], q: &mut Block) -> (f32, i32) {
         round_away(v[2], id),
         round_away(v[3], id),
     ];
-    let s = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
-    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-    let sum = _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)));
+    let hsum = |s: __m256i| {
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+        _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01)))
+    };
+    let lo = _mm256_add_epi32(i[0], i[1]);
+    let (sum_lo, sum) = (
+        hsum(lo),
+        hsum(_mm256_add_epi32(lo, _mm256_add_epi32(i[2], i[3]))),
+    );
+    // The scale rounded to f16 and back (round to nearest even, as `half` does).
+    let dh = _mm_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm_set_ss(d));
+    let d16 = _mm_cvtss_f32(_mm_cvtph_ps(dh));
     // Packing interleaves 4-value groups across the two 128-bit lanes; undo it.
     let p = _mm256_packs_epi16(
         _mm256_packs_epi32(i[0], i[1]),
@@ -226,7 +280,11 @@ unsafe fn quantize_block_avx2(x: &[f32], q: &mut Block) -> (f32, i32) {
     );
     let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_store_si256(q.0.as_mut_ptr() as *mut __m256i, p);
-    (d, sum)
+    Quantized {
+        d: d16,
+        sum,
+        sum_lo,
+    }
 }
 
 /// `f32::round(v * id)` as i32: truncate, then step away from zero where the
