@@ -1,6 +1,7 @@
 //! The gated activations of the feed-forward, element-wise (over the pool when large):
 //! `silu_mul` (SwiGLU) and `gelu_mul` (GEGLU with the tanh GELU, rounded through f16
-//! exactly as llama.cpp's CPU backend computes it).
+//! exactly as llama.cpp's CPU backend computes it), in place over two matrices or
+//! (`_rows`) from one stacked gate/up matrix into a third.
 
 use std::sync::OnceLock;
 
@@ -30,9 +31,47 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
         return zip_map(gate, up, silu_mul_one);
     }
     parallel_rows(&mut gate[..n], 1, CHUNK, &|lo, g| {
+        let p = g.as_mut_ptr();
         // SAFETY: the CPU has AVX2 and FMA (checked above); `up[lo..]` holds at
-        // least `g.len()` values since `lo + g.len() <= n <= up.len()`.
-        unsafe { silu_mul_avx2(g, &up[lo..lo + g.len()]) }
+        // least `g.len()` values since `lo + g.len() <= n <= up.len()`; out and
+        // gate are the same run, each value read before it is written.
+        unsafe { silu_mul_avx2(p, p, up[lo..lo + g.len()].as_ptr(), g.len()) }
+    });
+}
+
+/// `out[r] = silu(gate_r) · up_r` for each row `r` of `gate_up` (`[rows, 2·width]`,
+/// a row's gate then its up, as a stacked gate/up projection writes them): the
+/// activation reads the projection in place, with no copy into two matrices.
+pub fn silu_mul_rows(gate_up: &[f32], width: usize, out: &mut [f32]) {
+    let avx2 = crate::kernels::cpu::has_avx2();
+    gated_rows(gate_up, width, out, &|o, g, u| {
+        if avx2 {
+            // SAFETY: the CPU has AVX2 and FMA; g, u and o hold o.len() values.
+            unsafe { silu_mul_avx2(o.as_mut_ptr(), g.as_ptr(), u.as_ptr(), o.len()) }
+        } else {
+            for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
+                *o = silu_mul_one(*g, *u);
+            }
+        }
+    });
+}
+
+/// `f(out, gate, up)` over one row.
+type GatedRow<'a> = dyn Fn(&mut [f32], &[f32], &[f32]) + Sync + 'a;
+
+/// `f(out_r, gate_r, up_r)` for each row of `gate_up` (`[rows, 2·width]`), rows
+/// of at least `CHUNK` values a task over the pool.
+fn gated_rows(gate_up: &[f32], width: usize, out: &mut [f32], f: &GatedRow<'_>) {
+    assert!(
+        gate_up.len() >= 2 * out.len(),
+        "gate_up holds [rows, 2·width]"
+    );
+    let per_task = (CHUNK / width.max(1)).max(1);
+    parallel_rows(out, width, per_task, &|r0, out| {
+        for (r, o) in out.chunks_exact_mut(width).enumerate() {
+            let (g, u) = gate_up[(r0 + r) * 2 * width..][..2 * width].split_at(width);
+            f(o, g, u);
+        }
     });
 }
 
@@ -40,31 +79,31 @@ fn silu_mul_one(g: f32, u: f32) -> f32 {
     g / (1.0 + (-g).exp()) * u
 }
 
-/// `silu_mul` of one run, eight lanes at a time and the tail one by one.
+/// `out[i] = silu(gate[i]) · up[i]` for `i < n`, eight lanes at a time and the tail
+/// one by one; `out` may be `gate` (each value is read before it is written).
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA; `up.len() == gate.len()`.
+/// The CPU must have AVX2 and FMA; each pointer holds `n` values.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn silu_mul_avx2(gate: &mut [f32], up: &[f32]) {
+unsafe fn silu_mul_avx2(out: *mut f32, gate: *const f32, up: *const f32, n: usize) {
     use crate::kernels::exp::exp256;
     use std::arch::x86_64::*;
-    let whole = gate.len() / 8 * 8;
-    let (gp, up_p) = (gate.as_mut_ptr(), up.as_ptr());
+    let whole = n / 8 * 8;
     let one = _mm256_set1_ps(1.0);
     for i in (0..whole).step_by(8) {
-        let g = _mm256_loadu_ps(gp.add(i));
+        let g = _mm256_loadu_ps(gate.add(i));
         let e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
         let s = _mm256_div_ps(g, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(gp.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up_p.add(i))));
+        _mm256_storeu_ps(out.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(up.add(i))));
     }
-    for i in whole..gate.len() {
-        gate[i] = silu_mul_one(gate[i], up[i]);
+    for i in whole..n {
+        *out.add(i) = silu_mul_one(*gate.add(i), *up.add(i));
     }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-unsafe fn silu_mul_avx2(_: &mut [f32], _: &[f32]) {
+unsafe fn silu_mul_avx2(_: *mut f32, _: *const f32, _: *const f32, _: usize) {
     unreachable!("guarded by has_avx2")
 }
 
@@ -104,6 +143,16 @@ pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     zip_map(gate, up, |g, u| gelu_ggml(table, g) * u);
 }
 
+/// `out[r] = gelu(gate_r) · up_r` for each row of `gate_up`, as `silu_mul_rows`.
+pub fn gelu_mul_rows(gate_up: &[f32], width: usize, out: &mut [f32]) {
+    let table = gelu_table();
+    gated_rows(gate_up, width, out, &|o, g, u| {
+        for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
+            *o = gelu_ggml(table, *g) * u;
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +175,34 @@ mod tests {
         let mut far = [-100.0f32, -90.0, 90.0, 100.0, 0.0, -0.0, 1.0, 2.0];
         silu_mul(&mut far, &[1.0; 8]);
         assert_eq!(&far[..4], &[-0.0, -0.0, 90.0, 100.0]);
+    }
+
+    /// The row forms over a stacked `[rows, 2·width]` equal the in-place forms over
+    /// the two halves, bit for bit.
+    #[test]
+    fn row_forms_equal_the_in_place_ones() {
+        let (rows, width) = (5, 1003);
+        let gate_up: Vec<f32> = (0..rows * 2 * width)
+            .map(|i| ((i * 37) % 1000) as f32 * 0.01 - 5.0)
+            .collect();
+        let half = |r: usize, part: usize| gate_up[(2 * r + part) * width..][..width].to_vec();
+        let gated = [
+            (
+                silu_mul as fn(&mut [f32], &[f32]),
+                silu_mul_rows as fn(&[f32], usize, &mut [f32]),
+            ),
+            (gelu_mul, gelu_mul_rows),
+        ];
+        for (in_place, rows_form) in gated {
+            let mut out = vec![f32::NAN; rows * width];
+            rows_form(&gate_up, width, &mut out);
+            for r in 0..rows {
+                let mut want = half(r, 0);
+                in_place(&mut want, &half(r, 1));
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&out[r * width..][..width]), bits(&want), "row {r}");
+            }
+        }
     }
 
     #[test]

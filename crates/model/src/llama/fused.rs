@@ -74,6 +74,23 @@ impl FusedLinear {
         self.widths[i]
     }
 
+    /// With the parts stacked: their product `[t.n, sum widths]` (each row's parts
+    /// side by side, in order) in `tmp`, with no split; else `None`, and nothing is
+    /// computed (`forward` then writes the parts apart).
+    pub(super) fn forward_joined<'a>(
+        &self,
+        x: &[f32],
+        t: Tokens,
+        tmp: &'a mut Vec<f32>,
+    ) -> Option<&'a [f32]> {
+        let Kind::Stacked(l) = &self.kind else {
+            return None;
+        };
+        let all = sized(tmp, t.n * l.n_out);
+        l.forward(x, t, all);
+        Some(all)
+    }
+
     /// `x` is `[t.n, k]`; writes part `i`'s `[t.n, width(i)]` into `outs[i]`. `tmp`
     /// holds the stacked product before it is split.
     pub(super) fn forward(

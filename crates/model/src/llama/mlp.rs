@@ -5,7 +5,7 @@ use super::fused::FusedLinear;
 use super::{sized, Loader};
 use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
-use crate::kernels::activation::{gelu_mul, silu_mul};
+use crate::kernels::activation::{gelu_mul, gelu_mul_rows, silu_mul, silu_mul_rows};
 use crate::linear::{first_switch, Linear, Tokens};
 
 pub(super) struct Mlp {
@@ -53,6 +53,16 @@ impl Mlp {
 
     pub(super) fn forward(&self, xn: &[f32], t: Tokens, s: &mut MlpScratch, out: &mut [f32]) {
         let ffn = self.gate_up.width(0);
+        if let Some(both) = self.gate_up.forward_joined(xn, t, &mut s.both) {
+            // Gate and up stacked: the activation reads them where the product left
+            // them and writes the down projection's input.
+            let h = sized(&mut s.gate, t.n * ffn);
+            match self.activation {
+                Activation::Silu => silu_mul_rows(both, ffn, h),
+                Activation::GeluTanh => gelu_mul_rows(both, ffn, h),
+            }
+            return self.down.forward(h, t, out);
+        }
         let gate = sized(&mut s.gate, t.n * ffn);
         let up = sized(&mut s.up, t.n * ffn);
         let mut outs = [gate, up];
