@@ -2,7 +2,8 @@
 //! with AVX2, FMA and F16C: scores in register tiles of up to six heads by two keys
 //! (each key row widened once for all heads of the tile), a vectorised softmax, then
 //! the weighted values for up to six heads by 16 dimensions held in registers across
-//! all keys, scaled by each head's 1/sum at the end.
+//! all keys, scaled by each head's 1/sum at the end (with AVX-512 BF16 and head
+//! dimensions a multiple of 32, that last pass is `attention_bf16`'s).
 //!
 //! Each score and each output lane has one fixed arithmetic, whatever the tile it
 //! lands in: a score is eight lane sums over the head dimension reduced by one tree
@@ -13,6 +14,8 @@
 use half::f16;
 
 use super::attention::Task;
+use super::attention_bf16::values_bf16;
+use super::cpu::has_avx512_bf16;
 
 /// Query heads per KV head this kernel handles (in register tiles of up to 6).
 pub(super) const MAX_GROUP: usize = 8;
@@ -73,6 +76,10 @@ pub(super) unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, ou
     let mut inv = [0f32; MAX_GROUP];
     for (g, inv) in inv.iter_mut().enumerate().take(group) {
         *inv = exp_row(&mut scores[g * stride..][..stride]);
+    }
+    if has_avx512_bf16() && hd.is_multiple_of(32) {
+        // SAFETY: the CPU has AVX-512 BF16; head_dim, group and stride as it needs.
+        return values_bf16(task, stride, scores, &inv, out);
     }
     for (g0, rows) in row_tiles(group) {
         by_rows!(rows, values_tile(task, g0, stride, scores, &inv, out));

@@ -35,6 +35,18 @@ pub fn has_avx512_vnni() -> bool {
     false
 }
 
+/// Whether the CPU also has AVX-512 BF16's pair products (`vdpbf16ps`).
+pub fn has_avx512_bf16() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static BF16: OnceLock<bool> = OnceLock::new();
+        *BF16.get_or_init(|| has_avx512_vnni() && is_x86_feature_detected!("avx512bf16"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
 /// Raw output pointer that may cross threads: every task writes disjoint elements.
 #[derive(Clone, Copy)]
 pub struct OutPtr(pub *mut f32);

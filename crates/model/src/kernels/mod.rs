@@ -5,6 +5,7 @@
 pub mod act_quant;
 pub mod activation;
 pub mod attention;
+mod attention_bf16;
 mod attention_f16;
 pub mod block_scales;
 pub mod block_values;
