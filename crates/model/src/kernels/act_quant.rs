@@ -58,6 +58,9 @@ pub struct QuantActs {
 /// Rows a task of `QuantActs::quantize` takes: 16 f32 scales fill a 64-byte line.
 const ROWS_PER_TASK: usize = 16;
 
+/// Values of at least this many bytes are written with non-temporal stores.
+const STREAM_BYTES: usize = 256 * 1024;
+
 impl QuantActs {
     /// Quantizes `x` (`[rows, k]`, k a multiple of 32). Many blocks (a prefill's) are
     /// split over the pool.
@@ -86,11 +89,15 @@ impl QuantActs {
         // rows are neighbours in every output vector (one 64-byte line of scales),
         // so the writes fill whole lines rather than one value in each of `rows`
         // lines apart.
+        // Large outputs (a prompt's) go past the caches: the lines they overwrite
+        // were last read by every thread's GEMM tiles, and ordinary stores stall
+        // on taking them back (half this function's time in a long prompt).
+        let stream = blocks * size_of::<Block>() >= STREAM_BYTES;
         let run = |t: usize| {
             let rs = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
             // SAFETY: b·rows + row < blocks <= every vector's length for b < kb and
             // row < rows; the rows of task t are its own.
-            unsafe { out.rows(&x[..blocks * 32], kb, rows, rs) };
+            unsafe { out.rows(&x[..blocks * 32], kb, rows, rs, stream) };
         };
         let tasks = rows.div_ceil(ROWS_PER_TASK);
         if tasks > 1 {
@@ -166,10 +173,13 @@ impl BlockOut {
     /// # Safety
     /// `x` holds `rows · kb` blocks and every vector as many; no other thread
     /// writes rows `rs`.
-    unsafe fn rows(self, x: &[f32], kb: usize, rows: usize, rs: Range<usize>) {
+    unsafe fn rows(self, x: &[f32], kb: usize, rows: usize, rs: Range<usize>, stream: bool) {
         #[cfg(target_arch = "x86_64")]
         if crate::kernels::cpu::has_avx2() {
-            return self.rows_avx2(x, kb, rows, rs);
+            return match stream {
+                true => self.rows_avx2::<true>(x, kb, rows, rs),
+                false => self.rows_avx2::<false>(x, kb, rows, rs),
+            };
         }
         for b in 0..kb {
             for row in rs.clone() {
@@ -180,19 +190,42 @@ impl BlockOut {
         }
     }
 
-    /// `rows` with AVX2 (the block quantizer inlined).
+    /// `rows` with AVX2 (the block quantizer inlined); `STREAM`: with non-temporal
+    /// stores, fenced at the end (before the pool reports the task done).
     ///
     /// # Safety
     /// As `rows`, and the CPU has AVX2 and F16C.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,f16c")]
-    unsafe fn rows_avx2(self, x: &[f32], kb: usize, rows: usize, rs: Range<usize>) {
+    unsafe fn rows_avx2<const STREAM: bool>(
+        self,
+        x: &[f32],
+        kb: usize,
+        rows: usize,
+        rs: Range<usize>,
+    ) {
+        use std::arch::x86_64::*;
         for b in 0..kb {
             for row in rs.clone() {
                 let i = b * rows + row;
-                let q = quantize_block_avx2(&x[(row * kb + b) * 32..][..32], &mut *self.qs.add(i));
-                self.put(i, q);
+                let (values, q) = quantize_block_avx2(&x[(row * kb + b) * 32..][..32]);
+                // Blocks are 32-byte aligned (`Block`).
+                let to = self.qs.add(i) as *mut __m256i;
+                if !STREAM {
+                    _mm256_store_si256(to, values);
+                    self.put(i, q);
+                    continue;
+                }
+                _mm256_stream_si256(to, values);
+                let dsum = q.d * q.sum as f32;
+                _mm_stream_si32(self.d.add(i) as *mut i32, q.d.to_bits() as i32);
+                _mm_stream_si32(self.sum.add(i), q.sum);
+                _mm_stream_si32(self.sum_lo.add(i), q.sum_lo);
+                _mm_stream_si32(self.dsum.add(i) as *mut i32, dsum.to_bits() as i32);
             }
+        }
+        if STREAM {
+            _mm_sfence();
         }
     }
 
@@ -234,7 +267,8 @@ fn quantize_block(x: &[f32], q: &mut Block) -> Quantized {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
-unsafe fn quantize_block_avx2(x: &[f32], q: &mut Block) -> Quantized {
+/// One block's values (packed in order, for the caller to store), scale and sums.
+unsafe fn quantize_block_avx2(x: &[f32]) -> (std::arch::x86_64::__m256i, Quantized) {
     use std::arch::x86_64::*;
     assert!(x.len() >= 32);
     let sign = _mm256_set1_ps(-0.0);
@@ -279,12 +313,12 @@ unsafe fn quantize_block_avx2(x: &[f32], q: &mut Block) -> Quantized {
         _mm256_packs_epi32(i[2], i[3]),
     );
     let p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_store_si256(q.0.as_mut_ptr() as *mut __m256i, p);
-    Quantized {
+    let q = Quantized {
         d: d16,
         sum,
         sum_lo,
-    }
+    };
+    (p, q)
 }
 
 /// `f32::round(v * id)` as i32: truncate, then step away from zero where the
@@ -319,11 +353,18 @@ mod tests {
         qs: [i8; 32],
     }
 
+    /// Five rows of eight blocks (ordinary stores), and 64 rows of 128 (streamed).
     #[test]
     fn equals_candles_quantizers_bit_for_bit() {
+        for (rows, kb) in [(5, 8), (64, 128)] {
+            assert_eq!(rows * kb * 32 >= STREAM_BYTES, rows > 5);
+            equals_candles_quantizers(rows, kb);
+        }
+    }
+
+    fn equals_candles_quantizers(rows: usize, kb: usize) {
         let mut rng = rand::rngs::StdRng::seed_from_u64(9);
-        // Five rows of eight blocks.
-        let (n, k) = (32 * 40, 32 * 8);
+        let (n, k) = (32 * kb * rows, 32 * kb);
         let mut x: Vec<f32> = (0..n).map(|_| rng.random_range(-3.0f32..3.0)).collect();
         // Values at exactly half steps (x / scale = n + 1/2), a zero block, tiny values.
         for (j, v) in x[..32].iter_mut().enumerate() {
@@ -339,7 +380,7 @@ mod tests {
         let c0: &[Q8_0] =
             unsafe { std::slice::from_raw_parts(c0.as_ptr() as *const Q8_0, c0.len()) };
         for (j, c) in c0.iter().enumerate() {
-            let i = ours.at(j / 8, j % 8);
+            let i = ours.at(j / kb, j % kb);
             assert_eq!(ours.qs[i].0, c.qs, "block {j} values vs Q8_0");
             assert_eq!(ours.d[i], c.d.to_f32(), "block {j} scale");
             let sum: i32 = c.qs.iter().map(|&q| q as i32).sum();
