@@ -58,8 +58,9 @@ pub struct QuantActs {
 /// Rows a task of `QuantActs::quantize` takes: 16 f32 scales fill a 64-byte line.
 const ROWS_PER_TASK: usize = 16;
 
-/// Values of at least this many bytes are written with non-temporal stores.
-const STREAM_BYTES: usize = 256 * 1024;
+/// Quantizes of at least this many rows (a prompt chunk's) are written with
+/// non-temporal stores.
+const STREAM_ROWS: usize = 64;
 
 impl QuantActs {
     /// Quantizes `x` (`[rows, k]`, k a multiple of 32). Many blocks (a prefill's) are
@@ -89,10 +90,12 @@ impl QuantActs {
         // rows are neighbours in every output vector (one 64-byte line of scales),
         // so the writes fill whole lines rather than one value in each of `rows`
         // lines apart.
-        // Large outputs (a prompt's) go past the caches: the lines they overwrite
-        // were last read by every thread's GEMM tiles, and ordinary stores stall
-        // on taking them back (half this function's time in a long prompt).
-        let stream = blocks * size_of::<Block>() >= STREAM_BYTES;
+        // A prompt chunk's values go past the caches: the lines they overwrite were
+        // last read by every thread's GEMM tiles, and ordinary stores stalled on
+        // taking them back (half this function's time in a long prompt), while the
+        // tiles that read them next are bound by compute, not by fetching them. A
+        // decode batch's stay cached for its tiles, bound by memory.
+        let stream = rows >= STREAM_ROWS;
         let run = |t: usize| {
             let rs = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
             // SAFETY: b·rows + row < blocks <= every vector's length for b < kb and
@@ -353,11 +356,10 @@ mod tests {
         qs: [i8; 32],
     }
 
-    /// Five rows of eight blocks (ordinary stores), and 64 rows of 128 (streamed).
+    /// Five rows of eight blocks (ordinary stores), and 64 rows of 8 (streamed).
     #[test]
     fn equals_candles_quantizers_bit_for_bit() {
-        for (rows, kb) in [(5, 8), (64, 128)] {
-            assert_eq!(rows * kb * 32 >= STREAM_BYTES, rows > 5);
+        for (rows, kb) in [(5, 8), (STREAM_ROWS, 8)] {
             equals_candles_quantizers(rows, kb);
         }
     }
