@@ -8,8 +8,9 @@ use half::f16;
 
 use sloserve_engine::Batch;
 
+use crate::kernels::attention_bf16::{pair_values, Line, Paired};
 use crate::kernels::attention_f16::{attend_f16_avx2, MAX_GROUP};
-use crate::kernels::cpu::{has_avx2, OutPtr};
+use crate::kernels::cpu::{has_avx2, has_avx512_bf16, OutPtr};
 use crate::kernels::pool::parallel_for;
 use crate::kv_cache::{KvCache, KvData};
 
@@ -30,11 +31,23 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     /// Row offsets of one task's positions, reused likewise.
     static ROWS: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    /// The step's paired values (`Paired`) and, per (sequence, KV head), where its
+    /// lines start and how many pairs they hold; built on the calling thread.
+    static PAIRED: RefCell<(Vec<Line>, Vec<PairedAt>)> =
+        const { RefCell::new((Vec::new(), Vec::new())) };
 }
+
+/// Where a (sequence, KV head)'s `Paired` lines start and how many pairs they hold.
+type PairedAt = Option<(usize, usize)>;
 
 /// A cache element the attention reads (f32 or f16).
 pub trait KvElem: Copy + Send + Sync {
     fn f32(self) -> f32;
+    /// The rows as f16, where they are.
+    fn as_f16(rows: &[Self]) -> Option<&[f16]> {
+        let _ = rows;
+        None
+    }
 }
 impl KvElem for f32 {
     #[inline(always)]
@@ -46,6 +59,9 @@ impl KvElem for f16 {
     #[inline(always)]
     fn f32(self) -> f32 {
         self.to_f32()
+    }
+    fn as_f16(rows: &[Self]) -> Option<&[f16]> {
+        Some(rows)
     }
 }
 
@@ -60,6 +76,9 @@ pub(super) struct Task<'a, T> {
     pub(super) rows: &'a [usize],
     pub(super) head_dim: usize,
     pub(super) scale: f32,
+    /// With AVX-512 BF16: this KV head's values from position 0 as bf16 pairs, when
+    /// its sequence has several tokens in the step and no sliding window.
+    pub(super) paired: Option<Paired<'a>>,
 }
 
 /// Row offsets of positions `first..n` through block `table` (blocks of
@@ -125,26 +144,66 @@ fn run<T: KvElem>(
     let width = group * head_dim;
     let tasks = out.len() / width;
     let out_ptr = OutPtr(out.as_mut_ptr());
-    parallel_for(tasks, &|idx| {
-        // SAFETY: task idx alone writes out[idx * width..][..width], inside out.
-        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(idx * width), width) };
-        let (t, kvh) = (idx / num_kv_heads, idx % num_kv_heads);
-        let s = &batch.seqs[token_seq[t] as usize];
-        let n = s.position(t - s.token_start) + 1;
-        let first = window.map_or(0, |w| n.saturating_sub(w));
-        ROWS.with(|rows| {
-            let rows = &mut *rows.borrow_mut();
-            let layout = (cache.block_size, cache.kv_size, kvh * head_dim);
-            row_offsets(batch.block_table(s), layout, (first, n), rows);
-            let task = Task {
-                q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
-                keys,
-                values,
-                rows,
-                head_dim,
-                scale,
-            };
-            SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
+    PAIRED.with(|cell| {
+        let (lines, at) = &mut *cell.borrow_mut();
+        lines.clear();
+        at.clear();
+        at.resize(batch.seqs.len() * num_kv_heads, None);
+        // A sequence with several tokens here has its values paired once for all of
+        // them (a sliding window's tokens start at different positions: not paired).
+        let pairable = window.is_none()
+            && head_dim.is_multiple_of(32)
+            && group <= MAX_GROUP
+            && has_avx512_bf16();
+        if let Some(v16) = T::as_f16(values).filter(|_| pairable) {
+            ROWS.with(|rows| {
+                let rows = &mut *rows.borrow_mut();
+                for (si, s) in batch.seqs.iter().enumerate() {
+                    if s.num_tokens < 2 {
+                        continue;
+                    }
+                    let n = s.position(s.num_tokens - 1) + 1;
+                    for kvh in 0..num_kv_heads {
+                        let layout = (cache.block_size, cache.kv_size, kvh * head_dim);
+                        row_offsets(batch.block_table(s), layout, (0, n), rows);
+                        let start = lines.len();
+                        // SAFETY: the CPU has AVX-512 BF16, head_dim is a multiple of
+                        // 32, n >= 1 and every row lies inside the cache.
+                        let pairs = unsafe { pair_values(v16, rows, head_dim, lines) };
+                        at[si * num_kv_heads + kvh] = Some((start, pairs));
+                    }
+                }
+            });
+        }
+        let (lines, at): (&[Line], &[PairedAt]) = (lines, at);
+        parallel_for(tasks, &|idx| {
+            // SAFETY: task idx alone writes out[idx * width..][..width], inside out.
+            let o =
+                unsafe { std::slice::from_raw_parts_mut(out_ptr.get().add(idx * width), width) };
+            let (t, kvh) = (idx / num_kv_heads, idx % num_kv_heads);
+            let si = token_seq[t] as usize;
+            let s = &batch.seqs[si];
+            let n = s.position(t - s.token_start) + 1;
+            let first = window.map_or(0, |w| n.saturating_sub(w));
+            let paired = at[si * num_kv_heads + kvh].map(|(start, pairs)| Paired {
+                lines: &lines[start..],
+                pairs,
+            });
+            ROWS.with(|rows| {
+                let rows = &mut *rows.borrow_mut();
+                let layout = (cache.block_size, cache.kv_size, kvh * head_dim);
+                row_offsets(batch.block_table(s), layout, (first, n), rows);
+                let task = Task {
+                    q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
+                    keys,
+                    values,
+                    rows,
+                    head_dim,
+                    scale,
+                    paired,
+                };
+                SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
+            });
         });
     });
 }
@@ -348,6 +407,53 @@ mod tests {
         }
     }
 
+    /// A sequence's values paired once for the step give each token's heads bit for
+    /// bit what the token computes alone, at odd and even key counts.
+    #[test]
+    fn paired_values_equal_each_token_alone() {
+        if !has_avx512_bf16() {
+            return eprintln!("skipped: no AVX-512 BF16");
+        }
+        let (batch, _, _, cache) = setup(KvDtype::F16);
+        let (KvData::F16(k), KvData::F16(v)) = (&cache.keys[0], &cache.values[0]) else {
+            unreachable!()
+        };
+        let mut all = Vec::new();
+        row_offsets(
+            batch.block_table(&batch.seqs[0]),
+            (BS, KV, HD),
+            (0, 10),
+            &mut all,
+        );
+        let mut lines = Vec::new();
+        // SAFETY: the CPU has AVX-512 BF16; HD is 32; the rows lie inside the cache.
+        let pairs = unsafe { pair_values(v, &all, HD, &mut lines) };
+        assert_eq!(pairs, 5);
+        let q: Vec<f32> = (0..6 * HD).map(|i| val(i, 93)).collect();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for n in [1, 7, 8, 9, 10] {
+            let task = |paired| Task {
+                q: &q,
+                keys: k,
+                values: v,
+                rows: &all[..n],
+                head_dim: HD,
+                scale: 0.25,
+                paired,
+            };
+            let mut scores = Vec::new();
+            let mut alone = vec![f32::NAN; 6 * HD];
+            task(None).attend(&mut scores, &mut alone);
+            let mut with = vec![f32::NAN; 6 * HD];
+            let paired = Paired {
+                lines: &lines,
+                pairs,
+            };
+            task(Some(paired)).attend(&mut scores, &mut with);
+            assert_eq!(bits(&with), bits(&alone), "{n} keys");
+        }
+    }
+
     #[test]
     fn f16_kernel_equals_the_portable_path() {
         let (batch, _, _, cache) = setup(KvDtype::F16);
@@ -368,6 +474,7 @@ mod tests {
                 rows: &rows,
                 head_dim: HD,
                 scale: 0.25,
+                paired: None,
             };
             let mut scores = Vec::new();
             // Each head alone, the reference for the head inside any group.
