@@ -86,16 +86,16 @@ impl QuantActs {
             sum_lo: self.sum_lo.as_mut_ptr(),
             dsum: self.dsum.as_mut_ptr(),
         };
-        // A task quantizes `ROWS_PER_TASK` rows, block by block: each block index's
-        // rows are neighbours in every output vector (one 64-byte line of scales),
-        // so the writes fill whole lines rather than one value in each of `rows`
-        // lines apart.
         // A prompt chunk's values go past the caches: the lines they overwrite were
         // last read by every thread's GEMM tiles, and ordinary stores stalled on
         // taking them back (half this function's time in a long prompt), while the
         // tiles that read them next are bound by compute, not by fetching them. A
         // decode batch's stay cached for its tiles, bound by memory.
         let stream = rows >= STREAM_ROWS;
+        // A task quantizes `ROWS_PER_TASK` rows, block by block: each block index's
+        // rows are neighbours in every output vector (one 64-byte line of scales),
+        // so the writes fill whole lines rather than one value in each of `rows`
+        // lines apart.
         let run = |t: usize| {
             let rs = t * ROWS_PER_TASK..((t + 1) * ROWS_PER_TASK).min(rows);
             // SAFETY: b·rows + row < blocks <= every vector's length for b < kb and
@@ -188,7 +188,7 @@ impl BlockOut {
             for row in rs.clone() {
                 let i = b * rows + row;
                 let q = quantize_block(&x[(row * kb + b) * 32..][..32], &mut *self.qs.add(i));
-                self.put(i, q);
+                self.put::<false>(i, q);
             }
         }
     }
@@ -214,17 +214,11 @@ impl BlockOut {
                 let (values, q) = quantize_block_avx2(&x[(row * kb + b) * 32..][..32]);
                 // Blocks are 32-byte aligned (`Block`).
                 let to = self.qs.add(i) as *mut __m256i;
-                if !STREAM {
-                    _mm256_store_si256(to, values);
-                    self.put(i, q);
-                    continue;
+                match STREAM {
+                    true => _mm256_stream_si256(to, values),
+                    false => _mm256_store_si256(to, values),
                 }
-                _mm256_stream_si256(to, values);
-                let dsum = q.d * q.sum as f32;
-                _mm_stream_si32(self.d.add(i) as *mut i32, q.d.to_bits() as i32);
-                _mm_stream_si32(self.sum.add(i), q.sum);
-                _mm_stream_si32(self.sum_lo.add(i), q.sum_lo);
-                _mm_stream_si32(self.dsum.add(i) as *mut i32, dsum.to_bits() as i32);
+                self.put::<STREAM>(i, q);
             }
         }
         if STREAM {
@@ -232,13 +226,24 @@ impl BlockOut {
         }
     }
 
-    /// Stores block `i`'s scale and sums.
+    /// Stores block `i`'s scale and sums (`STREAM`: non-temporal, x86-64 only).
     #[inline(always)]
-    unsafe fn put(self, i: usize, q: Quantized) {
-        *self.d.add(i) = q.d;
-        *self.sum.add(i) = q.sum;
-        *self.sum_lo.add(i) = q.sum_lo;
-        *self.dsum.add(i) = q.d * q.sum as f32;
+    unsafe fn put<const STREAM: bool>(self, i: usize, q: Quantized) {
+        let dsum = q.d * q.sum as f32;
+        let words = [
+            (self.d.add(i) as *mut i32, q.d.to_bits() as i32),
+            (self.sum.add(i), q.sum),
+            (self.sum_lo.add(i), q.sum_lo),
+            (self.dsum.add(i) as *mut i32, dsum.to_bits() as i32),
+        ];
+        for (at, v) in words {
+            #[cfg(target_arch = "x86_64")]
+            if STREAM {
+                std::arch::x86_64::_mm_stream_si32(at, v);
+                continue;
+            }
+            *at = v;
+        }
     }
 }
 

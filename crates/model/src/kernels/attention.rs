@@ -8,9 +8,9 @@ use half::f16;
 
 use sloserve_engine::Batch;
 
-use crate::kernels::attention_bf16::{pair_values, Line, Paired};
+use crate::kernels::attention_bf16::{self, pair_values, Line, Paired};
 use crate::kernels::attention_f16::{attend_f16_avx2, MAX_GROUP};
-use crate::kernels::cpu::{has_avx2, has_avx512_bf16, OutPtr};
+use crate::kernels::cpu::{has_avx2, OutPtr};
 use crate::kernels::pool::parallel_for;
 use crate::kv_cache::{KvCache, KvData};
 
@@ -151,29 +151,10 @@ fn run<T: KvElem>(
         at.resize(batch.seqs.len() * num_kv_heads, None);
         // A sequence with several tokens here has its values paired once for all of
         // them (a sliding window's tokens start at different positions: not paired).
-        let pairable = window.is_none()
-            && head_dim.is_multiple_of(32)
-            && group <= MAX_GROUP
-            && has_avx512_bf16();
-        if let Some(v16) = T::as_f16(values).filter(|_| pairable) {
-            ROWS.with(|rows| {
-                let rows = &mut *rows.borrow_mut();
-                for (si, s) in batch.seqs.iter().enumerate() {
-                    if s.num_tokens < 2 {
-                        continue;
-                    }
-                    let n = s.position(s.num_tokens - 1) + 1;
-                    for kvh in 0..num_kv_heads {
-                        let layout = (cache.block_size, cache.kv_size, kvh * head_dim);
-                        row_offsets(batch.block_table(s), layout, (0, n), rows);
-                        let start = lines.len();
-                        // SAFETY: the CPU has AVX-512 BF16, head_dim is a multiple of
-                        // 32, n >= 1 and every row lies inside the cache.
-                        let pairs = unsafe { pair_values(v16, rows, head_dim, lines) };
-                        at[si * num_kv_heads + kvh] = Some((start, pairs));
-                    }
-                }
-            });
+        if window.is_none() && attention_bf16::applies(head_dim, group) {
+            if let Some(v16) = T::as_f16(values) {
+                pair_step(batch, cache, v16, (num_kv_heads, head_dim), lines, at);
+            }
         }
         let (lines, at): (&[Line], &[PairedAt]) = (lines, at);
         parallel_for(tasks, &|idx| {
@@ -205,6 +186,38 @@ fn run<T: KvElem>(
                 SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
             });
         });
+    });
+}
+
+/// Pairs the values of each sequence with several tokens in `batch`, per KV head, into
+/// `lines`, and records where in `at[seq · num_kv_heads + kv_head]`.
+fn pair_step(
+    batch: &Batch,
+    cache: &KvCache,
+    values: &[f16],
+    (num_kv_heads, head_dim): (usize, usize),
+    lines: &mut Vec<Line>,
+    at: &mut [PairedAt],
+) {
+    ROWS.with(|rows| {
+        let rows = &mut *rows.borrow_mut();
+        for (si, s) in batch
+            .seqs
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.num_tokens > 1)
+        {
+            let n = s.position(s.num_tokens - 1) + 1;
+            for kvh in 0..num_kv_heads {
+                let layout = (cache.block_size, cache.kv_size, kvh * head_dim);
+                row_offsets(batch.block_table(s), layout, (0, n), rows);
+                let start = lines.len();
+                // SAFETY: `attention_bf16::applies` held (the caller's check); n >= 1
+                // and every row lies inside the cache.
+                let pairs = unsafe { pair_values(values, rows, head_dim, lines) };
+                at[si * num_kv_heads + kvh] = Some((start, pairs));
+            }
+        }
     });
 }
 

@@ -26,6 +26,12 @@ thread_local! {
     static PAIRS: RefCell<Vec<u32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Whether a task's value pass runs here (needs `attention_f16`'s kernel, a group of at
+/// most `MAX_GROUP` heads, to run first): the one place this is decided.
+pub(crate) fn applies(head_dim: usize, group: usize) -> bool {
+    head_dim.is_multiple_of(32) && group <= MAX_GROUP && super::cpu::has_avx512_bf16()
+}
+
 /// 32 bf16 values: dimensions `d..d + 16` of two keys, interleaved (`interleave`).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]

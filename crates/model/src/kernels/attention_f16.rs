@@ -14,8 +14,7 @@
 use half::f16;
 
 use super::attention::Task;
-use super::attention_bf16::values_bf16;
-use super::cpu::has_avx512_bf16;
+use super::attention_bf16::{self, values_bf16};
 
 /// Query heads per KV head this kernel handles (in register tiles of up to 6).
 pub(super) const MAX_GROUP: usize = 8;
@@ -77,7 +76,7 @@ pub(super) unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, ou
     for (g, inv) in inv.iter_mut().enumerate().take(group) {
         *inv = exp_row(&mut scores[g * stride..][..stride]);
     }
-    if has_avx512_bf16() && hd.is_multiple_of(32) {
+    if attention_bf16::applies(hd, group) {
         // SAFETY: the CPU has AVX-512 BF16; head_dim, group and stride as it needs.
         return values_bf16(task, stride, scores, &inv, out);
     }
