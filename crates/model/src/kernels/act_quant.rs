@@ -10,12 +10,15 @@ use std::ops::Range;
 
 use half::f16;
 
+use crate::kernels::lines::{Lines, Plain};
 use crate::kernels::pool::parallel_for;
 
 /// One block's 8-bit values.
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 pub struct Block(pub [i8; 32]);
+// SAFETY: bytes, any bit pattern a value.
+unsafe impl Plain for Block {}
 
 /// One block's values shifted to `0..=255` (`q + 128`) and split into nibbles: the
 /// low 4 bits, then the high 4, one byte each (`QuantActs::split`).
@@ -25,6 +28,8 @@ pub struct Halves {
     pub lo: [u8; 32],
     pub hi: [u8; 32],
 }
+// SAFETY: bytes, any bit pattern a value.
+unsafe impl Plain for Halves {}
 
 /// `rows` activation rows of `kb` blocks each, block-major: every vector below is
 /// indexed by `at(row, b)`.
@@ -33,26 +38,26 @@ pub struct QuantActs {
     pub kb: usize,
     /// Rows of the last `quantize`.
     pub rows: usize,
-    pub qs: Vec<Block>,
+    pub qs: Lines<Block>,
     /// Block scales (f16 values, as f32).
-    pub d: Vec<f32>,
+    pub d: Lines<f32>,
     /// Each block's exact sum of its 8-bit values.
-    pub sum: Vec<i32>,
+    pub sum: Lines<i32>,
     /// The sum of each block's first 16 values (what a Q6_K half's zero point
     /// multiplies).
-    pub sum_lo: Vec<i32>,
+    pub sum_lo: Lines<i32>,
     /// `d · sum` (f32 product): what a block's minimum multiplies.
-    pub dsum: Vec<f32>,
+    pub dsum: Lines<f32>,
     /// Blocks of the last `quantize`.
     blocks: usize,
     /// The values as `Halves`, after `split` (the AVX2 GEMM's 8-bit weights).
-    pub halves: Vec<Halves>,
+    pub halves: Lines<Halves>,
     /// After `fold_zero(z)`: `-z · Σ q_a` over each block's first 16 values, its
     /// last 16 and all 32: where a GEMM tile starts a panel's integer sums, so that
     /// the panel's zero point comes off exactly with no work per block in the tile.
-    pub zero_lo: Vec<i32>,
-    pub zero_hi: Vec<i32>,
-    pub zero_all: Vec<i32>,
+    pub zero_lo: Lines<i32>,
+    pub zero_hi: Lines<i32>,
+    pub zero_all: Lines<i32>,
 }
 
 /// Rows a task of `QuantActs::quantize` takes: 16 f32 scales fill a 64-byte line.
@@ -72,13 +77,11 @@ impl QuantActs {
         self.kb = kb;
         self.rows = rows;
         self.blocks = blocks;
-        if self.qs.len() < blocks {
-            self.qs.resize(blocks, Block([0; 32]));
-            self.d.resize(blocks, 0.0);
-            self.sum.resize(blocks, 0);
-            self.sum_lo.resize(blocks, 0);
-            self.dsum.resize(blocks, 0.0);
-        }
+        self.qs.grow(blocks);
+        self.d.grow(blocks);
+        self.sum.grow(blocks);
+        self.sum_lo.grow(blocks);
+        self.dsum.grow(blocks);
         let out = BlockOut {
             qs: self.qs.as_mut_ptr(),
             d: self.d.as_mut_ptr(),
@@ -120,15 +123,15 @@ impl QuantActs {
     /// from the last `quantize`'s sums (exact: each within `32 · 127 · 255`).
     pub fn fold_zero(&mut self, zero: i32) {
         let blocks = self.blocks;
-        self.zero_lo.resize(blocks, 0);
-        self.zero_hi.resize(blocks, 0);
-        self.zero_all.resize(blocks, 0);
+        self.zero_lo.grow(blocks);
+        self.zero_hi.grow(blocks);
+        self.zero_all.grow(blocks);
         let sums = self.sum[..blocks].iter().zip(&self.sum_lo[..blocks]);
         let out = self
             .zero_lo
             .iter_mut()
-            .zip(&mut self.zero_hi)
-            .zip(&mut self.zero_all);
+            .zip(self.zero_hi.iter_mut())
+            .zip(self.zero_all.iter_mut());
         for (((lo, hi), all), (&sum, &sum_lo)) in out.zip(sums) {
             (*lo, *hi, *all) = (-zero * sum_lo, -zero * (sum - sum_lo), -zero * sum);
         }
@@ -140,13 +143,7 @@ impl QuantActs {
     /// weight).
     pub fn split(&mut self) {
         let blocks = self.blocks;
-        self.halves.resize(
-            blocks,
-            Halves {
-                lo: [0; 32],
-                hi: [0; 32],
-            },
-        );
+        self.halves.grow(blocks);
         for (h, q) in self.halves.iter_mut().zip(&self.qs[..blocks]) {
             for ((lo, hi), &v) in h.lo.iter_mut().zip(&mut h.hi).zip(&q.0) {
                 let u = (v as i32 + 128) as u8;

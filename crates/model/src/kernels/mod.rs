@@ -15,6 +15,7 @@ pub mod gemm_f32;
 pub mod half_rows;
 pub mod int8_gemm;
 pub mod int8_panels;
+pub mod lines;
 pub mod norm;
 pub mod packed_gemm;
 pub mod pool;
