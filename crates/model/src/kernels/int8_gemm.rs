@@ -16,7 +16,7 @@ use std::cell::RefCell;
 
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::cpu::{has_avx2, has_avx512_vnni, OutPtr};
-use crate::kernels::int8_panels::{Int8Panels, Packing, Scales, NR};
+use crate::kernels::int8_panels::{Int8Panels, Lanes, Packing, Scales, NR};
 use crate::kernels::pool::parallel_tiles;
 
 mod avx2;
@@ -81,6 +81,8 @@ impl Isa {
 
 thread_local! {
     static ACTS: RefCell<QuantActs> = RefCell::new(QuantActs::default());
+    /// A worker's current panel's scales as f32 (`expand_lanes`).
+    static PANEL_LANES: RefCell<Vec<Lanes>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `out[m, n] = x[m, k] · Wᵀ` on `isa` (one that is `available` for `w`).
@@ -109,17 +111,31 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
         let acts: &QuantActs = acts;
         let out = OutPtr(out.as_mut_ptr());
         parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
-            for p in panels {
-                let mut r = rows.start;
-                while r < rows.end {
-                    let mr = isa.rows(w).min(rows.end - r);
-                    // SAFETY: rows r..r+mr and panel p's columns lie inside out and
-                    // only this task writes them; acts holds m rows of w.kb blocks;
-                    // `matmul` checked that the CPU has `isa`.
-                    unsafe { tile(isa, mr, w, p, acts, r, out, n) };
-                    r += mr;
+            let expand = expands(w, isa, rows.len());
+            PANEL_LANES.with(|cell| {
+                let lanes = &mut *cell.borrow_mut();
+                for p in panels {
+                    if expand {
+                        // SAFETY: `expands` checked the scales are `Factored`; p is
+                        // one of w's panels; either `isa` implies AVX2 and F16C.
+                        unsafe { expand_lanes(w, p, lanes) };
+                    }
+                    let pre = match expand {
+                        true => lanes.as_ptr(),
+                        false => std::ptr::null(),
+                    };
+                    let mut r = rows.start;
+                    while r < rows.end {
+                        let mr = isa.rows(w).min(rows.end - r);
+                        // SAFETY: rows r..r+mr and panel p's columns lie inside out and
+                        // only this task writes them; acts holds m rows of w.kb blocks;
+                        // `matmul` checked that the CPU has `isa`; `pre`, when set,
+                        // holds panel p's lanes.
+                        unsafe { tile(isa, mr, w, p, acts, r, out, n, pre) };
+                        r += mr;
+                    }
                 }
-            }
+            });
         });
     });
 }
@@ -147,25 +163,26 @@ unsafe fn tile(
     r0: usize,
     out: OutPtr,
     ldc: usize,
+    pre: *const Lanes,
 ) {
     let c = out.get().add(r0 * ldc + p * NR);
     let cols = NR.min(w.n - p * NR);
     macro_rules! run {
         ($kernel:ident, $c1:tt; $($r:literal)*) => {
             match rows {
-                $($r => $kernel::<$r, $c1>(w, p, a, r0, c, ldc, cols),)*
+                $($r => $kernel::<$r, $c1>(w, p, a, r0, c, ldc, cols, pre),)*
                 _ => unreachable!("tile rows"),
             }
         };
         ($kernel:ident, $c1:tt, $c2:tt; $($r:literal)*) => {
             match rows {
-                $($r => $kernel::<$r, $c1, $c2>(w, p, a, r0, c, ldc, cols),)*
+                $($r => $kernel::<$r, $c1, $c2>(w, p, a, r0, c, ldc, cols, pre),)*
                 _ => unreachable!("tile rows"),
             }
         };
         ($kernel:ident, $c1:tt, $c2:tt, $c3:tt; $($r:literal)*) => {
             match rows {
-                $($r => $kernel::<$r, $c1, $c2, $c3>(w, p, a, r0, c, ldc, cols),)*
+                $($r => $kernel::<$r, $c1, $c2, $c3>(w, p, a, r0, c, ldc, cols, pre),)*
                 _ => unreachable!("tile rows"),
             }
         };
@@ -198,6 +215,103 @@ unsafe fn tile(
     }
 }
 
+/// Lane row `i` of panel `p`'s `Factored` scales as f32: the product of the
+/// super-block's factor and the block's integer (a minimum's sign flipped).
+///
+/// # Safety
+/// `w.scales` is `Factored`, `i < w.kb · w.lanes_per_block()`, `p` a panel of `w`, and
+/// the CPU has AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn factored_lane(w: &Int8Panels, p: usize, i: usize) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    let Scales::Factored {
+        outer,
+        inner,
+        signed,
+    } = &w.scales
+    else {
+        unreachable!("factored_lane on stored scales")
+    };
+    let (kb, lpb) = (w.kb, w.lanes_per_block());
+    let (b, j) = (i / lpb, i % lpb);
+    let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
+    let d = _mm512_cvtph_ps(_mm256_load_si256(outer.as_ptr().add(at) as *const __m256i));
+    let raw = _mm_load_si128(inner.as_ptr().add(p * kb * lpb + i) as *const __m128i);
+    let q = match signed {
+        true => _mm512_cvtepi8_epi32(raw),
+        false => _mm512_cvtepu8_epi32(raw),
+    };
+    let v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
+    match w.lane_is_min(j) {
+        // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
+        true => _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(v),
+            _mm512_set1_epi32(i32::MIN),
+        )),
+        false => v,
+    }
+}
+
+/// Whether a task's row tiles read `w`'s scales from one f32 copy of each panel's
+/// (`expand_lanes`) instead of each tile forming them again: `Factored` scales
+/// combined in float, and a task of more than one tile of rows (`isa.rows`).
+fn expands(w: &Int8Panels, isa: Isa, rows: usize) -> bool {
+    matches!(w.scales, Scales::Factored { .. }) && !w.int_halves() && rows > isa.rows(w)
+}
+
+/// Panel `p`'s `Factored` scales as f32 lanes into `out` (`kb · lanes_per_block`),
+/// the products the tiles would form (`factored_lane`, `avx2::lanes`), so the
+/// results do not change.
+///
+/// # Safety
+/// `w.scales` is `Factored`, `p` a panel of `w`, and the CPU has AVX2 and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn expand_lanes(w: &Int8Panels, p: usize, out: &mut Vec<Lanes>) {
+    use std::arch::x86_64::*;
+    let Scales::Factored {
+        outer,
+        inner,
+        signed,
+    } = &w.scales
+    else {
+        unreachable!("expand_lanes on stored scales")
+    };
+    let (kb, lpb) = (w.kb, w.lanes_per_block());
+    out.resize(kb * lpb, Lanes([0.0; NR]));
+    let inner = inner.as_ptr().add(p * kb * lpb) as *const u8;
+    for (i, lane) in out.iter_mut().enumerate() {
+        let (b, j) = (i / lpb, i % lpb);
+        let outer = outer
+            .as_ptr()
+            .add((p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize);
+        let sign = match w.lane_is_min(j) {
+            // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
+            true => _mm256_set1_ps(-0.0),
+            false => _mm256_setzero_ps(),
+        };
+        for half in 0..2 {
+            let d = _mm256_cvtph_ps(_mm_load_si128(
+                (outer as *const u16).add(half * 8) as *const __m128i
+            ));
+            let raw = _mm_loadl_epi64(inner.add(i * NR + half * 8) as *const __m128i);
+            let q = match signed {
+                true => _mm256_cvtepi8_epi32(raw),
+                false => _mm256_cvtepu8_epi32(raw),
+            };
+            let v = _mm256_xor_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), sign);
+            _mm256_store_ps(lane.0.as_mut_ptr().add(half * 8), v);
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn expand_lanes(_: &Int8Panels, _: usize, _: &mut Vec<Lanes>) {
+    unreachable!("8-bit tiles off x86-64")
+}
+
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI. `NIB`: the panel's
 /// 4-bit values are packed (each 64-byte vector holds groups `g` and `g + 4`, split
 /// with a mask and a shift), else one byte each. `HIGH` (with `NIB`): bits 4-5 of
@@ -207,6 +321,7 @@ unsafe fn tile(
 /// first half, the high the second): Q6_K's scaled apart in float, Q2_K's and
 /// Q3_K's (`int_halves`) times their integer scales and summed in integers.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB: bool>(
     w: &Int8Panels,
@@ -216,6 +331,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB
     c: *mut f32,
     ldc: usize,
     cols: usize,
+    pre: *const Lanes,
 ) {
     use std::arch::x86_64::*;
     let (kb, per) = (w.kb, w.groups_per_block());
@@ -223,33 +339,12 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB
     let lpb = w.lanes_per_block();
     // Lane row `i` of the panel's scales (block b: scales b·lpb, minimums b·lpb + 1).
     let lanes = |i: usize| match &w.scales {
+        _ if !pre.is_null() => _mm512_load_ps(pre.add(i) as *const f32),
         Scales::F16(s) => _mm512_cvtph_ps(_mm256_load_si256(
             s.as_ptr().add(p * kb * lpb + i) as *const __m256i
         )),
         Scales::F32(s) => _mm512_load_ps(s.as_ptr().add(p * kb * lpb + i) as *const f32),
-        Scales::Factored {
-            outer,
-            inner,
-            signed,
-        } => {
-            let (b, j) = (i / lpb, i % lpb);
-            let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
-            let d = _mm512_cvtph_ps(_mm256_load_si256(outer.as_ptr().add(at) as *const __m256i));
-            let raw = _mm_load_si128(inner.as_ptr().add(p * kb * lpb + i) as *const __m128i);
-            let q = match signed {
-                true => _mm512_cvtepi8_epi32(raw),
-                false => _mm512_cvtepu8_epi32(raw),
-            };
-            let v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
-            match w.lane_is_min(j) {
-                // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
-                true => _mm512_castsi512_ps(_mm512_xor_si512(
-                    _mm512_castps_si512(v),
-                    _mm512_set1_epi32(i32::MIN),
-                )),
-                false => v,
-            }
-        }
+        Scales::Factored { .. } => factored_lane(w, p, i),
     };
     let low = _mm512_set1_epi8(0x0F);
     let fold = folds_zero(w);
@@ -429,8 +524,9 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB
     c: *mut f32,
     ldc: usize,
     cols: usize,
+    pre: *const Lanes,
 ) {
-    tile_avx2::<R, 0, false, SUB>(w, p, a, r0, c, ldc, cols)
+    tile_avx2::<R, 0, false, SUB>(w, p, a, r0, c, ldc, cols, pre)
 }
 
 #[cfg(test)]
@@ -529,7 +625,8 @@ mod tests {
     }
 
     /// A row's outputs alone are its outputs inside a larger batch, bit for bit, on
-    /// each instruction set the CPU has, values one byte or a nibble each.
+    /// each instruction set the CPU has, values one byte or a nibble each (and
+    /// K-quant scales formed by the tile alone or read from the panel's expansion).
     #[test]
     fn rows_do_not_depend_on_the_batch() {
         let (k, n) = (512, 48);
@@ -538,6 +635,8 @@ mod tests {
         }
         let types = [
             WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
+            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
+            WeightData::Q5K(quantized::<BlockQ5K>(n, k)),
             WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
             WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
             WeightData::Q2K(quantized::<BlockQ2K>(n, k)),

@@ -3,7 +3,7 @@
 
 use super::{folds_zero, zero_pair, PREFETCH_BLOCKS, PREFETCH_ROWS};
 use crate::kernels::act_quant::QuantActs;
-use crate::kernels::int8_panels::{Int8Panels, Scales};
+use crate::kernels::int8_panels::{Int8Panels, Lanes, Scales};
 
 /// How the AVX2 tile reads a panel's values (its `V` parameter).
 pub(super) const NIBBLES: u8 = 0;
@@ -38,6 +38,7 @@ pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
 /// float, Q2_K's and Q3_K's (`int_halves`, minimums included whatever `MIN`) times
 /// their integer scales and summed in integers.
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
     w: &Int8Panels,
@@ -47,6 +48,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
     c: *mut f32,
     ldc: usize,
     cols: usize,
+    pre: *const Lanes,
 ) {
     use std::arch::x86_64::*;
     let (kb, per) = (w.kb, w.groups_per_block());
@@ -75,6 +77,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
         let lpb = w.lanes_per_block();
         // This half's 8 columns of lane row `i` of the panel's scales.
         let lanes = |i: usize| match &w.scales {
+            _ if !pre.is_null() => _mm256_load_ps((pre.add(i) as *const f32).add(half * 8)),
             Scales::F16(s) => _mm256_cvtph_ps(_mm_load_si128(
                 (s.as_ptr().add(p * kb * lpb + i) as *const u16).add(half * 8) as *const __m128i,
             )),
@@ -340,6 +343,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
     _: *mut f32,
     _: usize,
     _: usize,
+    _: *const Lanes,
 ) {
     unreachable!("guarded by Isa::best")
 }
