@@ -231,14 +231,7 @@ unsafe fn tile(
 #[inline]
 unsafe fn factored_lane(w: &Int8Panels, p: usize, i: usize) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
-    let Scales::Factored {
-        outer,
-        inner,
-        signed,
-    } = &w.scales
-    else {
-        unreachable!("factored_lane on stored scales")
-    };
+    let (outer, inner, signed) = w.factored();
     let (kb, lpb) = (w.kb, w.lanes_per_block());
     let (b, j) = (i / lpb, i % lpb);
     let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
@@ -284,14 +277,7 @@ fn expands(w: &Int8Panels, isa: Isa, rows: usize) -> bool {
 #[target_feature(enable = "avx2,f16c")]
 unsafe fn expand_lanes(w: &Int8Panels, p: usize, out: &mut Vec<Lanes>) {
     use std::arch::x86_64::*;
-    let Scales::Factored {
-        outer,
-        inner,
-        signed,
-    } = &w.scales
-    else {
-        unreachable!("expand_lanes on stored scales")
-    };
+    let (outer, inner, signed) = w.factored();
     let (kb, lpb) = (w.kb, w.lanes_per_block());
     out.resize(kb * lpb, Lanes([0.0; NR]));
     let inner = inner.as_ptr().add(p * kb * lpb) as *const u8;

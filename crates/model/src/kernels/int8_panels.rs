@@ -157,24 +157,31 @@ impl Int8Panels {
         }
     }
 
+    /// Factored panels' parts: the super-block factors, the blocks' small integers,
+    /// and whether those are signed.
+    #[inline(always)]
+    pub fn factored(&self) -> (&[HalfLanes], &[ByteLanes], bool) {
+        match &self.scales {
+            Scales::Factored {
+                outer,
+                inner,
+                signed,
+            } => (outer, inner, *signed),
+            _ => unreachable!("factored parts of stored scales"),
+        }
+    }
+
     /// Factored panels: block `b` of panel `p` as the tiles read it: its
     /// super-block's two f16 factors (`d`, then `dmin`; Q3_K: `d` twice), the
     /// block's `lanes_per_block` rows of small integers, and whether they are signed.
     pub fn block_factors(&self, p: usize, b: usize) -> (&[HalfLanes], &[ByteLanes], bool) {
-        let Scales::Factored {
-            outer,
-            inner,
-            signed,
-        } = &self.scales
-        else {
-            unreachable!("int_halves panels are factored")
-        };
+        let (outer, inner, signed) = self.factored();
         let (kb, lpb) = (self.kb, self.lanes_per_block());
         let at = (p * (kb / 8) + b / 8) * 2;
         (
             &outer[at..at + 2],
             &inner[(p * kb + b) * lpb..][..lpb],
-            *signed,
+            signed,
         )
     }
 
