@@ -20,6 +20,7 @@ use crate::kernels::int8_panels::{Int8Panels, Lanes, Packing, Scales, NR};
 use crate::kernels::pool::parallel_tiles;
 
 mod avx2;
+mod scales;
 use avx2::{avx2_values, tile_avx2, BYTES, NIBBLES, SIX, WIDE};
 
 /// Tiles of at most this many rows (decode at batch 1 or 2, bound by the bytes they
@@ -81,7 +82,7 @@ impl Isa {
 
 thread_local! {
     static ACTS: RefCell<QuantActs> = RefCell::new(QuantActs::default());
-    /// A worker's current panel's scales as f32 (`expand_lanes`).
+    /// A worker's current panel's scales as f32 (`scales::expand`).
     static PANEL_LANES: RefCell<Vec<Lanes>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -111,19 +112,14 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
         let acts: &QuantActs = acts;
         let out = OutPtr(out.as_mut_ptr());
         parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
-            let expand = expands(w, isa, rows.len());
+            let expand = scales::expands(w, isa, rows.len());
             PANEL_LANES.with(|cell| {
                 let lanes = &mut *cell.borrow_mut();
                 for p in panels {
                     if expand {
                         // SAFETY: `expands` checked the scales are `Factored`; p is
-                        // one of w's panels; `isa` implies what each kernel needs.
-                        unsafe {
-                            match isa {
-                                Isa::Avx512Vnni => expand_lanes_512(w, p, lanes),
-                                Isa::Avx2 => expand_lanes(w, p, lanes),
-                            }
-                        };
+                        // one of w's panels; `matmul` checked that the CPU has `isa`.
+                        unsafe { scales::expand(w, isa, p, lanes) };
                     }
                     let pre = match expand {
                         true => lanes.as_ptr(),
@@ -220,115 +216,6 @@ unsafe fn tile(
     }
 }
 
-/// Lane row `i` of panel `p`'s `Factored` scales as f32: the product of the
-/// super-block's factor and the block's integer (a minimum's sign flipped).
-///
-/// # Safety
-/// `w.scales` is `Factored`, `i < w.kb · w.lanes_per_block()`, `p` a panel of `w`, and
-/// the CPU has AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[inline]
-unsafe fn factored_lane(w: &Int8Panels, p: usize, i: usize) -> std::arch::x86_64::__m512 {
-    use std::arch::x86_64::*;
-    let (outer, inner, signed) = w.factored();
-    let (kb, lpb) = (w.kb, w.lanes_per_block());
-    let (b, j) = (i / lpb, i % lpb);
-    let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
-    let d = _mm512_cvtph_ps(_mm256_load_si256(outer.as_ptr().add(at) as *const __m256i));
-    let raw = _mm_load_si128(inner.as_ptr().add(p * kb * lpb + i) as *const __m128i);
-    let q = match signed {
-        true => _mm512_cvtepi8_epi32(raw),
-        false => _mm512_cvtepu8_epi32(raw),
-    };
-    let v = _mm512_mul_ps(d, _mm512_cvtepi32_ps(q));
-    match w.lane_is_min(j) {
-        // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
-        true => _mm512_castsi512_ps(_mm512_xor_si512(
-            _mm512_castps_si512(v),
-            _mm512_set1_epi32(i32::MIN),
-        )),
-        false => v,
-    }
-}
-
-/// Whether a task's row tiles read `w`'s scales from one f32 copy of each panel's
-/// (`expand_lanes`) instead of each tile forming them again: `Factored` scales
-/// combined in float, a task of more than one tile of rows (`isa.rows`), and either
-/// AVX2 (8 columns a vector, so forming a lane takes twice the instructions) or two
-/// scales a block (Q6_K: 24 of the 32 registers hold sums). Measured in one process,
-/// the rules alternated call by call (Zen 4, 2 threads, Qwen 1.5B's feed-forward
-/// shapes): AVX2 tiles 10-20% faster expanded at 32 and 512 rows; AVX-512, Q6_K
-/// 8960 x 1536 at 32 rows 6% faster, Q4_K 6% slower, the rest within 1%.
-fn expands(w: &Int8Panels, isa: Isa, rows: usize) -> bool {
-    matches!(w.scales, Scales::Factored { .. })
-        && !w.int_halves()
-        && rows > isa.rows(w)
-        && (isa == Isa::Avx2 || w.sub)
-}
-
-/// Panel `p`'s `Factored` scales as f32 lanes into `out` (`kb · lanes_per_block`),
-/// the products the tiles would form (`factored_lane`, `avx2::lanes`), so the
-/// results do not change.
-///
-/// # Safety
-/// `w.scales` is `Factored`, `p` a panel of `w`, and the CPU has AVX2 and F16C.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,f16c")]
-unsafe fn expand_lanes(w: &Int8Panels, p: usize, out: &mut Vec<Lanes>) {
-    use std::arch::x86_64::*;
-    let (outer, inner, signed) = w.factored();
-    let (kb, lpb) = (w.kb, w.lanes_per_block());
-    out.resize(kb * lpb, Lanes([0.0; NR]));
-    let inner = inner.as_ptr().add(p * kb * lpb) as *const u8;
-    for (i, lane) in out.iter_mut().enumerate() {
-        let (b, j) = (i / lpb, i % lpb);
-        let outer = outer
-            .as_ptr()
-            .add((p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize);
-        let sign = match w.lane_is_min(j) {
-            // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
-            true => _mm256_set1_ps(-0.0),
-            false => _mm256_setzero_ps(),
-        };
-        for half in 0..2 {
-            let d = _mm256_cvtph_ps(_mm_load_si128(
-                (outer as *const u16).add(half * 8) as *const __m128i
-            ));
-            let raw = _mm_loadl_epi64(inner.add(i * NR + half * 8) as *const __m128i);
-            let q = match signed {
-                true => _mm256_cvtepi8_epi32(raw),
-                false => _mm256_cvtepu8_epi32(raw),
-            };
-            let v = _mm256_xor_ps(_mm256_mul_ps(d, _mm256_cvtepi32_ps(q)), sign);
-            _mm256_store_ps(lane.0.as_mut_ptr().add(half * 8), v);
-        }
-    }
-}
-
-/// `expand_lanes` with AVX-512 (`factored_lane`, 16 lanes at once).
-///
-/// # Safety
-/// As `factored_lane`.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn expand_lanes_512(w: &Int8Panels, p: usize, out: &mut Vec<Lanes>) {
-    out.resize(w.kb * w.lanes_per_block(), Lanes([0.0; NR]));
-    for (i, lane) in out.iter_mut().enumerate() {
-        std::arch::x86_64::_mm512_store_ps(lane.0.as_mut_ptr(), factored_lane(w, p, i));
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn expand_lanes_512(_: &Int8Panels, _: usize, _: &mut Vec<Lanes>) {
-    unreachable!("8-bit tiles off x86-64")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn expand_lanes(_: &Int8Panels, _: usize, _: &mut Vec<Lanes>) {
-    unreachable!("8-bit tiles off x86-64")
-}
-
 /// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX-512 VNNI. `NIB`: the panel's
 /// 4-bit values are packed (each 64-byte vector holds groups `g` and `g + 4`, split
 /// with a mask and a shift), else one byte each. `HIGH` (with `NIB`): bits 4-5 of
@@ -361,7 +248,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB
             s.as_ptr().add(p * kb * lpb + i) as *const __m256i
         )),
         Scales::F32(s) => _mm512_load_ps(s.as_ptr().add(p * kb * lpb + i) as *const f32),
-        Scales::Factored { .. } => factored_lane(w, p, i),
+        Scales::Factored { .. } => scales::lane_512(w, p, i),
     };
     let low = _mm512_set1_epi8(0x0F);
     let fold = folds_zero(w);

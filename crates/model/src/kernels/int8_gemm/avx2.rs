@@ -84,31 +84,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
             Scales::F32(s) => {
                 _mm256_load_ps((s.as_ptr().add(p * kb * lpb + i) as *const f32).add(half * 8))
             }
-            Scales::Factored {
-                outer,
-                inner,
-                signed,
-            } => {
-                let (b, j) = (i / lpb, i % lpb);
-                let at = (p * (kb / 8) + b / 8) * 2 + w.lane_is_min(j) as usize;
-                let d = _mm256_cvtph_ps(_mm_load_si128(
-                    (outer.as_ptr().add(at) as *const u16).add(half * 8) as *const __m128i,
-                ));
-                let raw = _mm_loadl_epi64(
-                    (inner.as_ptr().add(p * kb * lpb + i) as *const u8).add(half * 8)
-                        as *const __m128i,
-                );
-                let q = match signed {
-                    true => _mm256_cvtepi8_epi32(raw),
-                    false => _mm256_cvtepu8_epi32(raw),
-                };
-                let v = _mm256_mul_ps(d, _mm256_cvtepi32_ps(q));
-                match w.lane_is_min(j) {
-                    // The minimum is `-(dmin·mn)`: the sign flipped, exactly.
-                    true => _mm256_xor_ps(v, _mm256_set1_ps(-0.0)),
-                    false => v,
-                }
-            }
+            Scales::Factored { .. } => super::scales::lane_half(w, p, i, half),
         };
         // A zero point's `-zero · Σ q_a` as where the integer sums start (Q8_0's
         // shift is taken apart by `wsum128`).
