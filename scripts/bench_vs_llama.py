@@ -218,7 +218,7 @@ def main():
     summary = summarize(rounds, cases)
     result = {"model": a.model, "threads": a.threads, "started": started, "ended": time.strftime("%Y-%m-%d %H:%M:%S"),
               "loads": [r["load"] for r in rounds], "rounds": rounds, "summary": summary,
-              "dense": os.environ.get("SLOSERVE_DENSE"), "llama_bin": a.llama_bin, "shapes": SHAPES,
+              "dense": os.environ.get("SLOSERVE_DENSE"), "isa": os.environ.get("SLOSERVE_ISA"), "llama_bin": a.llama_bin, "shapes": SHAPES,
               "ceilings_tok_s": {k: v for k, v in (ceilings or {}).items() if k != "raw"}}
     with open(out, "w") as f:
         json.dump(result, f, indent=1)

@@ -2,7 +2,7 @@
 # Builds llama.cpp's llama-bench, llama-batched-bench and llama-server with AVX2 and FMA
 # only (every AVX-512 and VNNI switch off), from the same llama-cpp-python source as
 # ../shared/tools/build-llama-server.sh: the peer for sloserve's AVX2 route
-# (`SLOSERVE_DENSE=avx2`) on a machine that has AVX-512, i.e. what an AVX2-only EPYC runs.
+# (`SLOSERVE_ISA=avx2`) on a machine that has AVX-512, i.e. what an AVX2-only EPYC runs.
 # Prints the folder with the binaries. About 10 minutes on 2 cores; cached afterwards.
 set -euo pipefail
 VER=0.3.36

@@ -201,9 +201,8 @@ fn main() {
             "{:<34} {:>12} {:>12} {:>20}",
             "kernel", "1 core", "all cores", "decode ceiling"
         );
-        let vnni = is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512bw")
-            && is_x86_feature_detected!("avx512vnni");
+        // The kernels' own check, so `SLOSERVE_ISA=avx2` drops the VNNI ceiling too.
+        let vnni = sloserve_model::kernels::cpu::has_avx512_vnni();
         let mut rows = vec![
             ("f32 FMA (GFLOP/s)", f32_1, f32_n),
             ("q4 x q8 block dot (GMAC/s x 2)", q4_1, q4_n),

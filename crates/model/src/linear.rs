@@ -155,9 +155,9 @@ pub struct Linear {
 /// beat one byte each, prompts included: AVX2 int8 prefill 803-830 vs 762 tok/s,
 /// stop 14), and with AVX-512 5- and 6-bit values as nibbles and high planes
 /// (`Packing::Planes`). `SLOSERVE_DENSE` (comma-separated) is for A/B measurements of
-/// the other paths: `avx2` takes the AVX2 kernel on a CPU with AVX-512 VNNI, `u8`
-/// leaves values one byte each, `f32` leaves out the panels (8-bit dot products
-/// instead). Whether `precision` holds a `dtype` matrix as the 8-bit panels: their
+/// the other paths: `u8` leaves values one byte each, `f32` leaves out the panels
+/// (8-bit dot products instead); the AVX2 route on a CPU with AVX-512 is
+/// `SLOSERVE_ISA=avx2` (`kernels::cpu::IsaCap`, which also reads `avx2` here). Whether `precision` holds a `dtype` matrix as the 8-bit panels: their
 /// instruction set and packing. `None` for exact precision, float types, or where
 /// the panels are left out (`SLOSERVE_DENSE=f32`, or no AVX2).
 fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, Packing)> {
@@ -170,10 +170,7 @@ fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, Packing)> 
     if choices.contains(&"f32") {
         return None;
     }
-    let isa = match choices.contains(&"avx2") {
-        true => Some(Isa::Avx2).filter(|i| i.available()),
-        false => Isa::best(),
-    }?;
+    let isa = Isa::best()?;
     let packing = match (choices.contains(&"u8"), isa) {
         (true, _) => Packing::Bytes,
         (false, isa) => isa.packing(),

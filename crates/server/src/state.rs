@@ -73,6 +73,7 @@ impl AppState {
         tracing::info!(
             model = %args.model.display(),
             secs = format!("{:.2}", t0.elapsed().as_secs_f64()),
+            kernels = sloserve_model::kernels::cpu::kernels_in_use(),
             "model loaded"
         );
         Self::from_model(args, model, cfg)

@@ -72,6 +72,10 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    if let Err(e) = sloserve_model::kernels::cpu::IsaCap::from_env() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Generate(args) => generate::run(args),
         Command::Serve(args) => sloserve_server::run(args),

@@ -1,5 +1,5 @@
-//! What the hand-written kernels share: the CPU feature check (done once), the raw
-//! output pointer that parallel tasks write disjoint parts through, the lane sum of
+//! What the hand-written kernels share: the CPU feature check (done once, capped by
+//! `SLOSERVE_ISA`), the raw output pointer that parallel tasks write disjoint parts through, the lane sum of
 //! an AVX register, and (in tests) deterministic test data.
 
 /// Whether the CPU has AVX2, FMA and F16C, which every hand-written kernel needs.
@@ -18,7 +18,57 @@ pub fn has_avx2() -> bool {
     false
 }
 
-/// Whether the CPU also has AVX-512 (F, BW) with VNNI's 8-bit dot products.
+/// The environment variable that caps the instruction sets the kernels use.
+pub const ISA_ENV: &str = "SLOSERVE_ISA";
+
+/// The most the kernels may use: `SLOSERVE_ISA=avx2` keeps them off AVX-512 (to
+/// measure or serve the AVX2 route on a CPU that has both); unset or `best`, all the
+/// CPU has. Any other value is an error the binary reports at start.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum IsaCap {
+    Best,
+    Avx2,
+}
+
+impl IsaCap {
+    /// The cap `SLOSERVE_ISA` names (read once per process); `avx2` among the items of
+    /// `SLOSERVE_DENSE`, its older spelling (which capped only the 8-bit GEMM), caps too.
+    pub fn from_env() -> Result<IsaCap, String> {
+        use std::sync::OnceLock;
+        static CAP: OnceLock<Result<IsaCap, String>> = OnceLock::new();
+        CAP.get_or_init(|| {
+            let dense = std::env::var("SLOSERVE_DENSE").unwrap_or_default();
+            match dense.split(',').any(|c| c == "avx2") {
+                true => Ok(IsaCap::Avx2),
+                false => IsaCap::parse(std::env::var(ISA_ENV).ok().as_deref()),
+            }
+        })
+        .clone()
+    }
+
+    fn parse(v: Option<&str>) -> Result<IsaCap, String> {
+        match v.map(str::trim) {
+            None | Some("") | Some("best") => Ok(IsaCap::Best),
+            Some("avx2") => Ok(IsaCap::Avx2),
+            Some(other) => Err(format!(
+                "{ISA_ENV}={other:?}: expected `avx2` (no AVX-512) or `best` (all the CPU has)"
+            )),
+        }
+    }
+}
+
+/// The instruction sets the kernels use here, in words (for the load log).
+pub fn kernels_in_use() -> &'static str {
+    match (has_avx512_bf16(), has_avx512_vnni(), has_avx2()) {
+        (true, ..) => "AVX-512 VNNI + BF16",
+        (false, true, _) => "AVX-512 VNNI",
+        (.., true) => "AVX2",
+        _ => "portable (no AVX2)",
+    }
+}
+
+/// Whether the CPU also has AVX-512 (F, BW) with VNNI's 8-bit dot products, and
+/// `SLOSERVE_ISA` allows it.
 pub fn has_avx512_vnni() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -26,6 +76,7 @@ pub fn has_avx512_vnni() -> bool {
         static VNNI: OnceLock<bool> = OnceLock::new();
         *VNNI.get_or_init(|| {
             has_avx2()
+                && IsaCap::from_env() != Ok(IsaCap::Avx2)
                 && is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
                 && is_x86_feature_detected!("avx512vnni")
@@ -79,4 +130,18 @@ pub fn test_data(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
         .map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IsaCap;
+
+    #[test]
+    fn isa_cap_reads_its_values_and_names_a_bad_one() {
+        assert_eq!(IsaCap::parse(None), Ok(IsaCap::Best));
+        assert_eq!(IsaCap::parse(Some("best")), Ok(IsaCap::Best));
+        assert_eq!(IsaCap::parse(Some(" avx2")), Ok(IsaCap::Avx2));
+        let e = IsaCap::parse(Some("avx512")).unwrap_err();
+        assert!(e.contains("SLOSERVE_ISA=\"avx512\"") && e.contains("avx2"), "{e}");
+    }
 }
