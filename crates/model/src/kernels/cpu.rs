@@ -142,6 +142,9 @@ mod tests {
         assert_eq!(IsaCap::parse(Some("best")), Ok(IsaCap::Best));
         assert_eq!(IsaCap::parse(Some(" avx2")), Ok(IsaCap::Avx2));
         let e = IsaCap::parse(Some("avx512")).unwrap_err();
-        assert!(e.contains("SLOSERVE_ISA=\"avx512\"") && e.contains("avx2"), "{e}");
+        assert!(
+            e.contains("SLOSERVE_ISA=\"avx512\"") && e.contains("avx2"),
+            "{e}"
+        );
     }
 }

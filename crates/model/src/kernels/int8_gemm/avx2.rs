@@ -91,12 +91,24 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
         let fold = V != WIDE && folds_zero(w);
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..kb {
-            if R <= PREFETCH_ROWS && half == 0 {
-                // A hint only: past the panel's end it reads nothing and faults never.
-                let ahead = w.groups.as_ptr().add(p * kb * per) as *const __m512i;
+            if R <= PREFETCH_ROWS {
+                // Hints only: past the panels' end they read nothing and fault never.
+                // Half 0 reads every line of the panel (each holds both halves' 32
+                // bytes), half 1 the same lines again from cache: while it runs, the
+                // next panel's lines are fetched into L2, so that memory keeps
+                // streaming through both passes.
+                let base = w.groups.as_ptr() as *const __m512i;
                 for v in 0..per {
-                    let line = ahead.wrapping_add((b + PREFETCH_BLOCKS) * per + v);
-                    _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+                    match half {
+                        0 => {
+                            let line = base.wrapping_add((p * kb + b + PREFETCH_BLOCKS) * per + v);
+                            _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
+                        }
+                        _ => {
+                            let line = base.wrapping_add(((p + 1) * kb + b) * per + v);
+                            _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
+                        }
+                    }
                 }
             }
             // Row r's start for the block's first half (`SUB`) or whole block, and its
