@@ -1,6 +1,6 @@
 //! What the hand-written kernels share: the CPU feature check (done once, capped by
-//! `SLOSERVE_ISA`), the raw output pointer that parallel tasks write disjoint parts through, the lane sum of
-//! an AVX register, and (in tests) deterministic test data.
+//! `SLOSERVE_ISA`), the raw output pointer that parallel tasks write disjoint parts
+//! through, the lane sum of an AVX register, and (in tests) deterministic test data.
 
 /// Whether the CPU has AVX2, FMA and F16C, which every hand-written kernel needs.
 pub fn has_avx2() -> bool {

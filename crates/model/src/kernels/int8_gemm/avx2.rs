@@ -96,18 +96,18 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
                 // Half 0 reads every line of the panel (each holds both halves' 32
                 // bytes), half 1 the same lines again from cache: while it runs, the
                 // next panel's lines are fetched into L2, so that memory keeps
-                // streaming through both passes.
-                let base = w.groups.as_ptr() as *const __m512i;
+                // streaming through both passes (at a task's last panel, the next
+                // task's first: a wasted hint, once a task).
+                let block = match half {
+                    0 => p * kb + b + PREFETCH_BLOCKS,
+                    _ => (p + 1) * kb + b,
+                };
+                let lines = (w.groups.as_ptr() as *const __m512i).wrapping_add(block * per);
                 for v in 0..per {
+                    let line = lines.wrapping_add(v) as *const i8;
                     match half {
-                        0 => {
-                            let line = base.wrapping_add((p * kb + b + PREFETCH_BLOCKS) * per + v);
-                            _mm_prefetch::<_MM_HINT_T0>(line as *const i8);
-                        }
-                        _ => {
-                            let line = base.wrapping_add(((p + 1) * kb + b) * per + v);
-                            _mm_prefetch::<_MM_HINT_T1>(line as *const i8);
-                        }
+                        0 => _mm_prefetch::<_MM_HINT_T0>(line),
+                        _ => _mm_prefetch::<_MM_HINT_T1>(line),
                     }
                 }
             }
