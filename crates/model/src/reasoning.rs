@@ -1,0 +1,261 @@
+//! Reasoning formats: where a thinking model's reasoning ends and its answer begins.
+//! `ReasoningFormat::detect` reads it from the chat template (Qwen3, QwQ and the
+//! DeepSeek-R1 distills think inside `<think>…</think>`); `ReasoningSplitter` splits the
+//! generated text, streamed piece by piece, into reasoning and content, holding back
+//! only what could still be the start of a tag (as vLLM's `deepseek_r1` / `qwen3`
+//! reasoning parsers do). Where the rendered prompt already opened the block (R1
+//! distills end their generation prompt with `<think>\n`), the output starts inside it;
+//! where the prompt closed an empty one (Qwen3 with `enable_thinking: false`), the
+//! output is all content.
+
+pub const THINK_OPEN: &str = "<think>";
+pub const THINK_CLOSE: &str = "</think>";
+
+/// How a model's template marks its reasoning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningFormat {
+    /// No reasoning: the whole output is content.
+    None,
+    /// `<think>reasoning</think>content`.
+    ThinkTags,
+}
+
+impl ReasoningFormat {
+    /// The format a chat template's source implies.
+    pub fn detect(template: &str) -> Self {
+        if template.contains(THINK_OPEN) || template.contains(THINK_CLOSE) {
+            ReasoningFormat::ThinkTags
+        } else {
+            ReasoningFormat::None
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReasoningFormat::None => "none",
+            ReasoningFormat::ThinkTags => "<think>…</think>",
+        }
+    }
+
+    /// A splitter for one answer to `rendered_prompt` (the exact prompt text the
+    /// model continues).
+    pub fn splitter(self, rendered_prompt: &str) -> ReasoningSplitter {
+        let state = match self {
+            ReasoningFormat::None => State::Content,
+            ReasoningFormat::ThinkTags => match (
+                rendered_prompt.rfind(THINK_OPEN),
+                rendered_prompt.rfind(THINK_CLOSE),
+            ) {
+                (Some(open), close) if close.is_none_or(|c| c < open) => State::Reasoning,
+                _ => State::Start,
+            },
+        };
+        ReasoningSplitter {
+            state,
+            held: String::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Nothing but whitespace yet: an opening tag may still come.
+    Start,
+    Reasoning,
+    /// Just after the closing tag: leading whitespace is dropped.
+    AfterClose,
+    Content,
+}
+
+/// One answer's text split into reasoning and content as it streams.
+#[derive(Debug, Clone)]
+pub struct ReasoningSplitter {
+    state: State,
+    /// Text not yet given out: a possible tag start (or leading whitespace).
+    held: String,
+}
+
+/// What one `push` gave out.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Split {
+    pub reasoning: String,
+    pub content: String,
+}
+
+impl Split {
+    pub fn clear(&mut self) {
+        self.reasoning.clear();
+        self.content.clear();
+    }
+}
+
+/// The length of the longest suffix of `s` that is a proper prefix of `tag` (cut on a
+/// char boundary of `s`).
+fn partial_suffix(s: &str, tag: &str) -> usize {
+    (1..tag.len().min(s.len() + 1))
+        .rev()
+        .find(|&n| s.is_char_boundary(s.len() - n) && tag.starts_with(&s[s.len() - n..]))
+        .unwrap_or(0)
+}
+
+impl ReasoningSplitter {
+    /// Whether the answer is (still) in its reasoning.
+    pub fn in_reasoning(&self) -> bool {
+        self.state == State::Reasoning
+    }
+
+    /// Adds `text` and appends what is now certain to `out`.
+    pub fn push(&mut self, text: &str, out: &mut Split) {
+        self.held.push_str(text);
+        loop {
+            match self.state {
+                State::Content => {
+                    out.content.push_str(&self.held);
+                    self.held.clear();
+                    return;
+                }
+                State::Start => {
+                    let t = self.held.trim_start();
+                    if let Some(rest) = t.strip_prefix(THINK_OPEN) {
+                        self.held = rest.to_string();
+                        self.state = State::Reasoning;
+                    } else if THINK_OPEN.starts_with(t) {
+                        return; // whitespace, or a prefix of the tag: wait
+                    } else {
+                        self.state = State::Content;
+                    }
+                }
+                State::Reasoning => match self.held.find(THINK_CLOSE) {
+                    Some(i) => {
+                        out.reasoning.push_str(&self.held[..i]);
+                        self.held.drain(..i + THINK_CLOSE.len());
+                        self.state = State::AfterClose;
+                    }
+                    None => {
+                        let keep = partial_suffix(&self.held, THINK_CLOSE);
+                        let cut = self.held.len() - keep;
+                        out.reasoning.push_str(&self.held[..cut]);
+                        self.held.drain(..cut);
+                        return;
+                    }
+                },
+                State::AfterClose => {
+                    let t = self.held.trim_start();
+                    if t.is_empty() {
+                        self.held.clear();
+                        return;
+                    }
+                    self.held = t.to_string();
+                    self.state = State::Content;
+                }
+            }
+        }
+    }
+
+    /// The end of the answer: what was held goes out where it was headed (an
+    /// unfinished tag start is text).
+    pub fn finish(&mut self, out: &mut Split) {
+        match self.state {
+            State::Reasoning => out.reasoning.push_str(&self.held),
+            State::AfterClose => {}
+            State::Start | State::Content => out.content.push_str(&self.held),
+        }
+        self.held.clear();
+        self.state = State::Content;
+    }
+}
+
+/// Splits a whole answer at once.
+pub fn split_all(format: ReasoningFormat, rendered_prompt: &str, text: &str) -> Split {
+    let mut s = format.splitter(rendered_prompt);
+    let mut out = Split::default();
+    s.push(text, &mut out);
+    s.finish(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QWEN3: &str = "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}";
+
+    fn streamed(format: ReasoningFormat, prompt: &str, pieces: &[&str]) -> Split {
+        let mut s = format.splitter(prompt);
+        let mut all = Split::default();
+        for p in pieces {
+            let mut out = Split::default();
+            s.push(p, &mut out);
+            all.reasoning.push_str(&out.reasoning);
+            all.content.push_str(&out.content);
+        }
+        s.finish(&mut all);
+        all
+    }
+
+    #[test]
+    fn detects_think_templates() {
+        assert_eq!(ReasoningFormat::detect(QWEN3), ReasoningFormat::ThinkTags);
+        assert_eq!(
+            ReasoningFormat::detect("{{ messages }}"),
+            ReasoningFormat::None
+        );
+    }
+
+    #[test]
+    fn splits_whatever_the_pieces() {
+        let text = "<think>\nLet me add: 2+2=4.\n</think>\n\nThe answer is 4.";
+        let want = Split {
+            reasoning: "\nLet me add: 2+2=4.\n".into(),
+            content: "The answer is 4.".into(),
+        };
+        let p = "<|im_start|>assistant\n";
+        assert_eq!(split_all(ReasoningFormat::ThinkTags, p, text), want);
+        // Every cut into pieces, including inside both tags, one byte at a time.
+        let bytes: Vec<String> = text.chars().map(String::from).collect();
+        let refs: Vec<&str> = bytes.iter().map(String::as_str).collect();
+        assert_eq!(streamed(ReasoningFormat::ThinkTags, p, &refs), want);
+        for cut in 1..text.len() {
+            let (a, b) = text.split_at(cut);
+            assert_eq!(
+                streamed(ReasoningFormat::ThinkTags, p, &[a, b]),
+                want,
+                "cut {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn prompt_that_opened_the_block_starts_in_reasoning() {
+        let p = "<｜Assistant｜><think>\n";
+        let s = split_all(ReasoningFormat::ThinkTags, p, "hmm, 7 is prime</think>Yes.");
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("hmm, 7 is prime", "Yes.")
+        );
+    }
+
+    #[test]
+    fn prompt_that_closed_an_empty_block_is_all_content() {
+        let p = "<|im_start|>assistant\n<think>\n\n</think>\n\n";
+        let s = split_all(ReasoningFormat::ThinkTags, p, "Paris.");
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("", "Paris."));
+    }
+
+    #[test]
+    fn no_tag_is_content_and_unclosed_reasoning_stays_reasoning() {
+        let s = split_all(ReasoningFormat::ThinkTags, "", "  <thi is not a tag");
+        assert_eq!(s.content, "  <thi is not a tag");
+        let s = split_all(
+            ReasoningFormat::ThinkTags,
+            "",
+            "<think>cut off by max_tokens</thi",
+        );
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("cut off by max_tokens</thi", "")
+        );
+        let s = split_all(ReasoningFormat::None, "", "<think>x</think>y");
+        assert_eq!(s.content, "<think>x</think>y");
+    }
+}
