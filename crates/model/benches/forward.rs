@@ -189,6 +189,7 @@ fn run_precision(
         kv_cache_memory: Some(256 << 20),
         max_model_len: None,
         quantize,
+        ..Default::default()
     };
     let t0 = Instant::now();
     let mut r =

@@ -173,6 +173,7 @@ fn model_part(path: &std::path::Path, runs: usize) -> Vec<Row> {
         kv_cache_memory: Some(64 << 20),
         max_model_len: None,
         quantize: None,
+        ..Default::default()
     };
     let mut r =
         LlamaRunner::load(path, &opts).unwrap_or_else(|e| panic!("load {}: {e}", path.display()));

@@ -1,30 +1,13 @@
-//! `ModelConfig`: the hyper-parameters of a Llama-family model, read from the GGUF
-//! metadata keys of its architecture (`llama.*`, `qwen2.*`, `qwen3.*`, `gemma3.*`),
-//! with the per-architecture rules llama.cpp applies where the file says nothing.
+//! `ModelConfig`: the hyper-parameters of a decoder model, read from the GGUF metadata
+//! keys of its architecture (`llama.*`, `qwen3moe.*`, ...), with what its `Family`
+//! says the file does not (norms, activation, RoPE pairing, expert routing).
 
 use crate::error::{ModelError, Result};
+use crate::family::{self, ExpertRules, Family, FfnLayout};
 use crate::gguf::GgufFile;
+use crate::rope::{RopeOverride, RopeScaling};
 
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
-
-/// How RoPE pairs the dimensions of a head.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Adjacent pairs (x[2i], x[2i+1]): llama.cpp's "normal" mode, for `llama`
-    /// GGUFs whose Q/K rows were permuted at conversion.
-    Interleaved,
-    /// Half-split pairs (x[i], x[i + d/2]): "neox" mode, for `qwen2`.
-    HalfSplit,
-}
-
-/// The feed-forward's gate activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// SwiGLU: `silu(gate) · up` (llama, qwen).
-    Silu,
-    /// GEGLU with the tanh GELU, computed as llama.cpp's CPU backend does (gemma3).
-    GeluTanh,
-}
+pub use crate::family::{Activation, RopeStyle};
 
 /// Sliding-window attention on the local layers (gemma3).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -37,9 +20,27 @@ pub struct SlidingWindow {
     pub rope_theta: f32,
 }
 
+/// A mixture-of-experts feed-forward: its sizes from `{arch}.expert_*`, its routing
+/// from the family.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MoeConfig {
+    pub experts: usize,
+    /// Experts each token runs (top-k).
+    pub used: usize,
+    /// Each expert's feed-forward width.
+    pub ffn: usize,
+    /// The shared expert's width (Qwen2-MoE).
+    pub shared_ffn: Option<usize>,
+    pub rules: ExpertRules,
+    /// The chosen experts' weights are multiplied by this (`expert_weights_scale`; 1 if unset).
+    pub weights_scale: f32,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
     pub architecture: String,
+    /// What the architecture is (`crate::family`).
+    pub family: &'static Family,
     pub name: Option<String>,
     pub hidden_size: usize,
     pub intermediate_size: usize,
@@ -66,21 +67,26 @@ pub struct ModelConfig {
     pub embed_scale: Option<f32>,
     /// Attention scores are multiplied by this (default 1/sqrt(head_dim)).
     pub attn_scale: f32,
-    /// RoPE position scale of the global layers (`rope.scaling.factor` of linear scaling).
-    pub rope_freq_scale: f32,
+    /// RoPE scaling of the global layers (linear, YaRN; the file's or the command line's).
+    pub rope_scaling: RopeScaling,
     pub sliding_window: Option<SlidingWindow>,
+    /// The feed-forward's experts, when it has them.
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
+        Self::from_gguf_with(f, &RopeOverride::default())
+    }
+
+    /// `from_gguf`, with the command line's RoPE scaling over the file's.
+    pub fn from_gguf_with(f: &GgufFile, rope: &RopeOverride) -> Result<Self> {
         let arch = f.get_str("general.architecture")?;
-        if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
-            return Err(ModelError::UnsupportedArchitecture {
-                path: f.path.clone(),
-                arch,
-                supported: SUPPORTED_ARCHITECTURES.join(", "),
-            });
-        }
+        let fam = family::family(&arch).ok_or_else(|| ModelError::UnsupportedArchitecture {
+            path: f.path.clone(),
+            arch: arch.clone(),
+            supported: family::supported_list(),
+        })?;
         let k = |name: &str| format!("{arch}.{name}");
         let hidden_size = f.get_usize(&k("embedding_length"))?;
         let num_heads = f.get_usize(&k("attention.head_count"))?;
@@ -135,57 +141,103 @@ impl ModelConfig {
             Err(_) if gemma3 && num_layers == 62 => 1.0 / ((hidden_size / num_heads) as f32).sqrt(),
             Err(_) => 1.0 / (head_dim as f32).sqrt(),
         };
-        let sliding_window = match f.get_usize(&k("attention.sliding_window")) {
-            // llama.cpp: every sixth layer global, local layers on RoPE base 10000.
-            Ok(window) if gemma3 && window > 0 => Some(SlidingWindow {
+        let sliding_window = match (fam.sliding, f.get_usize(&k("attention.sliding_window"))) {
+            (Some(p), Ok(window)) if window > 0 => Some(SlidingWindow {
                 window,
-                pattern: 6,
-                rope_theta: 10_000.0,
+                pattern: p.every,
+                rope_theta: p.local_rope_theta,
             }),
             _ => None,
         };
-        let rope_freq_scale = match f.get_str(&k("rope.scaling.type")).as_deref() {
-            Ok("linear") => match f.get_f32(&k("rope.scaling.factor")) {
-                Ok(factor) if factor > 0.0 => 1.0 / factor,
-                _ => 1.0,
-            },
-            _ => 1.0,
+        let context_length = f.get_usize(&k("context_length")).unwrap_or(2048);
+        let moe = Self::read_moe(f, fam, &arch)?;
+        let intermediate_size = match (moe, f.get_usize(&k("feed_forward_length"))) {
+            (_, Ok(n)) => n,
+            (Some(_), Err(_)) => 0,
+            (None, Err(e)) => return Err(e),
         };
         let c = ModelConfig {
             name: f.get_str("general.name").ok(),
+            family: fam,
             hidden_size,
-            intermediate_size: f.get_usize(&k("feed_forward_length"))?,
+            intermediate_size,
             num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
             vocab_size,
-            context_length: f.get_usize(&k("context_length")).unwrap_or(2048),
+            context_length,
             rms_norm_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
             rope_theta,
-            rope_style: if arch == "llama" {
-                RopeStyle::Interleaved
-            } else {
-                RopeStyle::HalfSplit
-            },
+            rope_style: fam.rope_style,
             qkv_bias: f.has_tensor("blk.0.attn_q.bias"),
             tied_embeddings: !f.has_tensor("output.weight"),
-            qk_norm: arch == "qwen3" || gemma3,
-            post_norms: gemma3,
-            activation: if gemma3 {
-                Activation::GeluTanh
-            } else {
-                Activation::Silu
-            },
-            embed_scale: gemma3.then(|| (hidden_size as f32).sqrt()),
+            qk_norm: fam.qk_norm,
+            post_norms: fam.post_norms,
+            activation: fam.activation,
+            embed_scale: fam
+                .embed_scale_sqrt_hidden
+                .then(|| (hidden_size as f32).sqrt()),
             attn_scale,
-            rope_freq_scale,
+            rope_scaling: RopeScaling::from_gguf(f, &arch, context_length, rope)?,
             sliding_window,
+            moe,
             architecture: arch,
         };
         c.check_sizes()
             .map_err(|(key, reason)| bad(&format!("{}.{key}", c.architecture), reason))?;
         Ok(c)
+    }
+
+    /// The experts, where the family has them (or may, and the file says so).
+    fn read_moe(f: &GgufFile, fam: &Family, arch: &str) -> Result<Option<MoeConfig>> {
+        let k = |name: &str| format!("{arch}.{name}");
+        let experts = f.get_usize(&k("expert_count")).unwrap_or(0);
+        let rules = match fam.ffn {
+            FfnLayout::Dense => return Ok(None),
+            FfnLayout::DenseOrExperts(_) if experts == 0 => return Ok(None),
+            FfnLayout::DenseOrExperts(r) | FfnLayout::Experts(r) => r,
+        };
+        let bad = |key: &str, reason: String| ModelError::BadMetadata {
+            path: f.path.clone(),
+            key: k(key),
+            reason,
+        };
+        let used = f.get_usize(&k("expert_used_count"))?;
+        if experts == 0 || used == 0 || used > experts {
+            return Err(bad(
+                "expert_used_count",
+                format!("{used} experts used of {experts}: need 1 <= used <= count"),
+            ));
+        }
+        // llama.cpp: without the expert width, the dense width (llama) or that width
+        // split over the used experts (the Qwen MoEs).
+        let ffn = match f.get_usize(&k("expert_feed_forward_length")) {
+            Ok(n) => n,
+            Err(_) if rules.expert_width_is_dense => f.get_usize(&k("feed_forward_length"))?,
+            Err(_) => f.get_usize(&k("feed_forward_length"))? / used,
+        };
+        // llama.cpp: the shared expert is as wide as the dense width unless the file says.
+        let shared_ffn = match rules.shared_expert {
+            true => Some(
+                f.get_usize(&k("expert_shared_feed_forward_length"))
+                    .or_else(|_| f.get_usize(&k("feed_forward_length")))?,
+            ),
+            false => None,
+        };
+        let weights_scale = f
+            .get_f32(&k("expert_weights_scale"))
+            .ok()
+            .filter(|&s| s != 0.0)
+            .unwrap_or(1.0);
+        Ok(Some(MoeConfig {
+            experts,
+            used,
+            ffn,
+            shared_ffn,
+            rules,
+            weights_scale,
+        }))
     }
 
     /// The products the loader and the forward pass compute (tensor shapes, KV bytes
@@ -210,7 +262,7 @@ impl ModelConfig {
         let per_layer = [
             mul("attention.head_count", &[h, q, 2])?,
             mul("attention.head_count_kv", &[h, kv, 2])?,
-            mul("feed_forward_length", &[h, self.intermediate_size, 3])?,
+            mul("feed_forward_length", &[h, self.ffn_width_stored(), 3])?,
         ];
         let layer = per_layer
             .iter()
@@ -239,16 +291,39 @@ impl ModelConfig {
         self.num_kv_heads * self.head_dim
     }
 
+    /// The feed-forward widths a layer stores, summed: every expert's (and the shared
+    /// one's) with experts, else the dense width.
+    fn ffn_width_stored(&self) -> usize {
+        match self.moe {
+            None => self.intermediate_size,
+            Some(m) => m
+                .experts
+                .saturating_mul(m.ffn)
+                .saturating_add(m.shared_ffn.unwrap_or(0)),
+        }
+    }
+
+    /// The feed-forward width one token runs through: the used experts' (and the
+    /// shared one's) with experts, else the dense width.
+    pub fn ffn_width_active(&self) -> usize {
+        match self.moe {
+            None => self.intermediate_size,
+            Some(m) => m.used * m.ffn + m.shared_ffn.unwrap_or(0),
+        }
+    }
+
     /// Multiply-adds of the weight matrices per token (every layer and the output
-    /// projection; attention over the context comes on top).
+    /// projection; attention over the context comes on top). With experts, only
+    /// the ones a token runs (and the router).
     pub fn matmul_macs_per_token(&self) -> usize {
         let (h, q, kv, f) = (
             self.hidden_size,
             self.q_size(),
             self.kv_size(),
-            self.intermediate_size,
+            self.ffn_width_active(),
         );
-        self.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * f) + self.vocab_size * h
+        let router = self.moe.map_or(0, |m| h * m.experts);
+        self.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * f + router) + self.vocab_size * h
     }
 
     /// Bytes of KV cache per token, all layers, keys and values, at `elem` bytes per value.

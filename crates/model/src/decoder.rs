@@ -1,12 +1,14 @@
-//! `Llama`: the Llama-family transformer (llama, qwen2, qwen3, gemma3) read from GGUF
-//! tensors named as the checkpoint names them, with a forward pass over a flat batch:
-//! embed, the blocks in turn, final norm, logits. What differs by architecture (q/k
-//! norms, post-norms, GEGLU, sliding windows, embedding scale) is in `ModelConfig`.
+//! `Decoder`: the shared decoder-only transformer every family runs on (llama, qwen2,
+//! qwen3, gemma3, and the mixtures of experts qwen2moe, qwen3moe, Mixtral-style llama),
+//! read from GGUF tensors named as llama.cpp names them, with a forward pass over a
+//! flat batch: embed, the blocks in turn, final norm, logits. What differs by
+//! architecture is described once in `crate::family` and read through `ModelConfig`.
 
 mod attention;
 mod block;
 mod fused;
 mod mlp;
+mod moe;
 
 use sloserve_engine::{Batch, Logits};
 
@@ -48,7 +50,7 @@ struct Step<'a> {
     tokens: Tokens,
 }
 
-pub struct Llama {
+pub struct Decoder {
     pub config: ModelConfig,
     /// The token embedding, read by row in the file's form; `None` when it is the
     /// output matrix (tied), held once there.
@@ -172,14 +174,79 @@ impl Loader<'_> {
         let w = self.tensor(name, &[n_out, k])?;
         Ok(self.new_linear(w, n_out, k, b))
     }
+
+    /// Expert `e`'s `[n_out, k]` matrix out of the stacked `[experts, n_out, k]`
+    /// tensor `name`, in the file's blocks (only its rows are read).
+    fn expert(
+        &mut self,
+        name: &str,
+        e: usize,
+        experts: usize,
+        n_out: usize,
+        k: usize,
+    ) -> Result<WeightData> {
+        let path = self.file.path.clone();
+        let bad = |reason: String| ModelError::BadTensor {
+            path: path.clone(),
+            tensor: name.to_string(),
+            reason,
+        };
+        let Some(m) = self.file.stacked_rows(name) else {
+            return Err(match self.file.has_tensor(name) {
+                true => bad("not a stack of matrices readable by rows".into()),
+                false => ModelError::MissingTensor {
+                    path: path.clone(),
+                    tensor: name.to_string(),
+                },
+            });
+        };
+        if m.dims != [experts * n_out, k] {
+            return Err(bad(format!(
+                "shape {:?}, expected [{experts}, {n_out}, {k}]",
+                self.file.tensor_info(name).map(|i| i.shape.dims().to_vec())
+            )));
+        }
+        let mut buf = Vec::new();
+        self.file
+            .read_stacked_rows(name, e * n_out..(e + 1) * n_out, &mut buf)?;
+        let w = WeightData::from_bytes(m.dtype, &buf).ok_or_else(|| {
+            ModelError::UnsupportedTensorType {
+                path: path.clone(),
+                tensor: name.to_string(),
+                dtype: format!("{:?}", m.dtype),
+                supported: crate::gguf::supported_dtypes_list(),
+            }
+        })?;
+        let dims = [experts, n_out, k];
+        Ok(
+            match self
+                .file
+                .quantize()
+                .and_then(|ty| crate::requantize::target(&self.file.content, ty, name, &dims))
+            {
+                Some(to) => crate::requantize::requantize(w, to),
+                None => w,
+            },
+        )
+    }
 }
 
-impl Llama {
+impl Decoder {
     /// Loads the weights; the RoPE table covers positions `0..max_positions` (the
     /// served context, not the file's `context_length`).
     pub fn load(file: &mut GgufFile, precision: Precision, max_positions: usize) -> Result<Self> {
-        file.check_dtypes()?;
         let c = ModelConfig::from_gguf(file)?;
+        Self::load_config(file, c, precision, max_positions)
+    }
+
+    /// `load` with the config already read (and the command line's overrides in it).
+    pub fn load_config(
+        file: &mut GgufFile,
+        c: ModelConfig,
+        precision: Precision,
+        max_positions: usize,
+    ) -> Result<Self> {
+        file.check_dtypes()?;
         let mut ld = Loader {
             file,
             precision,
@@ -208,21 +275,31 @@ impl Llama {
                 ld.linear("output", c.vocab_size, h, false)?
             }
         };
-        let held = ld.held;
         let max_pos = max_positions.min(c.context_length);
-        let rope = |theta, scale| Rope::scaled(c.rope_style, c.head_dim, theta, scale, max_pos);
-        let mut ropes = vec![rope(c.rope_theta, c.rope_freq_scale)];
+        // Llama 3's frequency factors, one per pair, shared by every layer.
+        let freq_factors = match c.family.rope_freqs && ld.file.has_tensor("rope_freqs.weight") {
+            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
+            false => None,
+        };
+        let mut ropes = vec![Rope::scaled(
+            c.rope_style,
+            c.head_dim,
+            c.rope_theta,
+            &c.rope_scaling,
+            freq_factors.as_deref(),
+            max_pos,
+        )];
         if let Some(sw) = c.sliding_window {
-            ropes.push(rope(sw.rope_theta, 1.0));
+            ropes.push(Rope::new(c.rope_style, c.head_dim, sw.rope_theta, max_pos));
         }
-        Ok(Llama {
+        Ok(Decoder {
+            held: ld.held,
             config: c,
             token_embd,
             blocks,
             output_norm,
             output,
             ropes,
-            held,
         })
     }
 

@@ -237,16 +237,31 @@ impl GgufFile {
     /// whose rows are not whole blocks, or that `set_quantize` re-quantizes (read those
     /// with `read_tensor`).
     pub fn matrix_rows(&self, name: &str) -> Option<MatrixRows> {
+        self.rows_view(name, false)
+    }
+
+    /// A 3-D tensor `[n, rows, cols]` (a mixture's experts, stacked) seen as the matrix
+    /// `[n * rows, cols]`, read by `read_stacked_rows` in the file's own types (the
+    /// caller re-quantizes what it reads).
+    pub fn stacked_rows(&self, name: &str) -> Option<MatrixRows> {
+        self.rows_view(name, true)
+    }
+
+    fn rows_view(&self, name: &str, stacked: bool) -> Option<MatrixRows> {
         let info = self.content.tensor_infos.get(name)?;
-        let &[rows, cols] = info.shape.dims() else {
-            return None;
+        let (rows, cols) = match (info.shape.dims(), stacked) {
+            (&[rows, cols], false) => (rows, cols),
+            // At most the tensor's element count, which `read_header` checked.
+            (&[n, rows, cols], true) => (n.checked_mul(rows)?, cols),
+            _ => return None,
         };
         let dims = [rows, cols];
         if !cols.is_multiple_of(info.ggml_dtype.block_size())
-            || self
-                .quantize
-                .and_then(|ty| requantize::target(&self.content, ty, name, &dims))
-                .is_some()
+            || (!stacked
+                && self
+                    .quantize
+                    .and_then(|ty| requantize::target(&self.content, ty, name, &dims))
+                    .is_some())
         {
             return None;
         }
@@ -267,6 +282,26 @@ impl GgufFile {
         rows: std::ops::Range<usize>,
         buf: &mut Vec<u8>,
     ) -> Result<()> {
+        self.read_view(name, rows, buf, false)
+    }
+
+    /// `read_rows` for a stack `stacked_rows` accepted.
+    pub fn read_stacked_rows(
+        &mut self,
+        name: &str,
+        rows: std::ops::Range<usize>,
+        buf: &mut Vec<u8>,
+    ) -> Result<()> {
+        self.read_view(name, rows, buf, true)
+    }
+
+    fn read_view(
+        &mut self,
+        name: &str,
+        rows: std::ops::Range<usize>,
+        buf: &mut Vec<u8>,
+        stacked: bool,
+    ) -> Result<()> {
         let bad = |reason: String| ModelError::BadTensor {
             path: self.path.clone(),
             tensor: name.to_string(),
@@ -276,7 +311,7 @@ impl GgufFile {
             dims: [n, _],
             row_bytes,
             ..
-        }) = self.matrix_rows(name)
+        }) = self.rows_view(name, stacked)
         else {
             return Err(bad("not a matrix readable by rows".into()));
         };

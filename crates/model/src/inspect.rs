@@ -27,7 +27,7 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
         file.get_str("general.name").unwrap_or_else(|_| "-".into())
     );
     match ModelConfig::from_gguf(file) {
-        Ok(c) => describe_config(w, &c),
+        Ok(c) => describe_config(w, &c, file),
         Err(e) => {
             let arch = file.get_str("general.architecture");
             let _ = writeln!(w, "architecture:    {}", arch.as_deref().unwrap_or("-"));
@@ -61,7 +61,7 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
     Ok(s)
 }
 
-fn describe_config(w: &mut String, c: &ModelConfig) {
+fn describe_config(w: &mut String, c: &ModelConfig, file: &GgufFile) {
     let _ = writeln!(w, "architecture:    {}", c.architecture);
     let _ = writeln!(w, "layers:          {}", c.num_layers);
     let _ = writeln!(w, "hidden size:     {}", c.hidden_size);
@@ -78,6 +78,43 @@ fn describe_config(w: &mut String, c: &ModelConfig) {
         "rope:            theta {}, {:?} pairs",
         c.rope_theta, c.rope_style
     );
+    let r = &c.rope_scaling;
+    let _ = match r.kind {
+        crate::rope::ScalingKind::None => writeln!(w, "rope scaling:    none"),
+        _ if r.freq_scale == 1.0 && r.ext_factor == 0.0 => writeln!(w, "rope scaling:    none"),
+        crate::rope::ScalingKind::Linear => {
+            writeln!(w, "rope scaling:    linear, factor {}", 1.0 / r.freq_scale)
+        }
+        crate::rope::ScalingKind::Yarn => writeln!(
+            w,
+            "rope scaling:    yarn, factor {}, original context {}",
+            1.0 / r.freq_scale,
+            r.orig_ctx
+        ),
+    };
+    if c.family.rope_freqs && file.has_tensor("rope_freqs.weight") {
+        let _ = writeln!(
+            w,
+            "rope freqs:      per-dimension factors (rope_freqs.weight, Llama 3)"
+        );
+    }
+    if let Some(m) = c.moe {
+        let _ = writeln!(
+            w,
+            "experts:         {} of {} per token, {} wide{}; {:?} router{}",
+            m.used,
+            m.experts,
+            m.ffn,
+            m.shared_ffn
+                .map_or(String::new(), |s| format!(", shared expert {s} wide")),
+            m.rules.gating,
+            if m.rules.norm_weights {
+                ", weights renormalised"
+            } else {
+                ""
+            }
+        );
+    }
     if let Some(sw) = c.sliding_window {
         let _ = writeln!(
             w,

@@ -82,12 +82,16 @@ impl std::str::FromStr for WeightType {
     }
 }
 
-/// The type tensor `name` (dims `[rows, cols]`) gets under `--quantize ty`, or
-/// `None` to keep the file's. Only weight matrices change (norms and biases are
-/// vectors); a matrix whose rows do not split into whole blocks keeps its type.
+/// The type tensor `name` (dims `[rows, cols]`, or `[experts, rows, cols]`) gets
+/// under `--quantize ty`, or `None` to keep the file's. Only weight matrices change
+/// (norms and biases are vectors; a mixture's router stays as the file has it, as
+/// llama.cpp's quantizer keeps it); a matrix whose rows do not split into whole
+/// blocks keeps its type.
 pub fn target(content: &Content, ty: WeightType, name: &str, dims: &[usize]) -> Option<GgmlDType> {
-    let [_, cols] = dims else { return None };
-    if !name.ends_with(".weight") {
+    let (&[_, cols] | &[_, _, cols]) = dims else {
+        return None;
+    };
+    if !name.ends_with(".weight") || name.ends_with("ffn_gate_inp.weight") {
         return None;
     }
     let tied = !content.tensor_infos.contains_key("output.weight");

@@ -1,4 +1,4 @@
-//! `LlamaRunner`: the `ModelRunner` for GGUF Llama-family models on CPU: owns the
+//! `LlamaRunner`: the `ModelRunner` for GGUF decoder models (every `crate::family`) on CPU: owns the
 //! model weights and the paged KV cache, validates and runs flat batches.
 
 use std::path::Path;
@@ -6,12 +6,13 @@ use std::path::Path;
 use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
 
 use crate::config::ModelConfig;
+use crate::decoder::{Decoder, Scratch};
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::kv_cache::{KvCache, KvDtype};
-use crate::llama::{Llama, Scratch};
 use crate::memory_plan::MemoryPlan;
 use crate::requantize::{WeightPlan, WeightType};
+use crate::rope::RopeOverride;
 use crate::weights::Precision;
 
 /// How to load a runner.
@@ -27,6 +28,8 @@ pub struct RunnerOptions {
     pub max_model_len: Option<usize>,
     /// Re-quantize the weight matrices to this type at load (`--quantize`).
     pub quantize: Option<WeightType>,
+    /// RoPE scaling over the file's (`--rope-scaling`, `--rope-scale`, `--yarn-orig-ctx`).
+    pub rope: RopeOverride,
 }
 
 impl Default for RunnerOptions {
@@ -37,12 +40,13 @@ impl Default for RunnerOptions {
             kv_cache_memory: Some(512 << 20),
             max_model_len: None,
             quantize: None,
+            rope: RopeOverride::default(),
         }
     }
 }
 
 pub struct LlamaRunner {
-    model: Llama,
+    model: Decoder,
     cache: KvCache,
     scratch: Scratch,
     info: RunnerInfo,
@@ -55,7 +59,7 @@ impl LlamaRunner {
     }
 
     pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
-        let c = &ModelConfig::from_gguf(file)?;
+        let c = &ModelConfig::from_gguf_with(file, &opts.rope)?;
         let plan = MemoryPlan::new(file, opts.precision, opts.kv_cache_memory)?;
         let block_size = opts.block_size.max(1);
         let dtype = match opts.precision {
@@ -74,7 +78,7 @@ impl LlamaRunner {
         // The weights first: they prove the layer count and sizes before the cache is
         // allocated from them.
         file.set_quantize(opts.quantize);
-        let model = Llama::load(file, opts.precision, max_positions)?;
+        let model = Decoder::load_config(file, c.clone(), opts.precision, max_positions)?;
         tracing::info!(
             quantize = opts.quantize.map_or("none (the file's types)", |t| t.name()),
             weights = %WeightPlan::new(&file.content, opts.quantize).summary(),
@@ -113,7 +117,7 @@ impl LlamaRunner {
     }
 
     /// The model.
-    pub fn model(&self) -> &Llama {
+    pub fn model(&self) -> &Decoder {
         &self.model
     }
 

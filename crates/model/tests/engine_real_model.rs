@@ -128,6 +128,7 @@ fn load_runner() -> LlamaRunner {
         kv_cache_memory: Some(128 << 20),
         max_model_len: Some(1024),
         quantize: None,
+        ..Default::default()
     };
     LlamaRunner::load(common::model_path(), &opts).expect("load the default model")
 }

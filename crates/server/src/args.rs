@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use sloserve_engine::EngineConfig;
+use sloserve_model::rope::{RopeOverride, ScalingKind};
 use sloserve_model::{Precision, RunnerOptions, WeightType};
 
 /// The default model file (fetched by `make model`).
@@ -36,6 +37,18 @@ pub struct ServeArgs {
     /// the file's own types): trades accuracy for speed and memory.
     #[arg(long)]
     pub quantize: Option<WeightType>,
+    /// RoPE scaling over the file's: none, linear or yarn (as llama-server's
+    /// `--rope-scaling`); with `--rope-scale` (the context's scaling factor) and,
+    /// for YaRN, `--yarn-orig-ctx` (the context the model was trained on).
+    #[arg(long, value_parser = parse_rope_scaling)]
+    pub rope_scaling: Option<ScalingKind>,
+    /// RoPE context scaling factor (llama-server's `--rope-scale`): 4 stretches a
+    /// 32k model to 128k.
+    #[arg(long)]
+    pub rope_scale: Option<f32>,
+    /// YaRN's original context length (default: the file's, else its training context).
+    #[arg(long)]
+    pub yarn_orig_ctx: Option<usize>,
     /// Model name clients use (default: the file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,
@@ -101,6 +114,11 @@ impl ServeArgs {
             kv_cache_memory: cfg.kv_cache_memory.map(|b| b as usize),
             max_model_len: cfg.max_model_len,
             quantize: self.quantize,
+            rope: RopeOverride {
+                kind: self.rope_scaling,
+                factor: self.rope_scale,
+                orig_ctx: self.yarn_orig_ctx,
+            },
         }
     }
 
@@ -155,4 +173,8 @@ mod tests {
         assert_eq!(a.model_name(), "SmolLM2-135M-Instruct.Q4_1");
         assert!(parse_bytes("12x").is_err());
     }
+}
+
+fn parse_rope_scaling(s: &str) -> Result<ScalingKind, String> {
+    ScalingKind::parse(s).ok_or_else(|| format!("'{s}': expected none, linear or yarn"))
 }

@@ -23,6 +23,7 @@ pub fn start(cfg: EngineConfig) -> EngineHandle {
         kv_cache_memory: Some(KV_BYTES),
         max_model_len: None,
         quantize: None,
+        ..Default::default()
     };
     let runner = LlamaRunner::load(model_path(), &opts).expect("load the default model");
     Engine::start(Box::new(runner), cfg).expect("start the engine")

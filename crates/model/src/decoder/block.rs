@@ -3,6 +3,7 @@
 
 use super::attention::{Attention, AttnScratch};
 use super::mlp::{Mlp, MlpScratch};
+use super::moe::{Moe, MoeScratch};
 use super::{sized, Loader, Step};
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -15,7 +16,7 @@ pub(super) struct Block {
     attn_norm: Vec<f32>,
     attn: Attention,
     ffn_norm: Vec<f32>,
-    mlp: Mlp,
+    ffn: Ffn,
     /// `post_attention_norm` and `post_ffw_norm` (gemma3).
     post_norms: Option<(Vec<f32>, Vec<f32>)>,
     eps: f32,
@@ -30,6 +31,13 @@ pub(super) struct BlockScratch {
     post: Vec<f32>,
     attn: AttnScratch,
     mlp: MlpScratch,
+    moe: MoeScratch,
+}
+
+/// A block's feed-forward: one dense MLP, or a mixture of experts.
+enum Ffn {
+    Dense(Mlp),
+    Experts(Box<Moe>),
 }
 
 impl Block {
@@ -40,7 +48,10 @@ impl Block {
             attn_norm: ld.vector(&format!("{p}.attn_norm.weight"), h)?,
             attn: Attention::new(ld, index, c)?,
             ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"), h)?,
-            mlp: Mlp::new(ld, &p, c)?,
+            ffn: match c.moe {
+                None => Ffn::Dense(Mlp::new(ld, &p, c)?),
+                Some(m) => Ffn::Experts(Box::new(Moe::new(ld, &p, c, m)?)),
+            },
             post_norms: if c.post_norms {
                 Some((
                     ld.vector(&format!("{p}.post_attention_norm.weight"), h)?,
@@ -55,10 +66,11 @@ impl Block {
 
     /// Where its batches leave the quantized path (`Linear::small_batch_max_rows`).
     pub(super) fn small_batch_max_rows(&self) -> Option<usize> {
-        first_switch(
-            self.attn.small_batch_max_rows(),
-            self.mlp.small_batch_max_rows(),
-        )
+        let ffn = match &self.ffn {
+            Ffn::Dense(m) => m.small_batch_max_rows(),
+            Ffn::Experts(m) => m.small_batch_max_rows(),
+        };
+        first_switch(self.attn.small_batch_max_rows(), ffn)
     }
 
     /// Runs layer `layer` over the residual stream `x` (`[T, hidden]`), in place.
@@ -77,7 +89,10 @@ impl Block {
         self.attn.forward(xn, step, cache, layer, &mut s.attn, proj);
         self.residual(x, proj, 0, &mut s.post);
         rms_norm(x, &self.ffn_norm, self.eps, xn);
-        self.mlp.forward(xn, step.tokens, &mut s.mlp, proj);
+        match &self.ffn {
+            Ffn::Dense(m) => m.forward(xn, step.tokens, &mut s.mlp, proj),
+            Ffn::Experts(m) => m.forward(xn, step.tokens, &mut s.moe, proj),
+        }
         self.residual(x, proj, 1, &mut s.post);
     }
 

@@ -39,6 +39,19 @@ impl FusedLinear {
             }
         }
         let widths: Vec<usize> = parts.iter().map(|p| p.1).collect();
+        Ok(Self::from_weights(ld, weights, widths, k, biases))
+    }
+
+    /// The parts from their loaded weights (each `[widths[i], k]`) and biases (none,
+    /// or one per part).
+    pub(super) fn from_weights(
+        ld: &mut Loader,
+        weights: Vec<WeightData>,
+        widths: Vec<usize>,
+        k: usize,
+        biases: Vec<Vec<f32>>,
+    ) -> Self {
+        let bias = !biases.is_empty();
         let refs: Vec<&WeightData> = weights.iter().collect();
         let kind = match WeightData::concat_rows(&refs) {
             Some(w) => {
@@ -55,7 +68,7 @@ impl FusedLinear {
                 Kind::Separate(linears)
             }
         };
-        Ok(FusedLinear { widths, kind })
+        FusedLinear { widths, kind }
     }
 
     /// Where the parts' batches leave the quantized path (`Linear::small_batch_max_rows`).

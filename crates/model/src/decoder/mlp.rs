@@ -7,6 +7,7 @@ use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
 use crate::kernels::activation::{gelu_mul, gelu_mul_rows, silu_mul, silu_mul_rows};
 use crate::linear::{first_switch, Linear, Tokens};
+use crate::weights::WeightData;
 
 pub(super) struct Mlp {
     /// gate and up projections (parts 0, 1).
@@ -26,23 +27,54 @@ pub(super) struct MlpScratch {
 impl Mlp {
     /// Loads `{prefix}.ffn_gate`, `ffn_up` and `ffn_down`.
     pub(super) fn new(ld: &mut Loader, prefix: &str, c: &ModelConfig) -> Result<Self> {
-        let (h, ffn) = (c.hidden_size, c.intermediate_size);
+        Self::named(
+            ld,
+            prefix,
+            "",
+            (c.hidden_size, c.intermediate_size),
+            c.activation,
+        )
+    }
+
+    /// Loads `{prefix}.ffn_gate{suffix}`, `ffn_up{suffix}` and `ffn_down{suffix}`
+    /// (`_shexp`: a shared expert), `ffn` wide.
+    pub(super) fn named(
+        ld: &mut Loader,
+        prefix: &str,
+        suffix: &str,
+        (h, ffn): (usize, usize),
+        activation: Activation,
+    ) -> Result<Self> {
         Ok(Mlp {
             gate_up: FusedLinear::load(
                 ld,
                 &[
-                    (format!("{prefix}.ffn_gate"), ffn),
-                    (format!("{prefix}.ffn_up"), ffn),
+                    (format!("{prefix}.ffn_gate{suffix}"), ffn),
+                    (format!("{prefix}.ffn_up{suffix}"), ffn),
                 ],
                 h,
                 false,
             )?,
-            down: ld.linear(&format!("{prefix}.ffn_down"), h, ffn, false)?,
-            activation: c.activation,
+            down: ld.linear(&format!("{prefix}.ffn_down{suffix}"), h, ffn, false)?,
+            activation,
         })
     }
 
-    /// `xn` is the normed input `[t, hidden]`; writes `[t, hidden]` into `out`.
+    /// One expert's feed-forward from its gate, up (`[ffn, hidden]`) and down
+    /// (`[hidden, ffn]`) weights.
+    pub(super) fn from_weights(
+        ld: &mut Loader,
+        [gate, up, down]: [WeightData; 3],
+        (h, ffn): (usize, usize),
+        activation: Activation,
+    ) -> Self {
+        Mlp {
+            gate_up: FusedLinear::from_weights(ld, vec![gate, up], vec![ffn, ffn], h, Vec::new()),
+            down: ld.new_linear(down, h, ffn, None),
+            activation,
+        }
+    }
+
     /// Where its batches leave the quantized path (`Linear::small_batch_max_rows`).
     pub(super) fn small_batch_max_rows(&self) -> Option<usize> {
         first_switch(
@@ -51,6 +83,7 @@ impl Mlp {
         )
     }
 
+    /// `xn` is the normed input `[t, hidden]`; writes `[t, hidden]` into `out`.
     pub(super) fn forward(&self, xn: &[f32], t: Tokens, s: &mut MlpScratch, out: &mut [f32]) {
         let ffn = self.gate_up.width(0);
         if let Some(both) = self.gate_up.forward_joined(xn, t, &mut s.both) {
