@@ -1,8 +1,10 @@
 //! `Tokenizer`: the tokenizer rebuilt from a GGUF file's `tokenizer.ggml.*` metadata:
 //! byte-level BPE (`gpt2`, splitting text the way llama.cpp does for each
-//! `tokenizer.ggml.pre` name) or SentencePiece (`llama`, in `spm`), plus the id -> bytes
-//! table used for decoding.
+//! `tokenizer.ggml.pre` name, in `pretok`) or SentencePiece (`llama`, in `spm`), plus the
+//! id -> bytes table used for decoding.
 
+mod pretok;
+mod special;
 mod spm;
 
 use std::path::PathBuf;
@@ -15,6 +17,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
+use self::special::SpecialTokens;
 use self::spm::Spm;
 use crate::error::{ModelError, Result};
 
@@ -30,10 +33,6 @@ pub fn supported_tokenizers_list() -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-
-const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF `tokenizer.ggml.token_type` values.
 const TYPE_UNKNOWN: i32 = 2;
@@ -59,7 +58,23 @@ enum Encoder {
         /// Same model, but control tokens are tokenized as plain text.
         plain: Arc<tokenizers::Tokenizer>,
     },
-    Spm(Arc<Spm>),
+    Native(Arc<Native>),
+}
+
+/// The tokenizers written here, each encoding as llama.cpp's of the same kind.
+enum Native {
+    Spm(Spm),
+}
+
+impl Native {
+    /// `text`'s ids (no BOS/EOS); control-token texts become their ids with `parse_special`.
+    fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+        match self {
+            Native::Spm(t) => t.encode(text, parse_special, &mut ids),
+        }
+        ids
+    }
 }
 
 /// A cheap, shareable handle on a tokenizer's plain-text encoding (control-token
@@ -72,7 +87,7 @@ pub struct TextEncoder(TextEncoderInner);
 #[derive(Clone)]
 enum TextEncoderInner {
     Bpe(Arc<tokenizers::Tokenizer>),
-    Spm(Arc<Spm>),
+    Native(Arc<Native>),
 }
 
 impl TextEncoder {
@@ -83,20 +98,18 @@ impl TextEncoder {
                 .encode_fast(text, false)
                 .ok()
                 .map(|e| e.get_ids().to_vec()),
-            TextEncoderInner::Spm(spm) => {
-                let mut ids = Vec::with_capacity(text.len() / 3 + 1);
-                spm.encode(text, false, &mut ids);
-                Some(ids)
-            }
+            TextEncoderInner::Native(t) => Some(t.encode(text, false)),
         }
     }
 }
 
 impl std::fmt::Debug for TextEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
+        f.write_str(match &self.0 {
             TextEncoderInner::Bpe(_) => "TextEncoder(bpe)",
-            TextEncoderInner::Spm(_) => "TextEncoder(spm)",
+            TextEncoderInner::Native(t) => match **t {
+                Native::Spm(_) => "TextEncoder(spm)",
+            },
         })
     }
 }
@@ -183,14 +196,17 @@ pub(crate) fn byte_to_char() -> [char; 256] {
     map
 }
 
-/// The splitting regexes llama.cpp applies, in order, for a `tokenizer.ggml.pre` name
-/// (see llama-vocab.cpp). Unknown names fall back to the GPT-2 regex, as llama.cpp does.
-fn pre_regexes(pre: &str) -> (Vec<&'static str>, bool) {
-    match pre {
-        "smollm" => (vec![r"\p{N}", GPT2_RE], false),
-        "llama-bpe" | "llama3" | "llama-v3" => (vec![LLAMA3_RE], true),
-        "qwen2" | "deepseek-r1-qwen" => (vec![QWEN2_RE], false),
-        _ => (vec![GPT2_RE], false),
+/// Which special tokens swallow the whitespace after them: llama.cpp has no key for it and
+/// decides by model name: for Phi-3, all but `<unk>`, `<s>` and `<|endoftext|>`.
+fn rstrip_rule(c: &Content) -> fn(&str) -> bool {
+    let name = match c.metadata.get("general.name").map(Value::to_string) {
+        Some(Ok(n)) => n.to_lowercase(),
+        _ => String::new(),
+    };
+    if name.contains("phi-3") || name.contains("phi3") {
+        |t| !matches!(t, "<unk>" | "<s>" | "<|endoftext|>")
+    } else {
+        |_| false
     }
 }
 
@@ -219,14 +235,9 @@ fn floats(v: &Value, key: &str, n: usize) -> Result<Vec<f32>> {
         .collect()
 }
 
-/// The byte-level BPE encoder and its id -> bytes table.
-fn bpe(
-    content: &Content,
-    tokens: &[String],
-    types: &[i32],
-    pre: &str,
-) -> Result<(Encoder, Vec<u8>, Vec<usize>)> {
-    let merges = strings(content, "tokenizer.ggml.merges")?
+/// `tokenizer.ggml.merges` as (left, right) pairs.
+fn merges(content: &Content) -> Result<Vec<(String, String)>> {
+    strings(content, "tokenizer.ggml.merges")?
         .into_iter()
         .map(|m| {
             // llama.cpp searches the separator from the second char on.
@@ -242,8 +253,20 @@ fn bpe(
                 )),
             }
         })
-        .collect::<Result<Vec<_>>>()?;
-    let (regexes, ignore_merges) = pre_regexes(pre);
+        .collect()
+}
+
+/// The byte-level BPE encoder and its id -> bytes table.
+fn bpe(
+    content: &Content,
+    tokens: &[String],
+    types: &[i32],
+    pre: &str,
+) -> Result<(Encoder, Vec<u8>, Vec<usize>)> {
+    let merges = merges(content)?;
+    // A name llama.cpp knows but sloserve does not implement splits like GPT-2.
+    let split = pretok::for_name(pre).or_else(|| pretok::for_name("gpt-2"));
+    let (regexes, ignore_merges) = split.map_or((&[][..], false), |p| (p.regexes, p.ignore_merges));
     let mut vocab = Vocab::default();
     for (i, t) in tokens.iter().enumerate().rev() {
         vocab.insert(t.clone(), i as u32); // first id wins on duplicates
@@ -256,7 +279,7 @@ fn bpe(
     let mut pres: Vec<PreTokenizerWrapper> = Vec::new();
     for re in regexes {
         let split = Split::new(
-            SplitPattern::Regex(re.into()),
+            SplitPattern::Regex((*re).into()),
             SplitDelimiterBehavior::Isolated,
             false,
         )
@@ -355,22 +378,32 @@ impl Tokenizer {
         let eot = token_id(content, "tokenizer.ggml.eot_token_id", n)?;
         let eom = token_id(content, "tokenizer.ggml.eom_token_id", n)?;
 
-        let (encoder, bytes, offsets) = if is_spm {
-            let unk = token_id(content, "tokenizer.ggml.unknown_token_id", n)?;
-            let scores = match content.metadata.get("tokenizer.ggml.scores") {
-                None => vec![0.0; n],
-                Some(v) => floats(v, "tokenizer.ggml.scores", n)?,
-            };
-            let space = flag(content, "tokenizer.ggml.add_space_prefix", true)?;
-            let spm = Spm::new(&tokens, scores, &types, unk, space);
-            let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
-            for (tok, &ty) in tokens.iter().zip(&types) {
-                spm::token_bytes(tok, ty, &mut bytes);
-                offsets.push(bytes.len());
+        let native = match model.as_str() {
+            "llama" => {
+                let unk = token_id(content, "tokenizer.ggml.unknown_token_id", n)?;
+                let scores = match content.metadata.get("tokenizer.ggml.scores") {
+                    None => vec![0.0; n],
+                    Some(v) => floats(v, "tokenizer.ggml.scores", n)?,
+                };
+                let space = flag(content, "tokenizer.ggml.add_space_prefix", true)?;
+                let specials = SpecialTokens::new(&tokens, &types, rstrip_rule(content));
+                Some(Native::Spm(Spm::new(
+                    &tokens, scores, &types, unk, space, specials,
+                )))
             }
-            (Encoder::Spm(Arc::new(spm)), bytes, offsets)
-        } else {
-            bpe(content, &tokens, &types, &pre)?
+            _ => None,
+        };
+        let (encoder, bytes, offsets) = match native {
+            // SentencePiece tokens: U+2581 is a space, `<0xNN>` a byte.
+            Some(native) => {
+                let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
+                for (tok, &ty) in tokens.iter().zip(&types) {
+                    spm::token_bytes(tok, ty, &mut bytes);
+                    offsets.push(bytes.len());
+                }
+                (Encoder::Native(Arc::new(native)), bytes, offsets)
+            }
+            None => bpe(content, &tokens, &types, &pre)?,
         };
         let mut stop_ids: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
         for name in END_OF_TURN {
@@ -401,11 +434,7 @@ impl Tokenizer {
     /// User-defined tokens are always matched, as in llama.cpp.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         let tk = match &self.encoder {
-            Encoder::Spm(spm) => {
-                let mut ids = Vec::with_capacity(text.len() / 3 + 1);
-                spm.encode(text, parse_special, &mut ids);
-                return Ok(ids);
-            }
+            Encoder::Native(t) => return Ok(t.encode(text, parse_special)),
             Encoder::Bpe { with_special, .. } if parse_special => &**with_special,
             Encoder::Bpe { plain, .. } => &**plain,
         };
@@ -419,7 +448,7 @@ impl Tokenizer {
     pub fn text_encoder(&self) -> TextEncoder {
         TextEncoder(match &self.encoder {
             Encoder::Bpe { plain, .. } => TextEncoderInner::Bpe(plain.clone()),
-            Encoder::Spm(spm) => TextEncoderInner::Spm(spm.clone()),
+            Encoder::Native(t) => TextEncoderInner::Native(t.clone()),
         })
     }
 
@@ -513,8 +542,8 @@ impl Tokenizer {
     pub fn stop_token_ids(&self) -> Vec<u32> {
         self.stop_ids.clone()
     }
-    /// `tokenizer.ggml.pre` as found in the file ("default" when absent). Names other than
-    /// smollm / llama-bpe (llama3, llama-v3) / qwen2 (deepseek-r1-qwen) split like gpt2.
+    /// `tokenizer.ggml.pre` as found in the file ("default" when absent). A name sloserve
+    /// does not implement (see `tokenizer/pretok.rs`) splits like gpt-2.
     pub fn pre_tokenizer_name(&self) -> &str {
         &self.pre
     }
