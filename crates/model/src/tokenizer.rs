@@ -1,11 +1,14 @@
 //! `Tokenizer`: the tokenizer rebuilt from a GGUF file's `tokenizer.ggml.*` metadata:
 //! byte-level BPE (`gpt2`, splitting text the way llama.cpp does for each
-//! `tokenizer.ggml.pre` name, in `pretok`) or SentencePiece (`llama`, in `spm`), plus the
+//! `tokenizer.ggml.pre` name, in `pretok`), SentencePiece (`llama`, in `spm`), Gemma 4's
+//! BPE over UTF-8 (`gemma4`, in `utf8_bpe`) or WordPiece (`bert`, in `wordpiece`), plus the
 //! id -> bytes table used for decoding.
 
 mod pretok;
 mod special;
 mod spm;
+mod utf8_bpe;
+mod wordpiece;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -19,11 +22,17 @@ use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
 use self::special::SpecialTokens;
 use self::spm::Spm;
+use self::utf8_bpe::Utf8Bpe;
+use self::wordpiece::WordPiece;
 use crate::error::{ModelError, Result};
 
 /// `tokenizer.ggml.model` values this crate tokenizes, with what they are.
-pub const SUPPORTED_TOKENIZERS: &[(&str, &str)] =
-    &[("gpt2", "byte-level BPE"), ("llama", "SentencePiece")];
+pub const SUPPORTED_TOKENIZERS: &[(&str, &str)] = &[
+    ("gpt2", "byte-level BPE"),
+    ("llama", "SentencePiece"),
+    ("gemma4", "BPE over UTF-8 with SentencePiece spaces"),
+    ("bert", "WordPiece"),
+];
 
 /// The supported tokenizer models as one line, e.g. for error messages.
 pub fn supported_tokenizers_list() -> String {
@@ -64,6 +73,8 @@ enum Encoder {
 /// The tokenizers written here, each encoding as llama.cpp's of the same kind.
 enum Native {
     Spm(Spm),
+    Utf8Bpe(Utf8Bpe),
+    WordPiece(WordPiece),
 }
 
 impl Native {
@@ -72,6 +83,8 @@ impl Native {
         let mut ids = Vec::with_capacity(text.len() / 3 + 1);
         match self {
             Native::Spm(t) => t.encode(text, parse_special, &mut ids),
+            Native::Utf8Bpe(t) => t.encode(text, parse_special, &mut ids),
+            Native::WordPiece(t) => t.encode(text, parse_special, &mut ids),
         }
         ids
     }
@@ -109,6 +122,8 @@ impl std::fmt::Debug for TextEncoder {
             TextEncoderInner::Bpe(_) => "TextEncoder(bpe)",
             TextEncoderInner::Native(t) => match **t {
                 Native::Spm(_) => "TextEncoder(spm)",
+                Native::Utf8Bpe(_) => "TextEncoder(utf8-bpe)",
+                Native::WordPiece(_) => "TextEncoder(wordpiece)",
             },
         })
     }
@@ -370,8 +385,9 @@ impl Tokenizer {
             None => "default".to_string(),
         };
         let is_spm = model == "llama";
-        // llama.cpp's defaults when a key is absent: SentencePiece adds BOS and a space prefix.
-        let add_bos = flag(content, "tokenizer.ggml.add_bos_token", is_spm)?;
+        // llama.cpp's defaults when a key is absent: SentencePiece adds BOS and a space
+        // prefix; Gemma 4 always adds BOS.
+        let add_bos = flag(content, "tokenizer.ggml.add_bos_token", is_spm)? || model == "gemma4";
         let add_eos = flag(content, "tokenizer.ggml.add_eos_token", false)?;
         let bos = token_id(content, "tokenizer.ggml.bos_token_id", n)?;
         let eos = token_id(content, "tokenizer.ggml.eos_token_id", n)?;
@@ -391,10 +407,23 @@ impl Tokenizer {
                     &tokens, scores, &types, unk, space, specials,
                 )))
             }
+            "gemma4" => {
+                let specials = SpecialTokens::new(&tokens, &types, |_| false);
+                Some(Native::Utf8Bpe(Utf8Bpe::new(
+                    &tokens,
+                    merges(content)?,
+                    specials,
+                )))
+            }
+            "bert" => {
+                let unk = token_id(content, "tokenizer.ggml.unknown_token_id", n)?;
+                let specials = SpecialTokens::new(&tokens, &types, |_| false);
+                Some(Native::WordPiece(WordPiece::new(&tokens, unk, specials)))
+            }
             _ => None,
         };
         let (encoder, bytes, offsets) = match native {
-            // SentencePiece tokens: U+2581 is a space, `<0xNN>` a byte.
+            // Their tokens decode as SentencePiece's: U+2581 is a space, `<0xNN>` a byte.
             Some(native) => {
                 let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
                 for (tok, &ty) in tokens.iter().zip(&types) {
@@ -514,7 +543,8 @@ impl Tokenizer {
     pub fn add_eos(&self) -> bool {
         self.add_eos
     }
-    /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE) or `llama` (SentencePiece).
+    /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE), `llama` (SentencePiece), `gemma4`
+    /// (BPE over UTF-8) or `bert` (WordPiece).
     pub fn model(&self) -> &str {
         &self.model
     }
