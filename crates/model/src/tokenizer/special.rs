@@ -90,3 +90,39 @@ impl SpecialTokens {
 fn is_c_space(c: char) -> bool {
     matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(frags: &[Fragment<'_>]) -> Vec<String> {
+        frags
+            .iter()
+            .map(|f| match f {
+                Fragment::Text(t) => format!("{t:?}"),
+                Fragment::Token(id) => format!("#{id}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn longest_first_user_defined_always_rstrip_swallows_spaces() {
+        let tokens: Vec<String> = ["<s>", "<|end|>", "<|end|>x", "<u>"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let types = [TYPE_CONTROL, TYPE_CONTROL, TYPE_CONTROL, TYPE_USER_DEFINED];
+        let sp = SpecialTokens::new(&tokens, &types, |t| t == "<|end|>");
+        let text = "a<|end|>x b<|end|> \n c<u> d<s>";
+        assert_eq!(
+            parts(&sp.partition(text, true)),
+            ["\"a\"", "#2", "\" b\"", "#1", "\"c\"", "#3", "\" d\"", "#0"]
+        );
+        // Without parse_special only the user-defined token is cut out.
+        assert_eq!(
+            parts(&sp.partition(text, false)),
+            ["\"a<|end|>x b<|end|> \\n c\"", "#3", "\" d<s>\""]
+        );
+        assert!(sp.partition("", true).is_empty());
+    }
+}
