@@ -142,6 +142,8 @@ pub struct Tokenizer {
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// WordPiece's separator, put last by `encode_prompt`.
+    sep: Option<u32>,
     pre: String,
     stop_ids: Vec<u32>,
 }
@@ -385,11 +387,22 @@ impl Tokenizer {
             None => "default".to_string(),
         };
         let is_spm = model == "llama";
+        let is_bert = model == "bert";
         // llama.cpp's defaults when a key is absent: SentencePiece adds BOS and a space
-        // prefix; Gemma 4 always adds BOS.
-        let add_bos = flag(content, "tokenizer.ggml.add_bos_token", is_spm)? || model == "gemma4";
+        // prefix; WordPiece adds BOS ([CLS], id 101) and SEP ([SEP], id 102) last; byte-level
+        // BPE adds BOS for the Llama 3 family's pre names; Gemma 4 always adds BOS.
+        let bert_default = |id: u32| (is_bert && (id as usize) < n).then_some(id);
+        let bos_default = is_spm || is_bert || (model == "gpt2" && pretok::adds_bos(&pre));
+        let add_bos =
+            flag(content, "tokenizer.ggml.add_bos_token", bos_default)? || model == "gemma4";
         let add_eos = flag(content, "tokenizer.ggml.add_eos_token", false)?;
-        let bos = token_id(content, "tokenizer.ggml.bos_token_id", n)?;
+        let bos = token_id(content, "tokenizer.ggml.bos_token_id", n)?.or(bert_default(101));
+        let sep = match flag(content, "tokenizer.ggml.add_sep_token", is_bert)? && is_bert {
+            true => {
+                token_id(content, "tokenizer.ggml.seperator_token_id", n)?.or(bert_default(102))
+            }
+            false => None,
+        };
         let eos = token_id(content, "tokenizer.ggml.eos_token_id", n)?;
         let eot = token_id(content, "tokenizer.ggml.eot_token_id", n)?;
         let eom = token_id(content, "tokenizer.ggml.eom_token_id", n)?;
@@ -453,6 +466,7 @@ impl Tokenizer {
             eos,
             add_bos,
             add_eos,
+            sep,
             pre,
             stop_ids,
         })
@@ -487,12 +501,14 @@ impl Tokenizer {
     /// starts with the BOS token keeps only its own. (llama.cpp's chat path strips a
     /// template's leading BOS text before tokenizing for this reason; its raw tokenize
     /// path warns about the double BOS in `check_double_bos_eos`.) EOS goes last iff
-    /// `add_eos_token` says so.
+    /// `add_eos_token` says so; WordPiece's `[SEP]` goes last iff `add_sep_token` (by
+    /// default true) says so.
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
         let mut ids = self.with_bos(self.encode(text, true)?);
         if let Some(eos) = self.eos.filter(|_| self.add_eos) {
             ids.push(eos);
         }
+        ids.extend(self.sep);
         Ok(ids)
     }
 

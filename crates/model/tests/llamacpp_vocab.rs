@@ -181,3 +181,25 @@ fn llamacpp_vocab_tests_pass_exactly() {
         failures.join("\n")
     );
 }
+
+/// With special tokens on, llama.cpp puts BOS first where `add_bos_token` says so (by
+/// default for SentencePiece, Gemma 4 and the Llama 3 pre-tokenizer), and WordPiece's
+/// `[CLS]` first and `[SEP]` last.
+#[test]
+fn prompts_get_llamacpp_special_tokens() {
+    for (name, first, last) in [
+        ("bert-bge", Some(101), Some(102)),
+        ("llama-spm", Some(1), None),
+        ("gemma-4", Some(2), None),
+        ("llama-bpe", Some(128000), None),
+        ("qwen2", None, None),
+    ] {
+        let tok = tokenizer(name).unwrap();
+        let (text, ids) = cases(name)
+            .into_iter()
+            .find(|(t, _)| t == "Hello world")
+            .expect("a Hello world case");
+        let want: Vec<u32> = first.into_iter().chain(ids).chain(last).collect();
+        assert_eq!(tok.encode_prompt(&text).unwrap(), want, "{name}");
+    }
+}

@@ -56,21 +56,22 @@ const fn pre(regexes: &'static [&'static str], ignore_merges: bool) -> PreTokeni
     }
 }
 
+/// The Llama 3 family's names: its split, whole-token pieces skip merges, BOS by default.
+const LLAMA3_NAMES: &[&str] = &[
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "falcon-h1",
+    "pixtral",
+    "midm-2.0",
+    "lfm2",
+    "jina-v5-nano",
+];
+
 /// llama.cpp's pre-tokenizer names for each split sloserve implements.
 const FAMILIES: &[(&[&str], PreTokenizer)] = &[
-    (
-        &[
-            "llama3",
-            "llama-v3",
-            "llama-bpe",
-            "falcon3",
-            "falcon-h1",
-            "pixtral",
-            "midm-2.0",
-            "lfm2",
-        ],
-        pre(&[LLAMA3], true),
-    ),
+    (LLAMA3_NAMES, pre(&[LLAMA3], true)),
     (&["dbrx", "smaug-bpe"], pre(&[LLAMA3], false)),
     (
         &["deepseek-llm"],
@@ -162,6 +163,12 @@ const FAMILIES: &[(&[&str], PreTokenizer)] = &[
         ),
     ),
 ];
+
+/// Whether llama.cpp adds BOS for this pre name when `tokenizer.ggml.add_bos_token` is
+/// absent (the Llama 3 family, tekken, chameleon).
+pub(crate) fn adds_bos(name: &str) -> bool {
+    matches!(name, "tekken" | "chameleon") || LLAMA3_NAMES.contains(&name)
+}
 
 /// The pre-tokenizer of a `tokenizer.ggml.pre` name (`default` when the key is absent),
 /// `None` for a name sloserve does not implement.
