@@ -1,9 +1,14 @@
 //! `Tokenizer`: the tokenizer rebuilt from a GGUF file's `tokenizer.ggml.*` metadata:
 //! byte-level BPE (`gpt2`, splitting text the way llama.cpp does for each
-//! `tokenizer.ggml.pre` name) or SentencePiece (`llama`, in `spm`), plus the id -> bytes
-//! table used for decoding.
+//! `tokenizer.ggml.pre` name, in `pretok`), SentencePiece (`llama`, in `spm`), Gemma 4's
+//! BPE over UTF-8 (`gemma4`, in `utf8_bpe`) or WordPiece (`bert`, in `wordpiece`), plus the
+//! id -> bytes table used for decoding.
 
+mod pretok;
+mod special;
 mod spm;
+mod utf8_bpe;
+mod wordpiece;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,12 +20,19 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
 
+use self::special::SpecialTokens;
 use self::spm::Spm;
+use self::utf8_bpe::Utf8Bpe;
+use self::wordpiece::WordPiece;
 use crate::error::{ModelError, Result};
 
 /// `tokenizer.ggml.model` values this crate tokenizes, with what they are.
-pub const SUPPORTED_TOKENIZERS: &[(&str, &str)] =
-    &[("gpt2", "byte-level BPE"), ("llama", "SentencePiece")];
+pub const SUPPORTED_TOKENIZERS: &[(&str, &str)] = &[
+    ("gpt2", "byte-level BPE"),
+    ("llama", "SentencePiece"),
+    ("gemma4", "BPE over UTF-8 with SentencePiece spaces"),
+    ("bert", "WordPiece"),
+];
 
 /// The supported tokenizer models as one line, e.g. for error messages.
 pub fn supported_tokenizers_list() -> String {
@@ -30,10 +42,6 @@ pub fn supported_tokenizers_list() -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
-
-const GPT2_RE: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+";
-const LLAMA3_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_RE: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF `tokenizer.ggml.token_type` values.
 const TYPE_UNKNOWN: i32 = 2;
@@ -59,7 +67,27 @@ enum Encoder {
         /// Same model, but control tokens are tokenized as plain text.
         plain: Arc<tokenizers::Tokenizer>,
     },
-    Spm(Arc<Spm>),
+    Native(Arc<Native>),
+}
+
+/// The tokenizers written here, each encoding as llama.cpp's of the same kind.
+enum Native {
+    Spm(Spm),
+    Utf8Bpe(Utf8Bpe),
+    WordPiece(WordPiece),
+}
+
+impl Native {
+    /// `text`'s ids (no BOS/EOS); control-token texts become their ids with `parse_special`.
+    fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
+        let mut ids = Vec::with_capacity(text.len() / 3 + 1);
+        match self {
+            Native::Spm(t) => t.encode(text, parse_special, &mut ids),
+            Native::Utf8Bpe(t) => t.encode(text, parse_special, &mut ids),
+            Native::WordPiece(t) => t.encode(text, parse_special, &mut ids),
+        }
+        ids
+    }
 }
 
 /// A cheap, shareable handle on a tokenizer's plain-text encoding (control-token
@@ -72,7 +100,7 @@ pub struct TextEncoder(TextEncoderInner);
 #[derive(Clone)]
 enum TextEncoderInner {
     Bpe(Arc<tokenizers::Tokenizer>),
-    Spm(Arc<Spm>),
+    Native(Arc<Native>),
 }
 
 impl TextEncoder {
@@ -83,20 +111,20 @@ impl TextEncoder {
                 .encode_fast(text, false)
                 .ok()
                 .map(|e| e.get_ids().to_vec()),
-            TextEncoderInner::Spm(spm) => {
-                let mut ids = Vec::with_capacity(text.len() / 3 + 1);
-                spm.encode(text, false, &mut ids);
-                Some(ids)
-            }
+            TextEncoderInner::Native(t) => Some(t.encode(text, false)),
         }
     }
 }
 
 impl std::fmt::Debug for TextEncoder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self.0 {
+        f.write_str(match &self.0 {
             TextEncoderInner::Bpe(_) => "TextEncoder(bpe)",
-            TextEncoderInner::Spm(_) => "TextEncoder(spm)",
+            TextEncoderInner::Native(t) => match **t {
+                Native::Spm(_) => "TextEncoder(spm)",
+                Native::Utf8Bpe(_) => "TextEncoder(utf8-bpe)",
+                Native::WordPiece(_) => "TextEncoder(wordpiece)",
+            },
         })
     }
 }
@@ -114,6 +142,8 @@ pub struct Tokenizer {
     eos: Option<u32>,
     add_bos: bool,
     add_eos: bool,
+    /// WordPiece's separator, put last by `encode_prompt`.
+    sep: Option<u32>,
     pre: String,
     stop_ids: Vec<u32>,
 }
@@ -183,14 +213,17 @@ pub(crate) fn byte_to_char() -> [char; 256] {
     map
 }
 
-/// The splitting regexes llama.cpp applies, in order, for a `tokenizer.ggml.pre` name
-/// (see llama-vocab.cpp). Unknown names fall back to the GPT-2 regex, as llama.cpp does.
-fn pre_regexes(pre: &str) -> (Vec<&'static str>, bool) {
-    match pre {
-        "smollm" => (vec![r"\p{N}", GPT2_RE], false),
-        "llama-bpe" | "llama3" | "llama-v3" => (vec![LLAMA3_RE], true),
-        "qwen2" | "deepseek-r1-qwen" => (vec![QWEN2_RE], false),
-        _ => (vec![GPT2_RE], false),
+/// Which special tokens swallow the whitespace after them: llama.cpp has no key for it and
+/// decides by model name: for Phi-3, all but `<unk>`, `<s>` and `<|endoftext|>`.
+fn rstrip_rule(c: &Content) -> fn(&str) -> bool {
+    let name = match c.metadata.get("general.name").map(Value::to_string) {
+        Some(Ok(n)) => n.to_lowercase(),
+        _ => String::new(),
+    };
+    if name.contains("phi-3") || name.contains("phi3") {
+        |t| !matches!(t, "<unk>" | "<s>" | "<|endoftext|>")
+    } else {
+        |_| false
     }
 }
 
@@ -219,14 +252,9 @@ fn floats(v: &Value, key: &str, n: usize) -> Result<Vec<f32>> {
         .collect()
 }
 
-/// The byte-level BPE encoder and its id -> bytes table.
-fn bpe(
-    content: &Content,
-    tokens: &[String],
-    types: &[i32],
-    pre: &str,
-) -> Result<(Encoder, Vec<u8>, Vec<usize>)> {
-    let merges = strings(content, "tokenizer.ggml.merges")?
+/// `tokenizer.ggml.merges` as (left, right) pairs.
+fn merges(content: &Content) -> Result<Vec<(String, String)>> {
+    strings(content, "tokenizer.ggml.merges")?
         .into_iter()
         .map(|m| {
             // llama.cpp searches the separator from the second char on.
@@ -242,8 +270,20 @@ fn bpe(
                 )),
             }
         })
-        .collect::<Result<Vec<_>>>()?;
-    let (regexes, ignore_merges) = pre_regexes(pre);
+        .collect()
+}
+
+/// The byte-level BPE encoder and its id -> bytes table.
+fn bpe(
+    content: &Content,
+    tokens: &[String],
+    types: &[i32],
+    pre: &str,
+) -> Result<(Encoder, Vec<u8>, Vec<usize>)> {
+    let merges = merges(content)?;
+    // A name llama.cpp knows but sloserve does not implement splits like GPT-2.
+    let split = pretok::for_name(pre).or_else(|| pretok::for_name("gpt-2"));
+    let (regexes, ignore_merges) = split.map_or((&[][..], false), |p| (p.regexes, p.ignore_merges));
     let mut vocab = Vocab::default();
     for (i, t) in tokens.iter().enumerate().rev() {
         vocab.insert(t.clone(), i as u32); // first id wins on duplicates
@@ -256,7 +296,7 @@ fn bpe(
     let mut pres: Vec<PreTokenizerWrapper> = Vec::new();
     for re in regexes {
         let split = Split::new(
-            SplitPattern::Regex(re.into()),
+            SplitPattern::Regex((*re).into()),
             SplitDelimiterBehavior::Isolated,
             false,
         )
@@ -347,30 +387,65 @@ impl Tokenizer {
             None => "default".to_string(),
         };
         let is_spm = model == "llama";
-        // llama.cpp's defaults when a key is absent: SentencePiece adds BOS and a space prefix.
-        let add_bos = flag(content, "tokenizer.ggml.add_bos_token", is_spm)?;
+        let is_bert = model == "bert";
+        // llama.cpp's defaults when a key is absent: SentencePiece adds BOS and a space
+        // prefix; WordPiece adds BOS ([CLS], id 101) and SEP ([SEP], id 102) last; byte-level
+        // BPE adds BOS for the Llama 3 family's pre names; Gemma 4 always adds BOS.
+        let bert_default = |id: u32| (is_bert && (id as usize) < n).then_some(id);
+        let bos_default = is_spm || is_bert || (model == "gpt2" && pretok::adds_bos(&pre));
+        let add_bos =
+            flag(content, "tokenizer.ggml.add_bos_token", bos_default)? || model == "gemma4";
         let add_eos = flag(content, "tokenizer.ggml.add_eos_token", false)?;
-        let bos = token_id(content, "tokenizer.ggml.bos_token_id", n)?;
+        let bos = token_id(content, "tokenizer.ggml.bos_token_id", n)?.or(bert_default(101));
+        let sep = match flag(content, "tokenizer.ggml.add_sep_token", is_bert)? && is_bert {
+            true => {
+                token_id(content, "tokenizer.ggml.seperator_token_id", n)?.or(bert_default(102))
+            }
+            false => None,
+        };
         let eos = token_id(content, "tokenizer.ggml.eos_token_id", n)?;
         let eot = token_id(content, "tokenizer.ggml.eot_token_id", n)?;
         let eom = token_id(content, "tokenizer.ggml.eom_token_id", n)?;
 
-        let (encoder, bytes, offsets) = if is_spm {
-            let unk = token_id(content, "tokenizer.ggml.unknown_token_id", n)?;
-            let scores = match content.metadata.get("tokenizer.ggml.scores") {
-                None => vec![0.0; n],
-                Some(v) => floats(v, "tokenizer.ggml.scores", n)?,
-            };
-            let space = flag(content, "tokenizer.ggml.add_space_prefix", true)?;
-            let spm = Spm::new(&tokens, scores, &types, unk, space);
-            let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
-            for (tok, &ty) in tokens.iter().zip(&types) {
-                spm::token_bytes(tok, ty, &mut bytes);
-                offsets.push(bytes.len());
+        let native = match model.as_str() {
+            "llama" => {
+                let unk = token_id(content, "tokenizer.ggml.unknown_token_id", n)?;
+                let scores = match content.metadata.get("tokenizer.ggml.scores") {
+                    None => vec![0.0; n],
+                    Some(v) => floats(v, "tokenizer.ggml.scores", n)?,
+                };
+                let space = flag(content, "tokenizer.ggml.add_space_prefix", true)?;
+                let specials = SpecialTokens::new(&tokens, &types, rstrip_rule(content));
+                Some(Native::Spm(Spm::new(
+                    &tokens, scores, &types, unk, space, specials,
+                )))
             }
-            (Encoder::Spm(Arc::new(spm)), bytes, offsets)
-        } else {
-            bpe(content, &tokens, &types, &pre)?
+            "gemma4" => {
+                let specials = SpecialTokens::new(&tokens, &types, |_| false);
+                Some(Native::Utf8Bpe(Utf8Bpe::new(
+                    &tokens,
+                    merges(content)?,
+                    specials,
+                )))
+            }
+            "bert" => {
+                let unk = token_id(content, "tokenizer.ggml.unknown_token_id", n)?;
+                let specials = SpecialTokens::new(&tokens, &types, |_| false);
+                Some(Native::WordPiece(WordPiece::new(&tokens, unk, specials)))
+            }
+            _ => None,
+        };
+        let (encoder, bytes, offsets) = match native {
+            // Their tokens decode as SentencePiece's: U+2581 is a space, `<0xNN>` a byte.
+            Some(native) => {
+                let (mut bytes, mut offsets) = (Vec::new(), vec![0]);
+                for (tok, &ty) in tokens.iter().zip(&types) {
+                    spm::token_bytes(tok, ty, &mut bytes);
+                    offsets.push(bytes.len());
+                }
+                (Encoder::Native(Arc::new(native)), bytes, offsets)
+            }
+            None => bpe(content, &tokens, &types, &pre)?,
         };
         let mut stop_ids: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
         for name in END_OF_TURN {
@@ -391,6 +466,7 @@ impl Tokenizer {
             eos,
             add_bos,
             add_eos,
+            sep,
             pre,
             stop_ids,
         })
@@ -401,11 +477,7 @@ impl Tokenizer {
     /// User-defined tokens are always matched, as in llama.cpp.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         let tk = match &self.encoder {
-            Encoder::Spm(spm) => {
-                let mut ids = Vec::with_capacity(text.len() / 3 + 1);
-                spm.encode(text, parse_special, &mut ids);
-                return Ok(ids);
-            }
+            Encoder::Native(t) => return Ok(t.encode(text, parse_special)),
             Encoder::Bpe { with_special, .. } if parse_special => &**with_special,
             Encoder::Bpe { plain, .. } => &**plain,
         };
@@ -419,7 +491,7 @@ impl Tokenizer {
     pub fn text_encoder(&self) -> TextEncoder {
         TextEncoder(match &self.encoder {
             Encoder::Bpe { plain, .. } => TextEncoderInner::Bpe(plain.clone()),
-            Encoder::Spm(spm) => TextEncoderInner::Spm(spm.clone()),
+            Encoder::Native(t) => TextEncoderInner::Native(t.clone()),
         })
     }
 
@@ -429,12 +501,14 @@ impl Tokenizer {
     /// starts with the BOS token keeps only its own. (llama.cpp's chat path strips a
     /// template's leading BOS text before tokenizing for this reason; its raw tokenize
     /// path warns about the double BOS in `check_double_bos_eos`.) EOS goes last iff
-    /// `add_eos_token` says so.
+    /// `add_eos_token` says so; WordPiece's `[SEP]` goes last iff `add_sep_token` (by
+    /// default true) says so.
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
         let mut ids = self.with_bos(self.encode(text, true)?);
         if let Some(eos) = self.eos.filter(|_| self.add_eos) {
             ids.push(eos);
         }
+        ids.extend(self.sep);
         Ok(ids)
     }
 
@@ -485,7 +559,8 @@ impl Tokenizer {
     pub fn add_eos(&self) -> bool {
         self.add_eos
     }
-    /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE) or `llama` (SentencePiece).
+    /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE), `llama` (SentencePiece), `gemma4`
+    /// (BPE over UTF-8) or `bert` (WordPiece).
     pub fn model(&self) -> &str {
         &self.model
     }
@@ -513,8 +588,8 @@ impl Tokenizer {
     pub fn stop_token_ids(&self) -> Vec<u32> {
         self.stop_ids.clone()
     }
-    /// `tokenizer.ggml.pre` as found in the file ("default" when absent). Names other than
-    /// smollm / llama-bpe (llama3, llama-v3) / qwen2 (deepseek-r1-qwen) split like gpt2.
+    /// `tokenizer.ggml.pre` as found in the file ("default" when absent). A name sloserve
+    /// does not implement (see `tokenizer/pretok.rs`) splits like gpt-2.
     pub fn pre_tokenizer_name(&self) -> &str {
         &self.pre
     }

@@ -7,6 +7,8 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashMap};
 
+use super::special::{Fragment, SpecialTokens};
+
 /// GGUF token types (`tokenizer.ggml.token_type`).
 pub(crate) const TYPE_UNKNOWN: i32 = 2;
 pub(crate) const TYPE_CONTROL: i32 = 3;
@@ -25,15 +27,7 @@ pub(crate) struct Spm {
     byte_ids: [Option<u32>; 256],
     unk: Option<u32>,
     add_space_prefix: bool,
-    /// Control, unknown and user-defined tokens: (text, id, needs parse_special),
-    /// longest text first.
-    specials: Vec<(String, u32, bool)>,
-}
-
-/// A piece of the input after special-token partitioning.
-enum Fragment<'a> {
-    Text(&'a str),
-    Token(u32),
+    specials: SpecialTokens,
 }
 
 /// A candidate merge of two adjacent symbols (ordered as llama.cpp's `llm_bigram_spm`:
@@ -80,10 +74,10 @@ impl Spm {
         types: &[i32],
         unk: Option<u32>,
         add_space_prefix: bool,
+        specials: SpecialTokens,
     ) -> Self {
         let mut ids = HashMap::with_capacity(tokens.len());
         let mut byte_ids = [None; 256];
-        let mut specials = Vec::new();
         for (i, (t, &ty)) in tokens.iter().zip(types).enumerate() {
             ids.insert(t.clone(), i as u32);
             if ty == TYPE_BYTE {
@@ -91,12 +85,7 @@ impl Spm {
                     byte_ids[b as usize].get_or_insert(i as u32);
                 }
             }
-            let special = matches!(ty, TYPE_CONTROL | TYPE_UNKNOWN | TYPE_USER_DEFINED);
-            if special && !t.is_empty() {
-                specials.push((t.clone(), i as u32, ty != TYPE_USER_DEFINED));
-            }
         }
-        specials.sort_by_key(|(t, id, _)| (std::cmp::Reverse(t.len()), *id));
         Spm {
             ids,
             scores,
@@ -112,7 +101,7 @@ impl Spm {
     pub(crate) fn encode(&self, text: &str, parse_special: bool, out: &mut Vec<u32>) {
         let mut prev_special = true;
         let mut buf = String::new();
-        for frag in self.partition(text, parse_special) {
+        for frag in self.specials.partition(text, parse_special) {
             match frag {
                 Fragment::Token(id) => {
                     out.push(id);
@@ -129,45 +118,6 @@ impl Spm {
                 }
             }
         }
-    }
-
-    /// Splits `text` around every occurrence of each special token, longest first
-    /// (llama.cpp's `tokenizer_st_partition`).
-    fn partition<'a>(&self, text: &'a str, parse_special: bool) -> Vec<Fragment<'a>> {
-        let mut frags = vec![Fragment::Text(text)];
-        if text.is_empty() {
-            return Vec::new();
-        }
-        for (tok, id, needs_parse) in &self.specials {
-            if *needs_parse && !parse_special {
-                continue;
-            }
-            if !frags
-                .iter()
-                .any(|f| matches!(f, Fragment::Text(t) if t.contains(tok.as_str())))
-            {
-                continue;
-            }
-            let mut next = Vec::with_capacity(frags.len() + 2);
-            for f in frags {
-                let Fragment::Text(mut t) = f else {
-                    next.push(f);
-                    continue;
-                };
-                while let Some(p) = t.find(tok.as_str()) {
-                    if p > 0 {
-                        next.push(Fragment::Text(&t[..p]));
-                    }
-                    next.push(Fragment::Token(*id));
-                    t = &t[p + tok.len()..];
-                }
-                if !t.is_empty() {
-                    next.push(Fragment::Text(t));
-                }
-            }
-            frags = next;
-        }
-        frags
     }
 
     fn bigram(&self, text: &str, syms: &[Symbol], left: usize, right: usize) -> Option<Bigram> {
@@ -279,7 +229,8 @@ mod tests {
             types.push(TYPE_BYTE);
             scores.push(0.0);
         }
-        Spm::new(&tokens, scores, &types, Some(0), true)
+        let specials = SpecialTokens::new(&tokens, &types, |_| false);
+        Spm::new(&tokens, scores, &types, Some(0), true, specials)
     }
 
     fn enc(spm: &Spm, text: &str, special: bool) -> Vec<u32> {
