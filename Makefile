@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
+.PHONY: all model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
 
 all: build
 
@@ -23,6 +23,21 @@ model-qwen0.5b:
 model-qwen1.5b:
 	./scripts/fetch-model.sh qwen1.5b
 
+# Small models of the families with no reachable weights (Llama 3.1, Mixtral, Qwen2 + YaRN,
+# Qwen2-MoE, Qwen3-MoE) in llama.cpp's exact GGUF layout, seeded, with SmolLM2's vocabulary:
+# the same bytes on every machine (llama.cpp's records in crates/model/tests/data hold for them).
+VENV_GGUF := .venv-gguf
+$(VENV_GGUF)/.requirements-installed: scripts/requirements-gguf.txt
+	python3 -m venv $(VENV_GGUF)
+	$(VENV_GGUF)/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements-gguf.txt
+	touch $@
+
+models/generated/.done: scripts/make_family_models.py $(VENV_GGUF)/.requirements-installed | model
+	$(VENV_GGUF)/bin/python scripts/make_family_models.py --vocab $(MODEL) --out models/generated
+	touch $@
+
+models-generated: models/generated/.done
+
 
 build:
 	$(CARGO) build
@@ -35,7 +50,7 @@ serve: model release
 	$(TARGET_DIR)/release/sloserve serve $(ARGS)
 
 # Every test: unit tests, the model against llama.cpp's reference, the engine.
-test: model model-gemma3 model-qwen0.5b
+test: model model-gemma3 model-qwen0.5b models-generated
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
 	$(MAKE) test-k8s

@@ -1,0 +1,183 @@
+//! The families sloserve has no real weights for (Llama 3.1 `rope_freqs`, Mixtral-style
+//! `llama` with experts, Qwen2 with YaRN, Qwen2-MoE with its shared expert, Qwen3-MoE), on
+//! small files in each architecture's exact GGUF layout that `scripts/make_family_models.py`
+//! writes (`make models-generated`), against llama.cpp's F32 records on the same files
+//! (`scripts/make_family_reference.py`): exact precision within 2e-3 of every step's top-5
+//! logprobs and greedy-equal over 32 tokens, on prompts up to 2,100 tokens (prefilled in
+//! chunks). A mixture's rows are batch-invariant: a sequence's logits are the same bits alone
+//! and beside others, in both precisions and under `--quantize q8_0`.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+use sloserve_engine::{Batch, Logits, ModelRunner};
+use sloserve_model::{GgufFile, LlamaRunner, ModelConfig, Precision, RunnerOptions, WeightType};
+
+const FAMILIES: [&str; 5] = ["llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe"];
+const EXACT_TOL: f32 = 2e-3;
+
+fn generated(name: &str) -> PathBuf {
+    let p = repo_root().join(format!("models/generated/{name}.gguf"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `make models-generated` first",
+        p.display()
+    );
+    p
+}
+
+fn load(name: &str, precision: Precision, quantize: Option<WeightType>) -> LlamaRunner {
+    let opts = RunnerOptions {
+        precision,
+        kv_cache_memory: Some(64 << 20),
+        quantize,
+        ..Default::default()
+    };
+    LlamaRunner::load(generated(name), &opts).unwrap_or_else(|e| panic!("load {name}: {e}"))
+}
+
+/// The records, after checking that the file here is the one they were made on (the
+/// generator is deterministic; a different numpy or gguf would show here first).
+fn records(name: &str) -> Vec<GreedyRecord> {
+    use sha2::{Digest, Sha256};
+    let file = format!("llamacpp-f32-family-{name}.jsonl");
+    let want = reference_json(&file)[0]["model_sha256"]
+        .as_str()
+        .expect("model_sha256")
+        .to_string();
+    let bytes = std::fs::read(generated(name)).expect("read the generated model");
+    let got: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        got, want,
+        "{name}: models/generated/{name}.gguf is not the file llama.cpp's records were made on"
+    );
+    let recs = read_records(&file);
+    assert_eq!(recs.len(), 5, "{name}: five prompts");
+    assert!(recs.iter().any(|r| r.prompt_token_ids.len() > 2000));
+    recs
+}
+
+#[test]
+fn configs_name_their_family() {
+    let cfg = |n: &str| ModelConfig::from_gguf(&GgufFile::open(generated(n)).unwrap()).unwrap();
+    let m = cfg("qwen3moe").moe.expect("qwen3moe has experts");
+    assert_eq!((m.experts, m.used, m.ffn, m.shared_ffn), (8, 4, 64, None));
+    assert!(m.rules.norm_weights);
+    let m = cfg("qwen2moe").moe.expect("qwen2moe has experts");
+    assert_eq!(
+        (m.used, m.shared_ffn, m.rules.norm_weights),
+        (2, Some(128), false)
+    );
+    let m = cfg("mixtral")
+        .moe
+        .expect("llama with expert_count has experts");
+    assert_eq!((m.experts, m.ffn), (8, 256));
+    assert!(cfg("llama3").moe.is_none());
+    let yarn = cfg("qwen2-yarn").rope_scaling;
+    assert_eq!(
+        (yarn.freq_scale, yarn.ext_factor, yarn.orig_ctx),
+        (0.25, 1.0, 1024)
+    );
+}
+
+/// Exact precision against llama.cpp's F32 records, every family. A step whose token's
+/// text is not whole UTF-8 has no top-5 in llama-server's answer (its id is still
+/// compared); at most one step in twenty may lack it.
+#[test]
+fn exact_matches_llamacpp_f32() {
+    for name in FAMILIES {
+        let mut r = load(name, Precision::Exact, None);
+        let recs = records(name);
+        let steps: usize = recs.iter().map(|r| r.top5_logprobs_per_step.len()).sum();
+        let bare = recs
+            .iter()
+            .flat_map(|r| &r.top5_logprobs_per_step)
+            .filter(|s| s.is_empty())
+            .count();
+        assert!(
+            bare * 20 <= steps,
+            "{name}: {bare} of {steps} steps without a top-5"
+        );
+        for rec in recs {
+            assert_eq!(rec.greedy_token_ids.len(), 32, "{name} {}", rec.id);
+            let chunk = if rec.prompt_token_ids.len() > 512 {
+                384
+            } else {
+                0
+            };
+            let (ids, rows) = greedy_until(&mut r, &rec.prompt_token_ids, 32, chunk, &[]);
+            let mut worst = 0f32;
+            for (step, (row, want)) in rows.iter().zip(&rec.top5_logprobs_per_step).enumerate() {
+                let e = top5_error(row, want);
+                assert!(
+                    e <= EXACT_TOL,
+                    "{name} {} step {step}: top-5 error {e}",
+                    rec.id
+                );
+                worst = worst.max(e);
+            }
+            assert_eq!(ids, rec.greedy_token_ids, "{name} {}: greedy", rec.id);
+            eprintln!(
+                "{name} {}: {} prompt tokens, worst top-5 error {worst:.2e}",
+                rec.id,
+                rec.prompt_token_ids.len()
+            );
+        }
+    }
+}
+
+/// Logits of sequence `i` of `prompts` run together in one batch (each in its own blocks).
+fn together(r: &mut LlamaRunner, prompts: &[&[u32]]) -> Vec<Vec<f32>> {
+    let mut batch = Batch::default();
+    let mut next = 0u32;
+    for p in prompts {
+        let blocks = p.len().div_ceil(r.info().block_size) as u32;
+        let table: Vec<u32> = (next..next + blocks).collect();
+        next += blocks;
+        batch.push(p, 0, &table, true);
+    }
+    let mut logits = Logits::default();
+    r.execute(&batch, &mut logits).unwrap();
+    (0..prompts.len()).map(|i| logits.row(i).to_vec()).collect()
+}
+
+/// A mixture's sequence gives the same bits alone and beside others (which route their
+/// tokens to other experts and change how many rows each expert runs).
+#[test]
+fn experts_are_batch_invariant() {
+    for (precision, quantize) in [
+        (Precision::Exact, None),
+        (Precision::Fast, None),
+        (Precision::Fast, Some(WeightType::Q8_0)),
+    ] {
+        for name in ["qwen3moe", "qwen2moe", "mixtral"] {
+            let mut r = load(name, precision, quantize);
+            let recs = records(name);
+            let a: &[u32] = &recs[1].prompt_token_ids;
+            let b: &[u32] = &recs[2].prompt_token_ids;
+            let one: &[u32] = &recs[0].prompt_token_ids[..1];
+            let alone = together(&mut r, &[a])[0].clone();
+            let beside = together(&mut r, &[b, a, one]);
+            assert!(
+                alone
+                    .iter()
+                    .zip(&beside[1])
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name} {precision:?} {quantize:?}: a prompt's logits changed beside others"
+            );
+            let decode_alone = together(&mut r, &[one])[0].clone();
+            assert!(
+                decode_alone
+                    .iter()
+                    .zip(&beside[2])
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name} {precision:?} {quantize:?}: a one-token row changed beside others"
+            );
+        }
+    }
+}

@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Writes small GGUF models of the architectures sloserve runs but has no weights for, each in
+llama.cpp's exact layout (the tensor names, shapes, metadata keys and types its converter writes;
+PyPI's `gguf` is llama.cpp's own writer), with seeded weights and the real vocabulary of
+SmolLM2-135M (copied from the default model file). Deterministic: the same bytes on every machine
+(numpy's PCG64 stream is stable across versions), so llama.cpp's records on a file made here hold
+for the file a test makes (each record carries the file's sha256).
+
+Families: `llama3` (Llama 3.1-style `rope_freqs`), `mixtral` (`llama` with experts), `qwen2-yarn`
+(YaRN in the file's metadata), `qwen2moe` (shared expert), `qwen3moe`.
+
+How the weights are scaled: embeddings N(0, 0.05^2) (small, so the layers rather than the input
+token decide what comes next: with N(0, 1) every file just repeated its last token), matrices
+N(0, 1/fan_in), norms 1 + N(0, 0.1^2) (the final norm times 10), the router 3x a matrix's scale so
+routing is decisive; the output matrix is the embedding (tied; qwen2moe writes it again as
+`output.weight`, which llama.cpp requires there), so logits have a standard deviation
+near 5.7 over 49,152 tokens: a peaked next-token distribution, not a uniform one
+(scripts/make_family_reference.py prints the top-1 probabilities of every step).
+
+Usage: make_family_models.py --vocab models/SmolLM2-135M-Instruct.Q4_1.gguf --out models/generated
+"""
+
+import argparse
+import hashlib
+import math
+import os
+import sys
+
+import numpy as np
+import gguf
+
+HIDDEN, HEADS, KV_HEADS, LAYERS, FFN = 128, 4, 2, 2, 256
+EXPERTS, EXPERT_FFN = 8, 64
+CTX = 4096
+# Small embeddings, so the layers (not the input token) decide the next token, and a final-norm
+# gain that puts the tied output's logits at a standard deviation near sqrt(hidden) * 0.05 * 10 = 5.7.
+EMBED_STD, OUTPUT_GAIN = 0.05, 10.0
+HEAD_DIM = HIDDEN // HEADS
+
+
+def llama31_rope_freqs(head_dim, base, factor=8.0, low=1.0, high=4.0, orig=8192):
+    """Llama 3.1's frequency factors, as llama.cpp's converter computes them."""
+    freqs = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float32) / head_dim))
+    low_wavelen, high_wavelen = orig / low, orig / high
+    out = []
+    for f in freqs:
+        wavelen = 2 * math.pi / f
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+class Weights:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def matrix(self, rows, cols, gain=1.0):
+        return (self.rng.standard_normal((rows, cols), dtype=np.float32) * np.float32(gain / math.sqrt(cols)))
+
+    def stack(self, n, rows, cols, gain=1.0):
+        return (self.rng.standard_normal((n, rows, cols), dtype=np.float32) * np.float32(gain / math.sqrt(cols)))
+
+    def norm(self, n):
+        return (1.0 + 0.1 * self.rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    def vector(self, n, scale):
+        return (scale * self.rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+
+def copy_tokenizer(w, vocab_path):
+    r = gguf.GGUFReader(vocab_path)
+    vocab = 0
+    for f in r.fields.values():
+        if not f.name.startswith("tokenizer."):
+            continue
+        if f.name == "tokenizer.chat_template":
+            w.add_chat_template(f.contents())
+            continue
+        vt = f.types[0]
+        if vt == gguf.GGUFValueType.ARRAY:
+            w.add_array(f.name, f.contents())
+            if f.name == "tokenizer.ggml.tokens":
+                vocab = len(f.contents())
+        elif vt == gguf.GGUFValueType.STRING:
+            w.add_string(f.name, f.contents())
+        else:
+            w.add_key_value(f.name, f.contents(), vt)
+    return vocab
+
+
+FAMILIES = {
+    # name: (architecture, options)
+    "llama3": ("llama", dict(rope_freqs=True, theta=500000.0)),
+    "mixtral": ("llama", dict(experts=True, theta=1e6)),
+    "qwen2-yarn": ("qwen2", dict(qkv_bias=True, theta=1e6, yarn=(4.0, 1024))),
+    "qwen2moe": ("qwen2moe", dict(qkv_bias=True, experts=True, shared=True, theta=1e6, untied=True)),
+    "qwen3moe": ("qwen3moe", dict(qk_norm=True, experts=True, theta=1e6, used=4)),
+}
+
+
+def make(name, vocab_path, out_dir):
+    arch, o = FAMILIES[name]
+    path = os.path.join(out_dir, f"{name}.gguf")
+    w = gguf.GGUFWriter(path + ".tmp", arch)
+    rng = Weights(seed=int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))
+    w.add_name(f"sloserve generated {name}")
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    vocab = copy_tokenizer(w, vocab_path)
+    k = lambda s: f"{arch}.{s}"
+    w.add_uint32(k("context_length"), CTX)
+    w.add_uint32(k("embedding_length"), HIDDEN)
+    w.add_uint32(k("block_count"), LAYERS)
+    w.add_uint32(k("feed_forward_length"), FFN)
+    w.add_uint32(k("attention.head_count"), HEADS)
+    w.add_uint32(k("attention.head_count_kv"), KV_HEADS)
+    w.add_float32(k("attention.layer_norm_rms_epsilon"), 1e-6)
+    w.add_float32(k("rope.freq_base"), o["theta"])
+    w.add_uint32(k("rope.dimension_count"), HEAD_DIM)
+    used = o.get("used", 2)
+    if o.get("experts"):
+        w.add_uint32(k("expert_count"), EXPERTS)
+        w.add_uint32(k("expert_used_count"), used)
+        if arch != "llama":
+            w.add_uint32(k("expert_feed_forward_length"), EXPERT_FFN)
+        if o.get("shared"):
+            w.add_uint32(k("expert_shared_feed_forward_length"), 2 * EXPERT_FFN)
+    if "yarn" in o:
+        factor, orig = o["yarn"]
+        w.add_string(k("rope.scaling.type"), "yarn")
+        w.add_float32(k("rope.scaling.factor"), factor)
+        w.add_uint32(k("rope.scaling.original_context_length"), orig)
+
+    t = {}
+    t["token_embd.weight"] = rng.rng.standard_normal((vocab, HIDDEN), dtype=np.float32) * np.float32(EMBED_STD)
+    t["output_norm.weight"] = rng.norm(HIDDEN) * np.float32(OUTPUT_GAIN)
+    if o.get("untied"):
+        # llama.cpp's qwen2moe requires `output.weight`: the embedding written again.
+        t["output.weight"] = t["token_embd.weight"]
+    if o.get("rope_freqs"):
+        t["rope_freqs.weight"] = llama31_rope_freqs(HEAD_DIM, o["theta"])
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    # Mixtral's expert width is the dense width (llama has no expert_feed_forward_length).
+    eff = FFN if arch == "llama" else EXPERT_FFN
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = rng.norm(HIDDEN)
+        t[p + "attn_q.weight"] = rng.matrix(q, HIDDEN)
+        t[p + "attn_k.weight"] = rng.matrix(kv, HIDDEN)
+        t[p + "attn_v.weight"] = rng.matrix(kv, HIDDEN)
+        if o.get("qkv_bias"):
+            t[p + "attn_q.bias"] = rng.vector(q, 0.1)
+            t[p + "attn_k.bias"] = rng.vector(kv, 0.1)
+            t[p + "attn_v.bias"] = rng.vector(kv, 0.1)
+        if o.get("qk_norm"):
+            t[p + "attn_q_norm.weight"] = rng.norm(HEAD_DIM)
+            t[p + "attn_k_norm.weight"] = rng.norm(HEAD_DIM)
+        t[p + "attn_output.weight"] = rng.matrix(HIDDEN, q)
+        t[p + "ffn_norm.weight"] = rng.norm(HIDDEN)
+        if o.get("experts"):
+            t[p + "ffn_gate_inp.weight"] = rng.matrix(EXPERTS, HIDDEN, gain=3.0)
+            t[p + "ffn_gate_exps.weight"] = rng.stack(EXPERTS, eff, HIDDEN)
+            t[p + "ffn_up_exps.weight"] = rng.stack(EXPERTS, eff, HIDDEN)
+            t[p + "ffn_down_exps.weight"] = rng.stack(EXPERTS, HIDDEN, eff)
+            if o.get("shared"):
+                s = 2 * EXPERT_FFN
+                t[p + "ffn_gate_inp_shexp.weight"] = rng.vector(HIDDEN, 1.0 / math.sqrt(HIDDEN))
+                t[p + "ffn_gate_shexp.weight"] = rng.matrix(s, HIDDEN)
+                t[p + "ffn_up_shexp.weight"] = rng.matrix(s, HIDDEN)
+                t[p + "ffn_down_shexp.weight"] = rng.matrix(HIDDEN, s)
+        else:
+            t[p + "ffn_gate.weight"] = rng.matrix(FFN, HIDDEN)
+            t[p + "ffn_up.weight"] = rng.matrix(FFN, HIDDEN)
+            t[p + "ffn_down.weight"] = rng.matrix(HIDDEN, FFN)
+    for n, a in t.items():
+        w.add_tensor(n, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--vocab", required=True, help="a GGUF whose tokenizer the models take (SmolLM2-135M)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("names", nargs="*", default=list(FAMILIES))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    for name in a.names:
+        path = make(name, a.vocab, a.out)
+        print(f"{path} {sha256(path)}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""Records llama.cpp's exact answers on the generated family models (scripts/make_family_models.py):
+for each file, llama-server (F32 weights as written, F32 KV cache, flash attention off) runs
+greedy decoding of 32 tokens (EOS ignored; one request a token, the prompt cached) from seeded
+prompts given as token ids, one of them over
+2,000 tokens, with the top-5 logprobs of every step. Writes
+crates/model/tests/data/llamacpp-f32-family-<name>.jsonl, each record with the file's sha256.
+Standard library only; talks to llama-server on 127.0.0.1 only.
+
+Usage: make_family_reference.py --bin <llama.cpp build/bin> --models models/generated [names...]
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+from make_qwen_reference import post, start_server  # noqa: E402
+
+VOCAB_LO, VOCAB_HI = 200, 49000
+PROMPTS = [("p1", 6), ("p2", 17), ("p3", 64), ("p4", 300), ("long", 2100)]
+
+
+def prompt_ids(name, pid, n):
+    rng = random.Random(f"{name}/{pid}")
+    return [rng.randrange(VOCAB_LO, VOCAB_HI) for _ in range(n)]
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def record(port, name, pid, n, sha):
+    """One token a request (the prompt cached between them): llama-server leaves out of
+    `completion_probabilities` a token whose text is not whole UTF-8, so one request of 32 tokens
+    loses steps. Such a step keeps its id (`tokens`) with an empty top-5."""
+    ids = prompt_ids(name, pid, n)
+    probs = []
+    for _ in range(32):
+        gen = [p["id"] for p in probs]
+        out = post(port, "/completion", {
+            "prompt": ids + gen, "n_predict": 1, "temperature": 0, "n_probs": 5, "ignore_eos": True,
+            "post_sampling_probs": False, "cache_prompt": True, "seed": 0, "return_tokens": True,
+        })
+        step = out.get("completion_probabilities") or [{"id": out["tokens"][0], "top_logprobs": []}]
+        assert len(step) == 1 and out["tokens"] == [step[0]["id"]], (pid, out["tokens"], len(step))
+        probs.append(step[0])
+    top1 = [round(2.718281828 ** p["top_logprobs"][0]["logprob"], 3) for p in probs if p["top_logprobs"]]
+    print(f"{name} {pid}: {len(ids)} prompt tokens, top-1 probabilities {top1[:8]}...", file=sys.stderr)
+    return {
+        "id": pid, "kind": "ids", "model_sha256": sha, "prompt_token_ids": ids,
+        "greedy_token_ids": [p["id"] for p in probs],
+        "top5_logprobs_per_step": [
+            [{"id": t["id"], "logprob": t["logprob"]} for t in p["top_logprobs"]] for p in probs
+        ],
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--models", required=True)
+    ap.add_argument("--out", default="crates/model/tests/data")
+    ap.add_argument("names", nargs="*", default=["llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe"])
+    a = ap.parse_args()
+    for name in a.names:
+        path = os.path.join(a.models, f"{name}.gguf")
+        sha = sha256(path)
+        proc, port = start_server(a.bin, path, ["-ctk", "f32", "-ctv", "f32", "-fa", "off"])
+        try:
+            recs = [record(port, name, pid, n, sha) for pid, n in PROMPTS]
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        out = os.path.join(a.out, f"llamacpp-f32-family-{name}.jsonl")
+        with open(out, "w") as f:
+            for r in recs:
+                f.write(json.dumps(r) + "\n")
+        print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
