@@ -148,16 +148,33 @@ impl ChatTemplate {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<String> {
+        self.render_kwargs(messages, tools, add_generation_prompt, None)
+    }
+
+    /// `render_raw` with a request's `chat_template_kwargs` (an object) as extra
+    /// template variables, e.g. Qwen3's `enable_thinking`; the template's own
+    /// variables (messages, tools, ...) are not overridden by them. `enable_thinking`
+    /// is true unless the kwargs say otherwise, as llama.cpp renders (its copies of
+    /// the R1 distills' templates close the think block when it is undefined).
+    pub fn render_kwargs(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+        kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<String> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ModelError::ChatTemplate(describe(&e)))?;
+        let extra = kwargs.map_or(Value::from(()), Value::from_serialize);
         tmpl.render(context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
             tools => tools.map_or(Value::from(()), Value::from_serialize),
+            ..minijinja::value::merge_maps([context! { enable_thinking => true }, extra])
         })
         .map_err(|e| ModelError::ChatTemplate(format!("cannot render: {}", describe(&e))))
     }
@@ -206,6 +223,19 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         add_bos: bool,
     ) -> Result<Vec<u32>> {
+        self.encode_kwargs(tok, messages, tools, add_generation_prompt, add_bos, None)
+    }
+
+    /// `encode_with_tools` with a request's `chat_template_kwargs` (`render_kwargs`).
+    pub fn encode_kwargs(
+        &self,
+        tok: &Tokenizer,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+        add_bos: bool,
+        kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Vec<u32>> {
         let controls = self
             .controls
             .get_or_init(|| ControlTokens::new(tok).map_err(|e| e.to_string()))
@@ -213,13 +243,18 @@ impl ChatTemplate {
             .map_err(|e| ModelError::Tokenizer(e.clone()))?;
         let (messages, tools) = with_fallback(|| self.tool_support(), messages, tools);
         let render = |m: &[ChatMessage], t: Option<&serde_json::Value>| {
-            self.render_raw(m, t, add_generation_prompt)
+            self.render_kwargs(m, t, add_generation_prompt, kwargs)
         };
         encode_chat(controls, tok, &messages, tools.as_ref(), render, add_bos)
     }
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// How this template's model marks its reasoning (`crate::reasoning`).
+    pub fn reasoning_format(&self) -> crate::reasoning::ReasoningFormat {
+        crate::reasoning::ReasoningFormat::detect(&self.source)
     }
 }
 

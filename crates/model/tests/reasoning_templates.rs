@@ -1,0 +1,71 @@
+//! Thinking models' real chat templates (copied from llama.cpp's `models/templates/`, see
+//! `tests/data/templates/README.md`): the reasoning format is read from them, Qwen3's
+//! `enable_thinking: false` arrives through `chat_template_kwargs` and closes an empty think
+//! block in the prompt (so the answer is all content), and a DeepSeek-R1 distill's prompt
+//! opens the block (so the answer starts in its reasoning).
+
+use sloserve_model::chat_template::{ChatMessage, ChatTemplate};
+use sloserve_model::reasoning::{split_all, ReasoningFormat};
+
+fn template(name: &str) -> ChatTemplate {
+    let path = format!("{}/tests/data/templates/{name}", env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    ChatTemplate::new(&src, "", "<|im_end|>").expect("the template compiles")
+}
+
+fn kwargs(v: serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    v.as_object().expect("an object").clone()
+}
+
+#[test]
+fn qwen3_thinks_unless_told_not_to() {
+    let t = template("Qwen-Qwen3-0.6B.jinja");
+    assert_eq!(t.reasoning_format(), ReasoningFormat::ThinkTags);
+    let msgs = [ChatMessage::new("user", "What is 2+2?")];
+    let thinking = t.render_kwargs(&msgs, None, true, None).unwrap();
+    assert!(
+        thinking.ends_with("<|im_start|>assistant\n"),
+        "{thinking:?}"
+    );
+    let off = kwargs(serde_json::json!({"enable_thinking": false}));
+    let plain = t.render_kwargs(&msgs, None, true, Some(&off)).unwrap();
+    assert!(
+        plain.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        "{plain:?}"
+    );
+    // A model that thinks anyway: its answer splits; with thinking off the prompt closed it.
+    let s = split_all(
+        t.reasoning_format(),
+        &thinking,
+        "<think>\n4, plainly.\n</think>\n\n4",
+    );
+    assert_eq!(
+        (s.reasoning.as_str(), s.content.as_str()),
+        ("\n4, plainly.\n", "4")
+    );
+    let s = split_all(t.reasoning_format(), &plain, "4");
+    assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("", "4"));
+    // kwargs never replace the template's own variables.
+    let hostile = kwargs(serde_json::json!({"messages": [], "add_generation_prompt": false}));
+    assert_eq!(
+        t.render_kwargs(&msgs, None, true, Some(&hostile)).unwrap(),
+        thinking
+    );
+}
+
+#[test]
+fn r1_distill_prompt_opens_the_think_block() {
+    let t = template("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja");
+    assert_eq!(t.reasoning_format(), ReasoningFormat::ThinkTags);
+    let p = t
+        .render_kwargs(&[ChatMessage::new("user", "Is 7 prime?")], None, true, None)
+        .unwrap();
+    assert!(p.ends_with("<think>\n"), "{p:?}");
+    let s = split_all(
+        t.reasoning_format(),
+        &p,
+        "7 has no divisors but 1 and 7.\n</think>\n\nYes.",
+    );
+    assert_eq!(s.reasoning, "7 has no divisors but 1 and 7.\n");
+    assert_eq!(s.content, "Yes.");
+}
