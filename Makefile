@@ -84,6 +84,7 @@ test-python: model model-qwen0.5b $(VENV)/.requirements-installed $(VENV_INSTRUC
 	$(VENV)/bin/python tests/python/test_structured_output.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_tool_calling.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_responses.py --bin "$(TARGET_DIR)/debug/sloserve"
+	$(VENV)/bin/python tests/python/test_reasoning.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_langchain.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV_INSTRUCTOR)/bin/python tests/python/test_instructor.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_batch_api.py --bin "$(TARGET_DIR)/debug/sloserve"

@@ -17,9 +17,10 @@ def client(base):
     return openai.OpenAI(base_url=base + "/v1", api_key="none", timeout=600, max_retries=0)
 
 
-def run(suite, make_tests):
-    """Serves the model, runs `make_tests(base_url)`'s (name, callable) pairs and
-    exits 1 if any failed. `suite` names the server's log file."""
+def run(suite, make_tests, extra_args=()):
+    """Serves the model (with `extra_args` added to `serve`'s flags), runs
+    `make_tests(base_url)`'s (name, callable) pairs and exits 1 if any failed.
+    `suite` names the server's log file."""
     ap = argparse.ArgumentParser()
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     ap.add_argument("--bin", default=os.path.join(target, "debug", "sloserve"))
@@ -30,7 +31,7 @@ def run(suite, make_tests):
     os.makedirs(os.path.join(ROOT, "target"), exist_ok=True)
     log = open(os.path.join(ROOT, "target", f"{suite}.log"), "w")
     proc = subprocess.Popen([args.bin, "serve", "--model", args.model, "--port", str(port),
-                             "--served-model-name", MODEL, "--no-batch-api"],
+                             "--served-model-name", MODEL, "--no-batch-api", *extra_args],
                             stdout=log, stderr=subprocess.STDOUT)
     passed = failed = 0
     try:

@@ -80,6 +80,11 @@ pub struct ChatCompletionRequest {
     /// Append the assistant header to the rendered prompt (default true).
     #[serde(default)]
     pub add_generation_prompt: Option<bool>,
+    /// Extra variables for the chat template, as vLLM and llama-server take them
+    /// (e.g. `{"enable_thinking": false}` for Qwen3).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl ChatCompletionRequest {
@@ -207,6 +212,12 @@ pub struct ResponseMessage {
     pub role: String,
     /// `null` when the model only called tools.
     pub content: Option<String>,
+    /// A thinking model's reasoning (vLLM's and DeepSeek's name), absent for others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The same text under vLLM's newer name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
 }
@@ -236,6 +247,12 @@ pub struct ChatDelta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    /// A piece of a thinking model's reasoning (its answer comes in `content`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// The same piece under vLLM's newer name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
 }
@@ -317,9 +334,8 @@ mod tests {
             choices: vec![ChatChunkChoice {
                 index: 0,
                 delta: ChatDelta {
-                    role: None,
                     content: Some("hi".into()),
-                    tool_calls: None,
+                    ..ChatDelta::default()
                 },
                 logprobs: None,
                 finish_reason: None,

@@ -128,11 +128,17 @@ impl ChatTemplate {
             key: key.into(),
             reason: e.to_string(),
         })?;
+        Self::with_tokenizer(source, tokenizer).map(Some)
+    }
+
+    /// Compiles `source` with the BOS / EOS texts of `tokenizer` (the file's template,
+    /// or one given on the command line).
+    pub fn with_tokenizer(source: &str, tokenizer: &Tokenizer) -> Result<Self> {
         let text = |id: Option<u32>| {
             id.map(|id| String::from_utf8_lossy(&tokenizer.token_bytes(id)).into_owned())
                 .unwrap_or_default()
         };
-        Self::new(source, &text(tokenizer.bos_id()), &text(tokenizer.eos_id())).map(Some)
+        Self::new(source, &text(tokenizer.bos_id()), &text(tokenizer.eos_id()))
     }
 
     /// Renders the conversation; `add_generation_prompt` appends the assistant header.

@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// YaRN's original context length (default: the file's, else its training context).
     #[arg(long)]
     pub yarn_orig_ctx: Option<usize>,
+    /// A chat template (Jinja) to use instead of the file's `tokenizer.chat_template`,
+    /// as llama-server's `--chat-template-file`.
+    #[arg(long)]
+    pub chat_template_file: Option<PathBuf>,
     /// Model name clients use (default: the file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,

@@ -22,13 +22,15 @@ use crate::state::AppState;
 /// Renders `messages` with the model's template (the assistant header appended when
 /// `add_generation_prompt`) and tokenizes them: control tokens come only from the
 /// template, message text is tokenized with them taken literally. BOS by the
-/// tokenizer's rule when `add_bos`. `tools` go to the template (or its fallback).
+/// tokenizer's rule when `add_bos`. `tools` go to the template (or its fallback),
+/// and so do the request's `chat_template_kwargs`.
 pub fn encode_messages(
     state: &AppState,
     messages: &[ChatMessage],
     tools: Option<&ToolParams>,
     add_generation_prompt: bool,
     add_bos: bool,
+    kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> Result<Vec<u32>, ServerError> {
     let msgs = sloserve_api::chat::text_messages(messages)?;
     let Some(template) = &state.chat_template else {
@@ -50,12 +52,13 @@ pub fn encode_messages(
         .collect();
     let tools = tools.map(crate::tools::template_tools);
     template
-        .encode_with_tools(
+        .encode_kwargs(
             &state.tokenizer,
             &msgs,
             tools.as_deref(),
             add_generation_prompt,
             add_bos,
+            kwargs,
         )
         .map_err(|e| match e {
             ModelError::ChatTemplate(m) => ServerError::Template(m),
@@ -71,6 +74,7 @@ pub async fn prompt_and_params(
 ) -> Result<(Vec<u32>, sloserve_api::GenParams), ServerError> {
     let params = req.params()?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    let kwargs = req.chat_template_kwargs;
     let messages = req.messages;
     // The template adds text around each message's own (and may trim it).
     let text_bytes = sloserve_api::chat::text_messages(&messages)?
@@ -81,7 +85,14 @@ pub async fn prompt_and_params(
     let tools = params.tools.clone();
     let prompt = state
         .blocking(move |st| {
-            encode_messages(st, &messages, tools.as_ref(), add_generation_prompt, true)
+            encode_messages(
+                st,
+                &messages,
+                tools.as_ref(),
+                add_generation_prompt,
+                true,
+                kwargs.as_ref(),
+            )
         })
         .await??;
     Ok((prompt, params))

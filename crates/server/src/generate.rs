@@ -66,6 +66,10 @@ pub(crate) async fn start(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
+    let reasoning = match kind {
+        Kind::Chat => crate::reasoning::splitter(&state, &prompt),
+        Kind::Completion => None,
+    };
     // response_format's grammar, or the tool calls' (never both with a forced
     // call: a 400 at parsing; under `auto` response_format wins, as the output is
     // then the format's).
@@ -141,6 +145,7 @@ pub(crate) async fn start(
             (Kind::Chat, Some(t)) => Some(crate::tools::function_names(t)),
             _ => None,
         },
+        reasoning,
     };
     Ok(Started { gens, first, out })
 }
@@ -152,6 +157,8 @@ pub(crate) struct Out {
     pub model: String,
     /// Parse the model's tool calls out of its text (the request's functions).
     pub tools: Option<Vec<String>>,
+    /// Split a thinking model's reasoning from its content (chat; `crate::reasoning`).
+    pub reasoning: Option<sloserve_model::reasoning::ReasoningSplitter>,
 }
 
 /// The OpenAI `finish_reason` of an ended generation.
@@ -260,6 +267,10 @@ pub(crate) async fn collect_choice(
             finish_reason,
         }),
         Kind::Chat => {
+            let (reasoning, text) = match &out.reasoning {
+                Some(s) => crate::reasoning::split_whole(s, text),
+                None => (None, text),
+            };
             let (content, tool_calls) = if let Some(names) = out.tools.clone() {
                 let (content, calls) = crate::tools::ToolOutput::message(names, &text);
                 finish_reason = crate::tools::finish_reason(finish_reason, calls.len());
@@ -272,6 +283,8 @@ pub(crate) async fn collect_choice(
                 message: ResponseMessage {
                     role: "assistant".into(),
                     content,
+                    reasoning_content: reasoning.clone(),
+                    reasoning,
                     tool_calls,
                 },
                 logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod mlock;
 pub mod openapi;
 pub mod prompt_bound;
+pub mod reasoning;
 pub mod render;
 pub mod request_id;
 pub mod responses;

@@ -67,6 +67,7 @@ pub async fn chat(
     state.check_model(req.model.as_deref())?;
     let params = req.params()?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
+    let kwargs = req.chat_template_kwargs;
     let messages = req.messages;
     let text_bytes = sloserve_api::chat::text_messages(&messages)?
         .iter()
@@ -76,7 +77,14 @@ pub async fn chat(
     let tools = params.tools.clone();
     let prompt = state
         .blocking(move |st| {
-            crate::chat::encode_messages(st, &messages, tools.as_ref(), add_generation_prompt, true)
+            crate::chat::encode_messages(
+                st,
+                &messages,
+                tools.as_ref(),
+                add_generation_prompt,
+                true,
+                kwargs.as_ref(),
+            )
         })
         .await??;
     let caller = caller.map_or(Caller::OPEN, |c| c.0);

@@ -96,6 +96,7 @@ fn tokenize_sync(state: &AppState, body: &[u8]) -> Result<String, ServerError> {
             None,
             req.add_generation_prompt.unwrap_or(true),
             req.add_special_tokens.unwrap_or(false),
+            None,
         )?,
         (None, None) => unreachable!("validated"),
     };

@@ -86,10 +86,17 @@ impl AppState {
     ) -> anyhow::Result<Arc<AppState>> {
         let LoadedModel {
             tokenizer,
-            chat_template,
+            mut chat_template,
             runner,
             ..
         } = model;
+        if let Some(path) = &args.chat_template_file {
+            let src = std::fs::read_to_string(path)
+                .with_context(|| format!("--chat-template-file {}", path.display()))?;
+            let t = ChatTemplate::with_tokenizer(&src, &tokenizer)
+                .with_context(|| format!("--chat-template-file {}", path.display()))?;
+            chat_template = Some(t);
+        }
         Self::from_parts(args, tokenizer, chat_template, Box::new(runner), cfg)
     }
 

@@ -29,6 +29,7 @@ use crate::generate::{wire_finish_reason, Kind, Out};
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs, TokenLogprob};
 use crate::generation::{Delta, Generation};
 use crate::tools::ToolOutput;
+use sloserve_model::reasoning::{ReasoningSplitter, Split};
 
 /// One choice of a streamed request (`n` > 1: several, each chunk names its
 /// index).
@@ -39,6 +40,9 @@ struct Choice {
     first: Option<Delta>,
     /// The tool-call parser, when the request has tools.
     tools: Option<ToolOutput>,
+    /// The reasoning splitter, when the model thinks (its content part goes on to
+    /// the tool-call parser or out as content).
+    reasoning: Option<ReasoningSplitter>,
     /// Its finish chunk was made.
     done: bool,
 }
@@ -77,7 +81,7 @@ fn chunk(
             let delta = ChatDelta {
                 role: role.then(|| "assistant".to_string()),
                 content: if role { Some(String::new()) } else { text },
-                tool_calls: None,
+                ..ChatDelta::default()
             };
             let lps = lps.filter(|_| lp_present);
             return chat_chunk(out, c, delta, lps.as_deref(), finish);
@@ -160,6 +164,56 @@ fn tool_frames(out: &Out, c: &mut Choice, d: Option<Delta>) -> Vec<String> {
         .collect()
 }
 
+/// The frames of one output of a choice (`None`: its end, which flushes what the
+/// reasoning splitter and the tool-call parser held): reasoning deltas first, then
+/// the content through the tool-call parser where there is one, else as content.
+fn token_frames(out: &Out, c: &mut Choice, d: Option<Delta>) -> Vec<String> {
+    let mut frames = Vec::new();
+    let ending = d.is_none();
+    let mut d = d;
+    if let Some(sp) = c.reasoning.as_mut() {
+        let mut split = Split::default();
+        let lps = match d.take() {
+            Some(x) => {
+                sp.push(&x.text, &mut split);
+                x.logprobs
+            }
+            None => {
+                sp.finish(&mut split);
+                Vec::new()
+            }
+        };
+        let mut lps = Some(lps).filter(|l| !l.is_empty());
+        if !split.reasoning.is_empty() {
+            let r = split.reasoning;
+            let lp = lps.take().filter(|_| c.gen.wants_logprobs());
+            let delta = ChatDelta {
+                reasoning_content: Some(r.clone()),
+                reasoning: Some(r),
+                ..ChatDelta::default()
+            };
+            frames.push(chat_chunk(out, c, delta, lp.as_deref(), None));
+        }
+        if !split.content.is_empty() || lps.is_some() {
+            d = Some(Delta {
+                text: split.content,
+                logprobs: lps.unwrap_or_default(),
+            });
+        }
+    }
+    if c.tools.is_some() {
+        if d.is_some() {
+            frames.extend(tool_frames(out, c, d));
+        }
+        if ending {
+            frames.extend(tool_frames(out, c, None));
+        }
+    } else if let Some(d) = d {
+        frames.push(chunk(out, c, Some(d), false, None));
+    }
+    frames
+}
+
 enum Phase {
     Role,
     Tokens,
@@ -230,12 +284,11 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
             }
             Phase::Tokens => match next_output(&mut s.choices).await {
                 (_, Some(d)) if d.text.is_empty() && d.logprobs.is_empty() => continue,
-                (i, Some(d)) if s.choices[i].tools.is_some() => {
-                    let frames = tool_frames(&s.out, &mut s.choices[i], Some(d));
+                (i, Some(d)) => {
+                    let frames = token_frames(&s.out, &mut s.choices[i], Some(d));
                     s.pending.extend(frames);
                     continue;
                 }
-                (i, Some(d)) => chunk(&s.out, &s.choices[i], Some(d), false, None),
                 (i, None) => match s.choices[i].gen.failure() {
                     Some(e) => {
                         // One choice failed: the request did; the others end now.
@@ -249,7 +302,7 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
                         let c = &mut s.choices[i];
                         c.done = true;
                         let mut reason = wire_finish_reason(&c.gen);
-                        let frames = tool_frames(&s.out, c, None);
+                        let frames = token_frames(&s.out, c, None);
                         s.pending.extend(frames);
                         if let Some(t) = &c.tools {
                             reason = crate::tools::finish_reason(reason, t.calls());
@@ -399,6 +452,7 @@ pub(crate) async fn sse_response(
             gen,
             first: if i == 0 { first.take() } else { None },
             tools: out.tools.clone().map(ToolOutput::new),
+            reasoning: out.reasoning.clone(),
             done: false,
         })
         .collect();

@@ -412,6 +412,7 @@ impl ResponsesRequest {
             logprobs: None,
             top_logprobs: None,
             add_generation_prompt: None,
+            chat_template_kwargs: None,
         };
         // Chat's tool errors name `tools[i].function.x`; here the tools are flat.
         req.params().map_err(|mut e| {
