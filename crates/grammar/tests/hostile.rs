@@ -294,12 +294,14 @@ fn a_thousand_pattern_properties_are_refused_before_any_compile_work() {
 fn a_compile_past_its_time_frees_its_worker_and_the_pool_goes_on() {
     let (tok, n_vocab) = common::load(MODELS[0].1);
     let vocab = sloserve_grammar::Vocab::from_tokenizer(&tok, n_vocab).unwrap();
-    let mut limits = sloserve_grammar::GrammarLimits::default();
-    limits.compile_workers = 1;
-    limits.compile_queue = 1;
-    limits.compile_timeout = Duration::from_millis(300);
-    // Past the default bound, so that the compile outlives its time.
-    limits.max_pattern_properties = 128;
+    let limits = sloserve_grammar::GrammarLimits {
+        compile_workers: 1,
+        compile_queue: 1,
+        compile_timeout: Duration::from_millis(300),
+        // Past the default bound, so that the compile outlives its time.
+        max_pattern_properties: 128,
+        ..Default::default()
+    };
     let f = GrammarFactory::new(&vocab, limits).unwrap();
     let t = Instant::now();
     let slow = pattern_properties(128);
