@@ -12,6 +12,9 @@ use crate::sampling::{Sampling, SamplingFields};
 
 /// Most stop strings per request.
 pub const MAX_STOP_STRINGS: usize = 16;
+/// Most bytes of all stop strings of a request together (64 KiB): the server
+/// holds back at most the longest one and builds one automaton over all of them.
+pub const MAX_STOP_BYTES: usize = 64 * 1024;
 /// Most alternatives per token (`logprobs` / `top_logprobs`), as vLLM allows.
 pub const MAX_LOGPROBS: i64 = 20;
 

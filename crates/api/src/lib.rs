@@ -21,7 +21,7 @@ pub use chat::{
 };
 pub use common::{
     GenParams, PromptTokensDetails, RequestFields, SloTimings, StopSpec, StreamOptions, Usage,
-    MAX_LOGPROBS, MAX_STOP_STRINGS,
+    MAX_LOGPROBS, MAX_STOP_BYTES, MAX_STOP_STRINGS,
 };
 pub use completion::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,

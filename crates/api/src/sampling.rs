@@ -7,7 +7,7 @@
 
 use serde::Deserialize;
 
-use crate::common::{StopSpec, MAX_STOP_STRINGS};
+use crate::common::{StopSpec, MAX_STOP_BYTES, MAX_STOP_STRINGS};
 use crate::error::ApiError;
 
 /// Declares the sampling fields: `name: WireType => ValidType = check;` where
@@ -112,6 +112,13 @@ fn stop(param: &str, v: Option<&StopSpec>) -> Result<Vec<String>, ApiError> {
         return Err(ApiError::invalid(
             param,
             "stop: stop strings must not be empty",
+        ));
+    }
+    let bytes: usize = stop.iter().map(String::len).sum();
+    if bytes > MAX_STOP_BYTES {
+        return Err(ApiError::invalid(
+            param,
+            format!("stop: at most {MAX_STOP_BYTES} bytes of stop strings in all, got {bytes}"),
         ));
     }
     Ok(stop)
@@ -223,6 +230,16 @@ mod tests {
         let mut b = s.logit_bias;
         b.sort_by_key(|e| e.0);
         assert_eq!(b, vec![(3, 2.5), (7, -100.0)]);
+        // Stop strings are bounded in total bytes too (the cost of matching them).
+        let long = "x".repeat(MAX_STOP_BYTES / 2);
+        fields(&format!(r#"{{"stop":["{long}","{long}"]}}"#))
+            .validate()
+            .unwrap();
+        let e = fields(&format!(r#"{{"stop":["{long}","{long}y"]}}"#))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("stop"));
+        assert!(e.message.contains("65536 bytes"), "{}", e.message);
         for (body, param) in [
             (r#"{"temperature":2.5}"#, "temperature"),
             (r#"{"top_p":0}"#, "top_p"),

@@ -140,29 +140,33 @@ impl AdmissionState {
         ttft_slo_ms: Option<f64>,
         deadline_s: Option<f64>,
     ) -> Result<(), EngineError> {
-        self.try_admit_cached(cfg, class, prompt_len, 0, ttft_slo_ms, deadline_s)
+        self.try_admit_choices(cfg, class, prompt_len, 0, 1, ttft_slo_ms, deadline_s)
     }
 
-    /// [`Self::try_admit`] for a prompt whose first `cached` tokens the prefix
-    /// cache holds: its own prefill in the TTFT prediction is the uncached rest
-    /// (the queue bounds still count the whole prompt).
-    pub fn try_admit_cached(
+    /// [`Self::try_admit`] for `count` choices of one request (all admitted or
+    /// none: the queue bounds count every choice) whose prompt's first `cached`
+    /// tokens the prefix cache holds: its own prefill in the TTFT prediction is
+    /// the uncached rest (the queue bounds still count the whole prompt).
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_admit_choices(
         &mut self,
         cfg: &AdmissionConfig,
         class: SloClass,
         prompt_len: usize,
         cached: usize,
+        count: usize,
         ttft_slo_ms: Option<f64>,
         deadline_s: Option<f64>,
     ) -> Result<(), EngineError> {
+        let count = count.max(1);
         let limits = cfg.limits(class);
         let n = *self.waiting_requests.get(class);
         let tokens = *self.waiting_tokens.get(class);
         let wait_s = self.predicted_wait_s(class);
         // Come back when the class's queue has drained (1 to 60 s).
         let retry_after_s = (wait_s.ceil() as u64).clamp(1, 60);
-        if n + 1 > limits.max_waiting_requests
-            || tokens + prompt_len > limits.max_waiting_prompt_tokens
+        if n + count > limits.max_waiting_requests
+            || tokens + prompt_len * count > limits.max_waiting_prompt_tokens
         {
             return Err(self.refuse(
                 class,
@@ -191,8 +195,8 @@ impl AdmissionState {
         if let Some(e) = refusal {
             return Err(self.refuse(class, e));
         }
-        *self.waiting_requests.get_mut(class) += 1;
-        *self.waiting_tokens.get_mut(class) += prompt_len;
+        *self.waiting_requests.get_mut(class) += count;
+        *self.waiting_tokens.get_mut(class) += prompt_len * count;
         Ok(())
     }
 

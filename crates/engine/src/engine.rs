@@ -86,6 +86,31 @@ pub struct EngineHandle {
     inner: Arc<HandleInner>,
 }
 
+/// Admission held for the later choices of a request ([`EngineHandle::submit_choices`]):
+/// counted in its class's queue until submitted; released when dropped.
+pub struct Reserved {
+    engine: EngineHandle,
+    class: crate::request::SloClass,
+    prompt_len: usize,
+    left: usize,
+}
+
+impl Reserved {
+    /// Choices still held.
+    pub fn left(&self) -> usize {
+        self.left
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.left > 0 {
+            let sh = &*self.engine.inner.shared;
+            lock(&sh.admission).release(self.class, self.left, self.left * self.prompt_len);
+        }
+    }
+}
+
 impl Engine {
     /// Starts the engine loop on its own OS thread ("sloserve-engine") driving
     /// `runner`. The KV pool has `min(runner's blocks, config budget)` blocks.
@@ -159,6 +184,19 @@ impl EngineHandle {
     /// Refuses at once (never hangs) when the engine is stopping, the request
     /// cannot fit the model or KV pool, or its class is overloaded.
     pub fn submit(&self, req: Request) -> Result<RequestStream, EngineError> {
+        self.submit_choices(req, 1).map(|(stream, _)| stream)
+    }
+
+    /// [`Self::submit`] for a request of `n` choices: admission decides all `n`
+    /// together (the queue bounds count every choice; refused at once, all or
+    /// none), queues the first and holds the others' admission in [`Reserved`],
+    /// for [`Self::submit_reserved`] (e.g. once the first choice's prompt is in
+    /// the prefix cache). What is never submitted is released when it drops.
+    pub fn submit_choices(
+        &self,
+        req: Request,
+        n: usize,
+    ) -> Result<(RequestStream, Reserved), EngineError> {
         let inner = &*self.inner;
         let sh = &*inner.shared;
         if sh.stopping.load(Ordering::Acquire) || !sh.alive.load(Ordering::Acquire) {
@@ -174,14 +212,52 @@ impl EngineHandle {
             }
             false => 0,
         };
-        lock(&sh.admission).try_admit_cached(
+        let n = n.max(1);
+        lock(&sh.admission).try_admit_choices(
             &inner.cfg.admission,
             class,
             prompt_len,
             cached,
+            n,
             admitted.refuse_ttft_ms,
             req.deadline.map(|d| d.as_secs_f64()),
         )?;
+        let reserved = Reserved {
+            engine: self.clone(),
+            class,
+            prompt_len,
+            left: n - 1,
+        };
+        let stream = self.queue(req, admitted)?;
+        Ok((stream, reserved))
+    }
+
+    /// Queues one choice whose admission `reserved` holds (not asked again); the
+    /// shape checks still apply. `EngineStopped` once the engine stops.
+    pub fn submit_reserved(
+        &self,
+        reserved: &mut Reserved,
+        req: Request,
+    ) -> Result<RequestStream, EngineError> {
+        if reserved.left == 0 {
+            return self.submit(req);
+        }
+        let inner = &*self.inner;
+        let sh = &*inner.shared;
+        if sh.stopping.load(Ordering::Acquire) || !sh.alive.load(Ordering::Acquire) {
+            return Err(EngineError::EngineStopped);
+        }
+        let admitted = inner.limits.decide(&inner.cfg, &req)?;
+        reserved.left -= 1;
+        self.queue(req, admitted)
+    }
+
+    /// Sends an admitted request to the engine thread (its admission is released
+    /// if the engine is gone).
+    fn queue(&self, req: Request, admitted: Admitted) -> Result<RequestStream, EngineError> {
+        let inner = &*self.inner;
+        let sh = &*inner.shared;
+        let (class, prompt_len) = (admitted.class, req.prompt.len());
         let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = unbounded_channel();
         let cmd = Command::Submit(Box::new(NewRequest {

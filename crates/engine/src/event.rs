@@ -52,6 +52,11 @@ pub enum FinishReason {
     Aborted,
     /// The model runner failed (or the engine died).
     Error(String),
+    /// The request's own constraint (its grammar) could not go on: past the grammar
+    /// engine's limits while decoding, or it allowed no token. The client's fault,
+    /// not the engine's (the server answers 400); no token drawn without the mask
+    /// was sent before it.
+    Constraint(String),
 }
 
 impl FinishReason {
@@ -67,12 +72,13 @@ impl FinishReason {
             | FinishReason::TimedOut
             | FinishReason::ClientStalled
             | FinishReason::Shed => "abort",
-            FinishReason::Error(_) => "error",
+            FinishReason::Error(_) | FinishReason::Constraint(_) => "error",
         }
     }
 
     /// A distinct name per variant, for logs: "stop", "length", "stop_string",
-    /// "client_disconnected", "aborted", "timeout", "client_stalled", "shed", "error".
+    /// "client_disconnected", "aborted", "timeout", "client_stalled", "shed", "error",
+    /// "constraint".
     pub fn label(&self) -> &'static str {
         match self {
             FinishReason::Stop => "stop",
@@ -84,6 +90,7 @@ impl FinishReason {
             FinishReason::ClientStalled => "client_stalled",
             FinishReason::Shed => "shed",
             FinishReason::Error(_) => "error",
+            FinishReason::Constraint(_) => "constraint",
         }
     }
 }

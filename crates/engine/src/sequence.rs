@@ -541,11 +541,19 @@ impl Sequence {
 
     /// Samples its next token from `row` with its own sampler, appends and sends
     /// it, and finishes on a stop (the grammar's end, a stop token, its length)
-    /// or a closed stream. Returns whether it goes on.
+    /// or a closed stream. A draw at which its constraint failed is not sent: it
+    /// finishes `Constraint`. Returns whether it goes on.
     pub fn emit(&mut self, row: &[f32], t: Instant, c: &mut Counters) -> bool {
         let sampled = self.sampler.sample_lean(row);
         if let Some(d) = self.sampler.last_mask_time() {
             c.mask_times.observe(d);
+        }
+        // The constraint failed at this draw (its mask, or the commit): the token
+        // was not drawn under a working mask and is never sent; the client's
+        // constraint ends the request.
+        if let Some(end @ FinishReason::Constraint(_)) = self.sampler.constraint_end() {
+            self.finish(end);
+            return false;
         }
         let id = sampled.id;
         self.tokens.push(id);

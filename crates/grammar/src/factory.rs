@@ -1,10 +1,11 @@
 //! `GrammarFactory`: llguidance's parser factory over one model's vocabulary, with
-//! sloserve's parser limits, a compile time bound and a small compile cache;
-//! `CompiledGrammar`: one compiled constraint, the engine's `ConstraintFactory`.
+//! sloserve's parser limits, compiles on a bounded pool ([`CompilePool`]) within a
+//! time bound, and a small compile cache; `CompiledGrammar`: one compiled
+//! constraint, the engine's `ConstraintFactory`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use llguidance::api::ParserLimits;
@@ -12,6 +13,7 @@ use llguidance::{Matcher, ParserFactory};
 use sloserve_engine::sampler::constraint::{ConstraintFactory, TokenConstraint};
 use sloserve_model::tokenizer::{TextEncoder, Tokenizer};
 
+use crate::pool::CompilePool;
 use crate::{Constraint, GrammarError, GrammarMatcher, Vocab};
 
 /// [`GrammarFactory::compile`] calls of the whole process (every factory), as
@@ -50,9 +52,20 @@ pub struct GrammarLimits {
     /// `step_max_items` (~20k/ms) bound one token's mask to a few milliseconds;
     /// past them the mask fails and the sequence ends with an error.
     pub parser: ParserLimits,
-    /// Wall-clock bound on one compile (the compile itself is also bounded by
-    /// `initial_lexer_fuel` and `max_grammar_size`).
+    /// Wall-clock bound on one compile, its wait for a worker included (the
+    /// compile itself is also bounded by `initial_lexer_fuel` and
+    /// `max_grammar_size`). Past it the job is abandoned: never started if still
+    /// queued, else asked to stop (llguidance's cancellation; the JSON-schema
+    /// translation cannot be interrupted and ends on its worker).
     pub compile_timeout: Duration,
+    /// Compile worker threads: at most this many compiles run at once.
+    pub compile_workers: usize,
+    /// Compiles waiting for a worker; past it a compile is refused (`Busy`).
+    pub compile_queue: usize,
+    /// Most `patternProperties` entries in one JSON schema, all objects together:
+    /// llguidance checks every pair of them for overlap while translating the
+    /// schema (uninterruptible; 128 took ~0.4 s, 1,000 took 387 s of CPU).
+    pub max_pattern_properties: usize,
     /// Compiled grammars kept by constraint text (0: no cache).
     pub cache_entries: usize,
     /// Constraints longer than this (bytes of their text) are refused.
@@ -74,6 +87,9 @@ impl Default for GrammarLimits {
                 verbose_errors: false,
             },
             compile_timeout: Duration::from_secs(2),
+            compile_workers: 2,
+            compile_queue: 16,
+            max_pattern_properties: 32,
             cache_entries: 32,
             max_constraint_bytes: 512 * 1024,
         }
@@ -89,6 +105,7 @@ pub struct GrammarFactory {
     /// trie's greedy tokenization).
     text: Option<TextEncoder>,
     cache: Mutex<VecDeque<(String, Arc<CompiledGrammar>)>>,
+    pool: CompilePool,
 }
 
 impl std::fmt::Debug for GrammarFactory {
@@ -117,7 +134,9 @@ impl GrammarFactory {
             ParserFactory::new_simple(&env).map_err(|e| GrammarError::Vocab(e.to_string()))?;
         parser.quiet();
         *parser.limits_mut() = limits.parser.clone();
+        let pool = CompilePool::new(limits.compile_workers, limits.compile_queue)?;
         Ok(GrammarFactory {
+            pool,
             parser: Arc::new(parser),
             limits,
             vocab_size: vocab.len(),
@@ -132,6 +151,11 @@ impl GrammarFactory {
 
     pub fn limits(&self) -> &GrammarLimits {
         &self.limits
+    }
+
+    /// Compiles running on a worker now (an abandoned one until it stops).
+    pub fn running_compiles(&self) -> usize {
+        self.pool.running()
     }
 
     /// The token trie (bytes of each token, EOS set), e.g. to decode in tests.
@@ -165,40 +189,35 @@ impl GrammarFactory {
         if let Some(hit) = self.cached(&key) {
             return Ok(hit);
         }
+        if let Constraint::JsonSchema { schema, .. } = c {
+            let n = crate::spec::pattern_properties(schema);
+            if n > self.limits.max_pattern_properties {
+                return Err(GrammarError::TooLarge(format!(
+                    "{n} patternProperties entries (at most {} in a schema)",
+                    self.limits.max_pattern_properties
+                )));
+            }
+        }
         let grammar = c.to_grammar()?;
-        let (tx, rx) = mpsc::channel();
         let parser = self.parser.clone();
-        // The compile runs on its own thread so that its wall time is bounded; a
-        // compile past the bound still ends by its fuel limits and is dropped.
-        std::thread::Builder::new()
-            .name("grammar-compile".into())
-            .spawn(move || {
-                let r = parser
-                    .create_parser(grammar)
-                    .map_err(|e| GrammarError::from_compile(format!("{e:#}")))
-                    .and_then(|p| {
-                        let mut m = Matcher::new(Ok(p));
-                        // The first mask: catches grammars that fail at once, and
-                        // warms the shared lexer.
-                        m.compute_mask()
-                            .map_err(|e| GrammarError::from_compile(format!("{e:#}")))?;
-                        Ok(m)
-                    });
-                let _ = tx.send(r);
-            })
-            .map_err(|e| GrammarError::Vocab(format!("spawning the compile thread: {e}")))?;
         let timeout = self.limits.compile_timeout;
-        let matcher = match rx.recv_timeout(timeout) {
-            Ok(r) => r?,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                return Err(GrammarError::CompileTimeout(timeout.as_millis() as u64))
+        let matcher = self.pool.run(timeout, move |ticket| {
+            if ticket.abandoned() {
+                return Err(GrammarError::CompileTimeout(timeout.as_millis() as u64));
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(GrammarError::Invalid(
-                    "the grammar compiler panicked".into(),
-                ))
+            let p = parser
+                .create_parser(grammar)
+                .map_err(|e| GrammarError::from_compile(format!("{e:#}")))?;
+            // The first mask: catches grammars that fail at once, and warms the
+            // shared lexer; cancellable, so a caller's timeout stops it.
+            let mut m = Matcher::new(Ok(p)).into_cancellable();
+            if let Some(h) = m.cancellation_handle() {
+                ticket.cancel_with(h);
             }
-        };
+            m.compute_mask()
+                .map_err(|e| GrammarError::from_compile(format!("{e:#}")))?;
+            Ok(m)
+        })??;
         let compiled = Arc::new(CompiledGrammar {
             template: matcher,
             vocab_size: self.vocab_size,

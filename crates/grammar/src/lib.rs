@@ -13,6 +13,7 @@ mod error;
 mod factory;
 mod formats;
 mod matcher;
+mod pool;
 mod spec;
 mod tools;
 mod vocab;

@@ -6,6 +6,8 @@ use llguidance::Matcher;
 use sloserve_engine::sampler::constraint::TokenConstraint;
 use sloserve_model::tokenizer::TextEncoder;
 
+use crate::error::readable;
+
 /// A per-sequence matcher. Masks are bitsets over the model's vocabulary (bit
 /// `i % 32` of word `i / 32`: token `i` allowed).
 pub struct GrammarMatcher {
@@ -61,7 +63,7 @@ impl TokenConstraint for GrammarMatcher {
         if self.m.is_stopped() {
             self.eos_only(allowed);
             return match self.m.get_error() {
-                Some(e) => Err(e),
+                Some(e) => Err(readable(&e)),
                 None => Ok(()),
             };
         }
@@ -80,13 +82,15 @@ impl TokenConstraint for GrammarMatcher {
             }
             Err(e) => {
                 self.eos_only(allowed);
-                Err(e.to_string())
+                Err(readable(&e.to_string()))
             }
         }
     }
 
     fn commit(&mut self, token: u32) -> Result<(), String> {
-        self.m.consume_token(token).map_err(|e| e.to_string())
+        self.m
+            .consume_token(token)
+            .map_err(|e| readable(&e.to_string()))
     }
 
     fn is_finished(&self) -> bool {

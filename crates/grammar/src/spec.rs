@@ -53,6 +53,26 @@ impl Constraint {
     }
 }
 
+/// `patternProperties` entries anywhere in `schema` (every object with that key
+/// counts, so a property of that name too: an over-count is harmless).
+pub(crate) fn pattern_properties(schema: &Value) -> usize {
+    let mut n = 0;
+    let mut stack = vec![schema];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(o) => {
+                if let Some(Value::Object(p)) = o.get("patternProperties") {
+                    n += p.len();
+                }
+                stack.extend(o.values());
+            }
+            Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+    n
+}
+
 /// Adds sloserve's JSON options as `x-guidance` unless the schema has its own.
 fn with_options(schema: Value, lenient: bool) -> Value {
     let mut schema = match schema {

@@ -246,3 +246,105 @@ fn a_step_past_its_fuel_fails_the_sequence_not_the_step() {
     }
     assert!(t.elapsed() < Duration::from_secs(5));
 }
+
+/// A schema of `n` `patternProperties` (distinct prefixes: pairwise disjoint, so
+/// llguidance checks every pair before it accepts them).
+fn pattern_properties(n: usize) -> Constraint {
+    let props: serde_json::Map<String, serde_json::Value> = (0..n)
+        .map(|i| (format!("^k{i}_[a-z]+$"), json!({"type": "integer"})))
+        .collect();
+    Constraint::JsonSchema {
+        schema: json!({"type": "object", "patternProperties": props}),
+        strict: false,
+    }
+}
+
+#[test]
+fn a_thousand_pattern_properties_are_refused_before_any_compile_work() {
+    // A 38 KiB schema whose translation took 387 s of CPU (every pair of its
+    // 1,000 regexes checked for overlap, uninterruptible) on a thread that ran
+    // on after its request's timeout. Now refused at once: no worker runs.
+    let (_tok, f) = common::factory(MODELS[0].1);
+    let t = Instant::now();
+    let e = f.compile(&pattern_properties(1000)).unwrap_err();
+    assert!(
+        matches!(&e, GrammarError::TooLarge(m) if m.contains("1000 patternProperties")),
+        "{e}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(f.running_compiles(), 0);
+    // At the bound, it compiles well within the time bound.
+    let t = Instant::now();
+    f.compile(&pattern_properties(f.limits().max_pattern_properties))
+        .unwrap();
+    let took = t.elapsed();
+    eprintln!(
+        "{} patternProperties compiled in {took:?}",
+        f.limits().max_pattern_properties
+    );
+    assert!(took < f.limits().compile_timeout, "{took:?}");
+    assert_eq!(f.running_compiles(), 0);
+}
+
+#[test]
+fn a_compile_past_its_time_frees_its_worker_and_the_pool_goes_on() {
+    let (tok, n_vocab) = common::load(MODELS[0].1);
+    let vocab = sloserve_grammar::Vocab::from_tokenizer(&tok, n_vocab).unwrap();
+    let limits = sloserve_grammar::GrammarLimits {
+        compile_workers: 1,
+        compile_queue: 1,
+        compile_timeout: Duration::from_millis(300),
+        // Past the default bound, so that the compile outlives its time.
+        max_pattern_properties: 128,
+        ..Default::default()
+    };
+    let f = GrammarFactory::new(&vocab, limits).unwrap();
+    let t = Instant::now();
+    let slow = pattern_properties(128);
+    assert_eq!(
+        f.compile(&slow).unwrap_err(),
+        GrammarError::CompileTimeout(300)
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    // The abandoned job ends (its worker is freed) within a bounded wait, and the
+    // pool compiles again.
+    let t = Instant::now();
+    while f.running_compiles() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the abandoned compile still runs"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    eprintln!(
+        "the abandoned compile ended {:?} after its timeout",
+        t.elapsed()
+    );
+    let t = Instant::now();
+    loop {
+        match f.compile(&Constraint::Regex("[0-9]{1,3}".into())) {
+            Ok(_) => break,
+            Err(e) => assert!(t.elapsed() < Duration::from_secs(10), "{e}"),
+        }
+    }
+}
+
+#[test]
+fn grammar_errors_say_why_in_words() {
+    // A `$ref` loop used to answer llguidance's `NoExtensionBias <non-verbose/>`.
+    let (_tok, f) = common::factory(MODELS[0].1);
+    let c = Constraint::JsonSchema {
+        schema: json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+        strict: false,
+    };
+    let msg = f.compile(&c).unwrap_err().to_string();
+    assert!(msg.contains("allows no output at all"), "{msg}");
+    assert!(
+        !msg.contains("<non-verbose/>") && !msg.contains("NoExtension"),
+        "{msg}"
+    );
+}

@@ -39,6 +39,15 @@ pub enum ServerError {
     /// The model's chat template failed on these messages.
     #[error("chat template: {0}")]
     Template(String),
+    /// Past the in-flight request limit.
+    #[error("too many requests in flight (limit {max}); retry later")]
+    InflightLimit { max: usize },
+    /// A request's `n` choices (each counts as a request in flight) would pass
+    /// the in-flight limit: 429 + `Retry-After`, before any choice runs.
+    #[error(
+        "the request's {n} choices would pass the limit of {max} requests in flight; retry later"
+    )]
+    ChoicesInflight { n: usize, max: usize },
     /// The server is draining (shutting down).
     #[error("the server is shutting down")]
     Draining,
@@ -49,6 +58,18 @@ pub enum ServerError {
     /// the client gets a generic message).
     #[error("engine failure: {0}")]
     EngineFailure(String),
+    /// The request's own constraint (`param`: `response_format` or `tools`) could
+    /// not go on while decoding (past the grammar engine's limits, or no token
+    /// allowed): the client's fault, a 400 (an error event on a started stream).
+    #[error("{param}: the constraint failed while decoding: {message}")]
+    ConstraintFailed {
+        param: &'static str,
+        message: String,
+    },
+    /// Every grammar compile worker is busy and their queue is full (429 with
+    /// `Retry-After`: load, not the client's constraint).
+    #[error("the grammar compiler is busy: {0}")]
+    GrammarBusy(String),
     /// The engine shed the request: it waited too long in the queue to start.
     #[error("the server is overloaded: the request waited too long to start")]
     Shed,
@@ -95,6 +116,7 @@ impl ServerError {
         match self {
             ServerError::Draining => Some("draining"),
             ServerError::Shed => Some("shed"),
+            ServerError::GrammarBusy(_) => Some("grammar-busy"),
             ServerError::Engine { source, .. } => match source {
                 EngineError::QueueFull { .. } => Some("queue-full"),
                 EngineError::QueueWaitTooLong { .. } => Some("queue-wait"),
@@ -141,12 +163,21 @@ impl ServerError {
                 Some(1),
             ),
             ServerError::Aborted => (ApiError::unavailable(self.to_string()), None),
+            ServerError::InflightLimit { .. } => (ApiError::unavailable(self.to_string()), Some(1)),
+            ServerError::ChoicesInflight { .. } => {
+                (ApiError::overloaded(self.to_string()), Some(1))
+            }
             ServerError::Internal(m) => (ApiError::internal(m.clone()), None),
             ServerError::EngineFailure(_) => (
                 ApiError::internal("the server had an internal error while processing the request"),
                 None,
             ),
             ServerError::TimedOut { .. } => (ApiError::timed_out(self.to_string()), None),
+            ServerError::GrammarBusy(_) => (ApiError::overloaded(self.to_string()), Some(1)),
+            ServerError::ConstraintFailed { param, .. } => (
+                ApiError::invalid(*param, self.to_string()).with_code("constraint_failed"),
+                None,
+            ),
             ServerError::Shed => (
                 ApiError::unavailable(self.to_string()),
                 Some(SHED_RETRY_AFTER_S),
@@ -267,6 +298,32 @@ impl IntoResponse for ServerError {
 mod tests {
     use super::*;
     use sloserve_engine::SloClass;
+
+    #[test]
+    fn a_failed_constraint_is_the_client_s_400_and_busy_grammar_a_429() {
+        let e = ServerError::ConstraintFailed {
+            param: "tools",
+            message: "lexer fuel exhausted".into(),
+        };
+        let (api, retry) = e.to_api();
+        assert_eq!(
+            (api.status, api.kind, retry),
+            (400, "invalid_request_error", None)
+        );
+        assert_eq!(api.param.as_deref(), Some("tools"));
+        assert_eq!(api.code.as_deref(), Some("constraint_failed"));
+        assert!(
+            api.message.contains("lexer fuel exhausted"),
+            "{}",
+            api.message
+        );
+        let (api, retry) = ServerError::GrammarBusy("2 running".into()).to_api();
+        assert_eq!((api.status, retry), (429, Some(1)));
+        assert_eq!(
+            ServerError::GrammarBusy(String::new()).shed_reason(),
+            Some("grammar-busy")
+        );
+    }
 
     #[test]
     fn engine_errors_map_to_statuses() {

@@ -14,9 +14,11 @@ use sloserve_api::{
 use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs};
+use crate::generation::stop_automaton::StopAutomaton;
 use crate::generation::{Delta, Generation};
 use crate::state::{unix_now, AppState};
 use crate::stream::sse_response;
+use sloserve_engine::RequestStream;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -51,8 +53,9 @@ pub(crate) struct Started {
     pub out: Out,
 }
 
-/// Compiles the request's constraint, builds and submits its choices (see
-/// [`generate`]).
+/// Checks the request (the cheap checks first: shape, context, the in-flight
+/// limit for every choice), then compiles its constraint, builds and submits its
+/// choices (see [`generate`]).
 pub(crate) async fn start(
     state: Arc<AppState>,
     headers: &HeaderMap,
@@ -70,59 +73,87 @@ pub(crate) async fn start(
         Kind::Chat => crate::reasoning::splitter(&state, &prompt),
         Kind::Completion => None,
     };
+    let mut ingress = crate::ingress::build(&state, prompt, &params, headers, caller, None)?;
+    state.check_accepting()?;
+    // The engine's shape checks (context length, max_tokens) before any grammar
+    // work; `submit` makes them again with the constraint.
+    state
+        .engine
+        .limits()
+        .validate(&ingress.request)
+        .map_err(|e| ServerError::engine(e, prompt_param))?;
+    let n = params.sampling.n;
+    // Each choice is a request in flight: the middleware counted the first.
+    let mut slots = state
+        .inflight_limit
+        .try_more(n.saturating_sub(1) as usize)?;
     // response_format's grammar, or the tool calls' (never both with a forced
     // call: a 400 at parsing; under `auto` response_format wins, as the output is
     // then the format's).
-    let constraint = match (&params.tools, params.response_format.clone()) {
-        (_, Some(rf)) => {
+    let (constraint, constraint_param) = match (&params.tools, params.response_format.clone()) {
+        (_, Some(rf)) => (
             state
                 .blocking(move |st| {
                     let n_vocab = st.engine.info().vocab_size;
                     st.structured.constraint(&st.tokenizer, n_vocab, &rf)
                 })
-                .await??
-        }
+                .await??,
+            "response_format",
+        ),
         (Some(t), None) => {
             let t = t.clone();
-            state
-                .blocking(move |st| crate::tools::constraint(st, &t))
-                .await??
+            (
+                state
+                    .blocking(move |st| crate::tools::constraint(st, &t))
+                    .await??,
+                "tools",
+            )
         }
-        (None, None) => None,
+        (None, None) => (None, "response_format"),
     };
-    let ingress = crate::ingress::build(&state, prompt, &params, headers, caller, constraint)?;
-    state.check_accepting()?;
+    ingress.request.constraint = constraint;
     let id = state.new_id(match kind {
         Kind::Completion => "cmpl",
         Kind::Chat => "chatcmpl",
     });
-    let n = params.sampling.n;
-    let submit = |i: u32| -> Result<Generation, ServerError> {
-        let mut request = ingress.request.clone();
-        request.sampling.seed = request.sampling.seed.map(|s| s.wrapping_add(i as u64));
-        let stream = state
-            .engine
-            .submit(request)
-            .map_err(|e| ServerError::engine(e, prompt_param))?;
+    // Built once: the choices share it.
+    let stops = StopAutomaton::new(params.sampling.stop.as_slice()).map(Arc::new);
+    let mut choice = |i: u32, stream: RequestStream| -> Generation {
         let class = stream.admitted().class;
-        Ok(Generation::new(
+        let gen = Generation::new(
             &state,
             id.clone(),
             stream,
             class,
             prompt_len,
-            params.sampling.stop.clone(),
+            stops.clone(),
             params.logprobs.is_some(),
         )
         .with_timeout(ingress.timeout)
-        .with_choice(i))
+        .with_choice(i)
+        .with_constraint_param(constraint_param);
+        // The later choices hold the extra counts (the first is the request's).
+        match if i > 0 { slots.pop() } else { None } {
+            Some(slot) => gen.with_slot(slot),
+            None => gen,
+        }
     };
-    let mut gens = vec![submit(0)?];
+    let request = |i: u32| {
+        let mut request = ingress.request.clone();
+        request.sampling.seed = request.sampling.seed.map(|s| s.wrapping_add(i as u64));
+        request
+    };
+    // All n choices are admitted together, or the request is refused at once.
+    let (stream, mut reserved) = state
+        .engine
+        .submit_choices(request(0), n as usize)
+        .map_err(|e| ServerError::engine(e, prompt_param))?;
+    let mut gens = vec![choice(0, stream)];
     // n > 1: one prefill. The later choices are submitted once the first one's
     // prompt has been prefilled (its first token came), so the prefix cache gives
-    // them its full blocks (only the last partial block is computed again). A
-    // refusal of a later choice fails the request: dropping `gens` cancels the
-    // choices already running.
+    // them its full blocks (only the last partial block is computed again). Their
+    // admission is held meanwhile; only an engine that stops can still refuse
+    // them (dropping `gens` then cancels the choices already running).
     let mut first = None;
     if n > 1 {
         if state.engine.config().enable_prefix_cache {
@@ -134,7 +165,11 @@ pub(crate) async fn start(
             }
         }
         for i in 1..n {
-            gens.push(submit(i)?);
+            let stream = state
+                .engine
+                .submit_reserved(&mut reserved, request(i))
+                .map_err(|e| ServerError::engine(e, prompt_param))?;
+            gens.push(choice(i, stream));
         }
     }
     let out = Out {

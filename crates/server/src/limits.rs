@@ -1,5 +1,6 @@
 //! Request limits: the in-flight request limit (503 + Retry-After at once past
-//! it, probes exempt) and counters held until a response body ends.
+//! it, probes exempt; a request of `n` choices counts `n`) and counters held
+//! until a response body ends.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,9 +10,9 @@ use std::task::{Context, Poll};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
-use axum::response::Response;
-use sloserve_api::ApiError;
+use axum::response::{IntoResponse, Response};
 
+use crate::error::ServerError;
 use crate::state::AppState;
 
 /// Liveness and readiness probes: always answered, never counted.
@@ -88,6 +89,20 @@ impl InflightLimit {
     pub fn current(&self) -> usize {
         self.count.load(Ordering::Acquire)
     }
+
+    /// Counts `more` requests in flight (a request's further choices: each is a
+    /// sequence the engine runs), all or none: past the limit, a 429 with
+    /// `Retry-After` (a batch line retries it later).
+    pub fn try_more(&self, more: usize) -> Result<Vec<CountGuard>, ServerError> {
+        let guards: Vec<CountGuard> = (0..more).map(|_| CountGuard::new(&self.count)).collect();
+        match guards.last() {
+            Some(g) if g.count() > self.max => Err(ServerError::ChoicesInflight {
+                n: more + 1,
+                max: self.max,
+            }),
+            _ => Ok(guards),
+        }
+    }
 }
 
 /// The middleware: past the limit, 503 with `Retry-After: 1` before any work.
@@ -104,13 +119,7 @@ pub async fn limit_inflight(
     let guard = CountGuard::new(&lim.count);
     if guard.count() > lim.max {
         tracing::debug!(limit = lim.max, "request refused: in-flight limit");
-        return crate::error::api_response(
-            &ApiError::unavailable(format!(
-                "too many requests in flight (limit {}); retry later",
-                lim.max
-            )),
-            Some(1),
-        );
+        return ServerError::InflightLimit { max: lim.max }.into_response();
     }
     attach_guard(next.run(req).await, guard)
 }
@@ -127,5 +136,23 @@ mod tests {
         assert_eq!((a.count(), b.count()), (1, 2));
         drop(a);
         assert_eq!(c.load(Ordering::Acquire), 1);
+    }
+
+    #[test]
+    fn a_request_s_choices_count_all_or_none() {
+        let lim = InflightLimit::new(4);
+        let first = CountGuard::new(&lim.count);
+        // n = 4 beside the first's own count: 3 more fit, exactly.
+        let more = lim.try_more(3).unwrap();
+        assert_eq!(lim.current(), 4);
+        drop(more);
+        // n = 5 does not: refused, and nothing stays counted.
+        assert!(matches!(
+            lim.try_more(4),
+            Err(ServerError::ChoicesInflight { n: 5, max: 4 })
+        ));
+        assert_eq!(lim.current(), 1);
+        drop(first);
+        assert_eq!(lim.current(), 0);
     }
 }

@@ -148,7 +148,7 @@ impl Metrics {
             let reason = match info.reason {
                 FinishReason::Stop | FinishReason::StopString => 0,
                 FinishReason::Length => 1,
-                FinishReason::Error(_) => 2,
+                FinishReason::Error(_) | FinishReason::Constraint(_) => 2,
                 FinishReason::Cancelled
                 | FinishReason::Aborted
                 | FinishReason::TimedOut

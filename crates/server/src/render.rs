@@ -69,11 +69,9 @@ pub async fn chat(
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
     let kwargs = req.chat_template_kwargs;
     let messages = req.messages;
-    let text_bytes = sloserve_api::chat::text_messages(&messages)?
-        .iter()
-        .map(|(_, content)| content.trim().len())
-        .sum();
-    state.prompt_bound.check(text_bytes, "messages")?;
+    sloserve_api::chat::text_messages(&messages)?;
+    let size = crate::prompt_bound::ChatSize::of(&messages, params.tools.as_ref());
+    state.prompt_bound.check_chat(size, "messages")?;
     let tools = params.tools.clone();
     let prompt = state
         .blocking(move |st| {

@@ -74,6 +74,7 @@ impl Structured {
 fn client_error(e: GrammarError, param: &str) -> ServerError {
     match e {
         GrammarError::Vocab(m) => ServerError::Internal(format!("grammar vocabulary: {m}")),
+        GrammarError::Busy(m) => ServerError::GrammarBusy(m),
         e => ApiError::invalid(param, format!("{param}: {e}")).into(),
     }
 }

@@ -50,6 +50,34 @@ fn closed_within(s: &mut TcpStream, secs: u64) -> bool {
 }
 
 #[test]
+fn each_choice_counts_in_flight_and_all_are_admitted_together() {
+    let s = TestServer::start(args(|a| {
+        a.guard.max_inflight_requests = 4;
+        a.engine.set("max-waiting-requests", "3").unwrap();
+    }));
+    let body = |n: u32| json!({"prompt": "Count: one, two,", "max_tokens": 2, "n": n});
+    // Five choices are five requests in flight: past the limit of 4, refused at
+    // once (it used to count once and hold five sequences).
+    let r = post(s.addr, "/v1/completions", &body(5));
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert!(r.text().contains("5 choices"), "{}", r.text());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    // Four fit the in-flight limit but never the three waiting places: 429 at
+    // once, before any choice ran (it used to run the first, then queue the rest).
+    let before = s.state.engine.stats().counters.generation_tokens;
+    let r = post(s.addr, "/v1/completions", &body(4));
+    assert_eq!(r.status, 429, "{}", r.text());
+    assert_eq!(s.state.engine.stats().counters.generation_tokens, before);
+    // Three fit both.
+    let r = post(s.addr, "/v1/completions", &body(3));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["choices"].as_array().unwrap().len(), 3);
+    wait_for("the in-flight count back to 0", 10, || {
+        s.state.inflight_limit.current() == 0
+    });
+}
+
+#[test]
 fn past_the_connection_limit_only_probes_answer() {
     let s = TestServer::start(args(|a| a.guard.max_connections = 3));
     let idle: Vec<TcpStream> = (0..3)

@@ -7,8 +7,10 @@
 //! `-inf` on the working copy (before penalties, temperature, top-k/p, min-p); the
 //! returned `logprob` / `top_logprobs` stay those of the RAW distribution (vLLM's
 //! default `raw_logprobs`). After the draw the token is committed. A mask error, an
-//! empty mask or a refused commit ends the sequence with `FinishReason::Error`; a
-//! grammar that is finished after the commit ends it with `FinishReason::Stop`.
+//! empty mask or a refused commit ends the sequence with `FinishReason::Constraint`
+//! (the client's constraint, not an engine failure), and the token of that draw is
+//! never sent (`Sequence::emit`); a grammar that is finished after the commit ends
+//! it with `FinishReason::Stop`.
 
 use std::fmt;
 use std::sync::Arc;
@@ -108,7 +110,7 @@ impl Constrained {
 
     fn fail(&mut self, msg: String) {
         if self.end.is_none() {
-            self.end = Some(FinishReason::Error(msg));
+            self.end = Some(FinishReason::Constraint(msg));
         }
     }
 }

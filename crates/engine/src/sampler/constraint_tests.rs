@@ -150,13 +150,14 @@ fn finished_grammar_stops_the_sequence() {
 
 #[test]
 fn dead_or_failing_constraint_ends_with_an_error_not_a_panic() {
-    // Nothing allowed: the draw falls back to the raw row, the sequence errors.
+    // Nothing allowed: the draw falls back to the raw row (never sent: see
+    // `Sequence::emit`), the sequence ends by its constraint.
     let (c, committed) = SetConstraint::new(vec![]);
     let mut s = Sampler::new(params(|_| {}), 40).with_constraint(Some(Box::new(c)));
     let t = s.sample_lean(&random_logits(2, 40, 3.0));
     assert!(t.id < 40);
     match s.constraint_end() {
-        Some(FinishReason::Error(m)) => assert!(m.contains("allows no next token"), "{m}"),
+        Some(FinishReason::Constraint(m)) => assert!(m.contains("allows no next token"), "{m}"),
         other => panic!("{other:?}"),
     }
     // The fallback token is not committed after the failure.
@@ -170,7 +171,7 @@ fn dead_or_failing_constraint_ends_with_an_error_not_a_panic() {
     assert_eq!(s.constraint_end(), None);
     s.sample(&random_logits(4, 40, 3.0));
     match s.constraint_end() {
-        Some(FinishReason::Error(m)) => assert!(m.contains("lexer fuel exhausted"), "{m}"),
+        Some(FinishReason::Constraint(m)) => assert!(m.contains("lexer fuel exhausted"), "{m}"),
         other => panic!("{other:?}"),
     }
 
@@ -236,7 +237,8 @@ fn engine_requests_follow_their_constraint_and_end_cleanly() {
     let mut a = submit(&mut core, 1, constrained(vec![5, 9, 700], 4, 50));
     // Never finishes: length.
     let mut b = submit(&mut core, 2, constrained(vec![42], usize::MAX, 6));
-    // Dead from the start: one fallback token, then an error finish.
+    // Dead from the start: its constraint's failure, and no token (the draw
+    // without a mask is never sent).
     let mut c = submit(&mut core, 3, constrained(vec![], usize::MAX, 50));
     // Unconstrained beside them.
     let mut d = submit(&mut core, 4, crate::Request::greedy(prompt(9, 8), 5));
@@ -253,17 +255,19 @@ fn engine_requests_follow_their_constraint_and_end_cleanly() {
     assert_eq!(a.finish.as_ref().unwrap().reason, FinishReason::Stop);
     assert_eq!(b.tokens, vec![42; 6]);
     assert_eq!(b.finish.as_ref().unwrap().reason, FinishReason::Length);
-    assert_eq!(c.tokens.len(), 1);
+    assert_eq!(c.tokens, Vec::<u32>::new());
     assert!(
-        matches!(&c.finish.as_ref().unwrap().reason, FinishReason::Error(m) if m.contains("no next token"))
+        matches!(&c.finish.as_ref().unwrap().reason, FinishReason::Constraint(m) if m.contains("no next token"))
     );
+    assert_eq!(c.finish.as_ref().unwrap().completion_tokens, 0);
     assert_eq!(d.tokens.len(), 5);
     assert_eq!(d.finish.as_ref().unwrap().reason, FinishReason::Length);
-    // One mask time per constrained token, none for the free one.
+    // One mask time per constrained draw (c's failed one too), none for the
+    // free one.
     let mt = core.sched().counters().mask_times;
     assert_eq!(
         mt.count,
-        (a.tokens.len() + b.tokens.len() + c.tokens.len()) as u64
+        (a.tokens.len() + b.tokens.len() + c.tokens.len() + 1) as u64
     );
     assert_eq!(mt.buckets.iter().sum::<u64>(), mt.count, "{mt:?}");
     assert!(mt.sum_ns > 0);

@@ -229,6 +229,6 @@ fn count_finish(c: &mut Counters, reason: &FinishReason) {
         | FinishReason::TimedOut
         | FinishReason::ClientStalled
         | FinishReason::Shed => c.requests_cancelled += 1,
-        FinishReason::Error(_) => c.requests_failed += 1,
+        FinishReason::Error(_) | FinishReason::Constraint(_) => c.requests_failed += 1,
     }
 }

@@ -125,7 +125,12 @@ impl Scheduler {
         let (draft, f) = s.take_draft();
         let (mut accepted, mut emitted) = (0, 0);
         for j in 0..=draft.len() {
+            let before = s.tokens().len();
             let goes_on = s.emit(logits.row(first + j), t, &mut self.counters);
+            if s.tokens().len() == before {
+                // Nothing sent: its constraint failed at this draw (it finished).
+                break;
+            }
             emitted += 1;
             let id = *s.tokens().last().expect("a token was emitted");
             if !goes_on || j == draft.len() || id != draft[j] {

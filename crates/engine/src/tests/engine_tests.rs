@@ -122,6 +122,42 @@ fn a_full_waiting_queue_refuses_at_once() {
 }
 
 #[test]
+fn a_request_s_choices_are_admitted_together() {
+    let mut cfg = EngineConfig {
+        max_num_seqs: 1,
+        ..Default::default()
+    };
+    cfg.admission.batch = ClassLimits {
+        max_waiting_requests: 4,
+        max_waiting_prompt_tokens: 10_000,
+    };
+    let engine = start(64, Duration::from_micros(200), cfg);
+    let req = || Request::greedy(prompt(1, 20), 5).with_class(SloClass::Batch);
+    let full = |r| matches!(r, Err(EngineError::QueueFull { .. }));
+    // Five choices never fit a queue of four: refused at once, none queued.
+    assert!(full(engine.submit_choices(req(), 5).map(|_| ())));
+    // Four fit: the first is queued, three held; however far the first got, the
+    // held three leave room for one more waiting request, not two.
+    let (first, mut rest) = engine.submit_choices(req(), 4).unwrap();
+    assert_eq!(rest.left(), 3);
+    assert!(full(engine.submit_choices(req(), 2).map(|_| ())));
+    let mut streams = vec![first];
+    for _ in 0..3 {
+        streams.push(engine.submit_reserved(&mut rest, req()).unwrap());
+    }
+    assert_eq!(rest.left(), 0);
+    for s in streams {
+        assert_eq!(s.collect_blocking().finish.reason, FinishReason::Length);
+    }
+    // Held admission never used is released when dropped: four fit again.
+    let (s, rest) = engine.submit_choices(req(), 4).unwrap();
+    drop(rest);
+    s.collect_blocking();
+    let (s, _rest) = engine.submit_choices(req(), 4).unwrap();
+    s.collect_blocking();
+}
+
+#[test]
 fn predicted_ttft_over_the_slo_is_refused() {
     // At most ~5000 prefill tokens/s: 400 tokens take >= 80 ms, far over 2 x 1 ms.
     let engine = start(256, Duration::from_micros(200), EngineConfig::default());

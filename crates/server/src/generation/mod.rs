@@ -8,6 +8,7 @@
 
 pub mod logprobs;
 pub mod stop;
+pub mod stop_automaton;
 pub mod usage;
 
 use std::sync::Arc;
@@ -19,9 +20,11 @@ use sloserve_model::detokenizer::StreamDecoder;
 use sloserve_model::tokenizer::Tokenizer;
 
 use crate::error::ServerError;
+use crate::limits::CountGuard;
 use crate::state::{AppState, InflightGuard};
 use logprobs::{LogprobBuffer, TokenLogprob};
 use stop::{StopMatcher, StopOutcome};
+use stop_automaton::StopAutomaton;
 use usage::Accounting;
 
 /// New output: text and the logprobs of the tokens it covers (when asked).
@@ -82,6 +85,11 @@ pub struct Generation {
     choice: u32,
     /// `next` returns at the first token even when it released no text.
     until_first: bool,
+    /// The field its constraint came from, named when the constraint fails.
+    constraint_param: &'static str,
+    /// Its count in the in-flight limit (a later choice; the first is counted
+    /// for its whole request by the middleware).
+    _slot: Option<CountGuard>,
     _inflight: InflightGuard,
 }
 
@@ -92,7 +100,7 @@ impl Generation {
         stream: RequestStream,
         class: SloClass,
         prompt_tokens: usize,
-        stops: Vec<String>,
+        stops: Option<Arc<StopAutomaton>>,
         want_logprobs: bool,
     ) -> Self {
         Generation {
@@ -100,7 +108,7 @@ impl Generation {
             id,
             stream: Some(stream),
             decoder: TextDecoder::new(),
-            stop: StopMatcher::new(stops),
+            stop: StopMatcher::shared(stops),
             logprobs: want_logprobs.then(LogprobBuffer::default),
             acct: Accounting::new(class, prompt_tokens),
             stopped: false,
@@ -109,6 +117,8 @@ impl Generation {
             timed_out: false,
             choice: 0,
             until_first: false,
+            constraint_param: "response_format",
+            _slot: None,
             _inflight: InflightGuard::new(state),
         }
     }
@@ -116,6 +126,18 @@ impl Generation {
     /// Ends the request `timeout` from now (the engine frees its blocks then).
     pub fn with_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.deadline = timeout.map(|t| (tokio::time::Instant::now() + t, t));
+        self
+    }
+
+    /// Its constraint came from `param` (`tools`; else `response_format`).
+    pub fn with_constraint_param(mut self, param: &'static str) -> Self {
+        self.constraint_param = param;
+        self
+    }
+
+    /// Holds `slot` (its count in the in-flight limit) while it lives.
+    pub fn with_slot(mut self, slot: CountGuard) -> Self {
+        self._slot = Some(slot);
         self
     }
 
@@ -182,6 +204,10 @@ impl Generation {
     pub fn failure(&self) -> Option<ServerError> {
         match self.reason.as_ref()? {
             FinishReason::Error(m) => Some(ServerError::EngineFailure(m.clone())),
+            FinishReason::Constraint(m) => Some(ServerError::ConstraintFailed {
+                param: self.constraint_param,
+                message: m.clone(),
+            }),
             FinishReason::TimedOut => Some(ServerError::TimedOut {
                 ms: self.deadline.map_or(0, |(_, d)| d.as_millis() as u64),
             }),
