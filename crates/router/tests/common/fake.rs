@@ -223,10 +223,17 @@ async fn completions(
     }
     if !stream {
         if b["fake_die_after"].as_u64().is_some() {
-            let s = futures_util::stream::iter([
-                Ok(Bytes::from_static(b"{\"backend\": ")),
-                Err(std::io::Error::other("fake crash")),
-            ]);
+            // The head and a first piece go out; the connection breaks after.
+            let s = futures_util::stream::unfold(0, |i| async move {
+                match i {
+                    0 => Some((Ok(Bytes::from_static(b"{\"backend\": ")), 1)),
+                    1 => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        Some((Err(std::io::Error::other("fake crash")), 2))
+                    }
+                    _ => None,
+                }
+            });
             return Response::builder()
                 .header("content-type", "application/json")
                 .body(Body::from_stream(s))
