@@ -86,13 +86,6 @@ impl fmt::Display for Expired {
 }
 
 impl Limits {
-    /// No limit at all.
-    pub const NONE: Limits = Limits {
-        gap: None,
-        deadline: None,
-        total_s: 0.0,
-    };
-
     /// `f`, or which limit passed first.
     pub async fn wait<F: Future>(&self, f: F) -> Result<F::Output, Expired> {
         let gap = self

@@ -26,7 +26,8 @@
 //! bounded: a batch that finds it full is dropped and counted
 //! (`sloserve:kv_events_dropped_total`), never held on the engine's thread.
 
-use std::collections::HashSet;
+mod wire;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -34,12 +35,14 @@ use anyhow::Context;
 use bytes::Bytes;
 use clap::Args;
 use sloserve_engine::engine::CacheSink;
-use sloserve_engine::prefix_cache::{root_hash, CacheChange};
+use sloserve_engine::prefix_cache::CacheChange;
 use sloserve_engine::{Engine, EngineConfig, EngineHandle, ModelRunner};
 use tokio::sync::mpsc;
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
 use crate::args::ServeArgs;
+
+pub use wire::Encoder;
 
 #[derive(Args, Debug, Clone, Default)]
 pub struct KvEventsArgs {
@@ -258,160 +261,10 @@ fn unix_secs() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// One event of a batch, before encoding.
-#[derive(Debug, PartialEq)]
-enum Event {
-    Stored {
-        hashes: Vec<u64>,
-        parent: Option<u64>,
-        tokens: Vec<u32>,
-    },
-    Removed(Vec<u64>),
-    Cleared,
-}
-
-/// Turns the cache's changes into vLLM's events: consecutive blocks of one chain
-/// in one `BlockStored`, consecutive removals in one `BlockRemoved`; salted blocks
-/// left out (it remembers which hashes it published); token ids only when asked.
-#[derive(Default)]
-pub struct Encoder {
-    published: HashSet<u64>,
-    token_ids: bool,
-    /// Tokens per block (0: from the batch's tokens per stored block).
-    block_size: usize,
-}
-
-impl Encoder {
-    /// `token_ids`: each `BlockStored` carries its blocks' token ids (else none).
-    pub fn new(token_ids: bool, block_size: usize) -> Self {
-        Encoder {
-            published: HashSet::new(),
-            token_ids,
-            block_size,
-        }
-    }
-
-    /// The msgpack `KVEventBatch` of `changes` (`None` when nothing is published).
-    pub fn batch(&mut self, changes: &[CacheChange], tokens: &[u32], ts: f64) -> Option<Vec<u8>> {
-        let stored = changes
-            .iter()
-            .filter(|c| matches!(c, CacheChange::Stored { .. }))
-            .count();
-        let block_size = match self.block_size {
-            0 => tokens.len().checked_div(stored).unwrap_or(0),
-            bs => bs,
-        };
-        let events = self.events(changes, tokens, block_size);
-        if events.is_empty() {
-            return None;
-        }
-        Some(encode(&events, block_size, ts))
-    }
-
-    fn events(&mut self, changes: &[CacheChange], tokens: &[u32], bs: usize) -> Vec<Event> {
-        let root = root_hash(0);
-        let mut out: Vec<Event> = Vec::new();
-        let mut chunks = tokens.chunks_exact(bs.max(1));
-        for c in changes {
-            match *c {
-                CacheChange::Cleared => {
-                    self.published.clear();
-                    out.push(Event::Cleared);
-                }
-                CacheChange::Stored { hash, parent } => {
-                    let chunk = chunks.next().unwrap_or(&[]);
-                    if parent != root && !self.published.contains(&parent) {
-                        continue; // under a salt
-                    }
-                    self.published.insert(hash);
-                    let chunk = if self.token_ids { chunk } else { &[] };
-                    if let Some(Event::Stored { hashes, tokens, .. }) = out.last_mut() {
-                        if hashes.last() == Some(&parent) {
-                            hashes.push(hash);
-                            tokens.extend_from_slice(chunk);
-                            continue;
-                        }
-                    }
-                    out.push(Event::Stored {
-                        hashes: vec![hash],
-                        parent: (parent != root).then_some(parent),
-                        tokens: chunk.to_vec(),
-                    });
-                }
-                CacheChange::Removed { hash } => {
-                    if !self.published.remove(&hash) {
-                        continue;
-                    }
-                    match out.last_mut() {
-                        Some(Event::Removed(hashes)) => hashes.push(hash),
-                        _ => out.push(Event::Removed(vec![hash])),
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
-/// msgspec's `array_like=True, tag=True` layout; writes to a `Vec` cannot fail.
-fn encode(events: &[Event], block_size: usize, ts: f64) -> Vec<u8> {
-    use rmp::encode as w;
-    let mut b = Vec::with_capacity(64 + events.len() * 32);
-    let hashes = |b: &mut Vec<u8>, hs: &[u64]| {
-        w::write_array_len(b, hs.len() as u32).unwrap();
-        for &h in hs {
-            w::write_u64(b, h).unwrap(); // always the 9-byte form: a uint64 to any reader
-        }
-    };
-    // vLLM's KVEventBatch: [ts, events, data_parallel_rank]. The rank is not optional
-    // on the wire: llm-d-router decodes the batch as a 3-field array struct and refuses
-    // any other length ("number of fields in array-encoded struct has changed"). One
-    // replica is data-parallel rank 0, as vLLM sends it.
-    w::write_array_len(&mut b, 3).unwrap();
-    w::write_f64(&mut b, ts).unwrap();
-    w::write_array_len(&mut b, events.len() as u32).unwrap();
-    for e in events {
-        match e {
-            Event::Stored {
-                hashes: hs,
-                parent,
-                tokens,
-            } => {
-                w::write_array_len(&mut b, 7).unwrap();
-                w::write_str(&mut b, "BlockStored").unwrap();
-                hashes(&mut b, hs);
-                match parent {
-                    Some(p) => w::write_u64(&mut b, *p).unwrap(),
-                    None => w::write_nil(&mut b).unwrap(),
-                }
-                w::write_array_len(&mut b, tokens.len() as u32).unwrap();
-                for &t in tokens {
-                    w::write_uint(&mut b, t as u64).unwrap();
-                }
-                w::write_uint(&mut b, block_size as u64).unwrap();
-                w::write_nil(&mut b).unwrap(); // lora_id
-                w::write_str(&mut b, "GPU").unwrap(); // medium
-            }
-            Event::Removed(hs) => {
-                w::write_array_len(&mut b, 3).unwrap();
-                w::write_str(&mut b, "BlockRemoved").unwrap();
-                hashes(&mut b, hs);
-                w::write_str(&mut b, "GPU").unwrap();
-            }
-            Event::Cleared => {
-                w::write_array_len(&mut b, 1).unwrap();
-                w::write_str(&mut b, "AllBlocksCleared").unwrap();
-            }
-        }
-    }
-    w::write_uint(&mut b, 0).unwrap(); // data_parallel_rank
-    b
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sloserve_engine::prefix_cache::chain_hash;
+    use sloserve_engine::prefix_cache::{chain_hash, root_hash};
 
     #[test]
     fn loopback_by_default_wildcards_only_when_allowed_others_connect() {
@@ -501,108 +354,5 @@ mod tests {
         assert_eq!(stored[3], serde_json::json!([]), "no token ids: {stored}");
         assert_eq!(stored[4], 2, "the block size is still said");
         assert!(stored[1][0].as_u64().is_some());
-    }
-
-    #[test]
-    fn chains_group_salted_blocks_stay_private() {
-        let r = root_hash(0);
-        let h1 = chain_hash(r, &[1, 2]);
-        let h2 = chain_hash(h1, &[3, 4]);
-        let s1 = chain_hash(root_hash(7), &[1, 2]);
-        let s2 = chain_hash(s1, &[5, 6]);
-        let changes = [
-            CacheChange::Cleared,
-            CacheChange::Stored {
-                hash: h1,
-                parent: r,
-            },
-            CacheChange::Stored {
-                hash: h2,
-                parent: h1,
-            },
-            CacheChange::Stored {
-                hash: s1,
-                parent: root_hash(7),
-            },
-            CacheChange::Stored {
-                hash: s2,
-                parent: s1,
-            },
-            CacheChange::Removed { hash: s2 },
-            CacheChange::Removed { hash: h2 },
-            CacheChange::Removed { hash: h1 },
-        ];
-        let mut enc = Encoder::new(true, 2);
-        let ev = enc.events(&changes, &[1, 2, 3, 4, 1, 2, 5, 6], 2);
-        assert_eq!(
-            ev,
-            vec![
-                Event::Cleared,
-                Event::Stored {
-                    hashes: vec![h1, h2],
-                    parent: None,
-                    tokens: vec![1, 2, 3, 4]
-                },
-                Event::Removed(vec![h2, h1]),
-            ]
-        );
-        // A child of a published block stored later names its parent.
-        let h3 = chain_hash(h1, &[9, 9]);
-        enc.published.insert(h1);
-        let ev = enc.events(
-            &[CacheChange::Stored {
-                hash: h3,
-                parent: h1,
-            }],
-            &[9, 9],
-            2,
-        );
-        assert_eq!(
-            ev,
-            vec![Event::Stored {
-                hashes: vec![h3],
-                parent: Some(h1),
-                tokens: vec![9, 9]
-            }]
-        );
-        // Nothing published: no message.
-        assert!(Encoder::default()
-            .batch(&[CacheChange::Removed { hash: 5 }], &[], 0.0)
-            .is_none());
-    }
-
-    #[test]
-    fn batches_are_msgspec_arrays() {
-        let b = encode(
-            &[
-                Event::Stored {
-                    hashes: vec![7],
-                    parent: None,
-                    tokens: vec![1, 300],
-                },
-                Event::Removed(vec![7]),
-                Event::Cleared,
-            ],
-            2,
-            1.5,
-        );
-        let v: serde_json::Value = rmp_serde::from_slice(&b).unwrap();
-        assert_eq!(
-            v,
-            serde_json::json!([
-                1.5,
-                [
-                    ["BlockStored", [7], null, [1, 300], 2, null, "GPU"],
-                    ["BlockRemoved", [7], "GPU"],
-                    ["AllBlocksCleared"]
-                ],
-                0
-            ])
-        );
-        // Hashes are uint64 on the wire whatever their size (0xcf, 8 bytes).
-        let at = b
-            .windows(9)
-            .position(|w| w == [0xcf, 0, 0, 0, 0, 0, 0, 0, 7]);
-        assert!(at.is_some());
     }
 }
