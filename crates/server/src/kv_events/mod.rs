@@ -41,6 +41,7 @@ use tokio::sync::mpsc;
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
 use crate::args::ServeArgs;
+use crate::guard_args::PrefixCacheScope;
 
 pub use wire::Encoder;
 
@@ -136,6 +137,15 @@ pub fn start_engine(
         .unwrap_or_else(|| format!("kv@{}:{}@{}", args.host, args.port, args.model_name()));
     let (tx, rx) = mpsc::channel::<Changes>(QUEUE);
     let token_ids = kv.kv_events_token_ids;
+    let g = &args.guard;
+    if token_ids && !g.api_keys.is_empty() && g.prefix_cache_scope() == PrefixCacheScope::Global {
+        // Salted blocks are never published; under the global scope keys share the
+        // unsalted cache, so their prompts' token ids go out too.
+        tracing::warn!(
+            "--kv-events-token-ids with API keys under --prefix-cache-scope global: every \
+             key's prompt token ids are published on the KV-events socket"
+        );
+    }
     let enc = Encoder::new(token_ids, runner.info().block_size);
     let bound = spawn_publisher(target, topic.clone(), enc, rx)?;
     tracing::info!(endpoint = %bound, %topic, token_ids, "publishing KV-cache events (ZMQ PUB)");
