@@ -198,14 +198,16 @@ def up(args):
     gwconfig.render_all(stack)
     events = []
     if mode == "epp" and gwconfig.wants_kv_events(args.epp_config):
-        events = ["--kv-events-endpoint", gwconfig.kv_events_endpoint(stack)]
+        # The precise scorer keys blocks by their token ids: published only when asked.
+        events = ["--kv-events-endpoint", gwconfig.kv_events_endpoint(stack), "--kv-events-token-ids"]
     try:
         if events:  # the EPP binds the socket the replicas' KV events connect to: it starts first
             start_epp(stack, epp, args.epp_verbosity)
         reps = []
         for r in stack["replicas"]:
+            # Every request reaches a replica through Envoy: its fairness id is the gateway's.
             argv = [args.bin, "serve", "--model", args.model, "--host", "127.0.0.1", "--port", str(r["port"]),
-                    "--profile", args.profile, "--threads", str(args.threads),
+                    "--profile", args.profile, "--threads", str(args.threads), "--trust-gateway-headers",
                     "--config", os.path.abspath(args.replica_config), *events, *args.serve_arg]
             reps.append(spawn(stack, r["name"], argv))
         for r, p in zip(stack["replicas"], reps):

@@ -89,7 +89,7 @@ async fn upload(
     );
     // The bytes this owner may still add (checked again, atomically, at insert).
     let held = match quota {
-        Some(_) => svc.files().held_bytes(&owner)?,
+        Some(_) => svc.held_bytes(&owner)?,
         None => 0,
     };
     let id = new_id("file-");
@@ -177,7 +177,9 @@ async fn upload(
         status: "processed".into(),
         status_details: None,
     };
-    if let Err(e) = svc.files().insert_file_within(&obj, &owner, quota) {
+    // Room left beside the results the owner's running batches hold.
+    let room = quota.map(|q| q.saturating_sub(svc.pending_bytes(&owner)));
+    if let Err(e) = svc.files().insert_file_within(&obj, &owner, room) {
         cleanup();
         return Err(e);
     }

@@ -2,9 +2,11 @@
 //! feed its unfinished lines to the endpoint (bounded by the service's shared
 //! in-flight permits), commit each result as it finishes, and finalize the output
 //! and error files in input order. Resumable at every point: a restart runs the
-//! same function on the same batch and skips the lines that have results.
+//! same function on the same batch and skips the lines that have results. Each
+//! result counts against the owner's file quota as it is written: one that would
+//! pass it is not recorded, and the batch stops, `failed` with `quota_exceeded`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,14 +18,18 @@ use crate::owner::Owner;
 use crate::reader::read_lines;
 use crate::service::BatchService;
 use crate::store::LineUsage;
-use crate::types::{BatchErrors, BatchStatus};
+use crate::types::{BatchError, BatchErrors, BatchObject, BatchStatus};
 use crate::unix_now;
 use crate::validate::{parse_line, validate_file, ParsedLine};
 
-/// Asks a running job to stop feeding lines (cancel).
+/// Asks a running job to stop feeding lines (cancel, or its owner's quota
+/// reached); the result bytes it holds against the quota.
 #[derive(Default)]
 pub struct JobControl {
     cancelled: AtomicBool,
+    over_quota: AtomicBool,
+    /// Result bytes counted against the owner's quota, not yet in a file.
+    held: AtomicU64,
     wake: Notify,
 }
 
@@ -36,6 +42,25 @@ impl JobControl {
     fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
     }
+
+    fn stop_over_quota(&self) {
+        self.over_quota.store(true, Ordering::Release);
+        self.wake.notify_waiters();
+    }
+
+    fn is_over_quota(&self) -> bool {
+        self.over_quota.load(Ordering::Acquire)
+    }
+}
+
+/// The code of a batch stopped by its owner's quota.
+const QUOTA_CODE: &str = "quota_exceeded";
+
+/// Whether `b` was stopped by its owner's quota (known on resume from its errors).
+fn stopped_by_quota(b: &BatchObject) -> bool {
+    b.errors
+        .as_ref()
+        .is_some_and(|e| e.data.iter().any(|e| e.code == QUOTA_CODE))
 }
 
 /// Why feeding stopped.
@@ -44,6 +69,7 @@ enum End {
     AllFed,
     Cancelled,
     Expired,
+    OverQuota,
     Stopping,
 }
 
@@ -108,6 +134,7 @@ async fn drive(svc: &Arc<BatchService>, id: &str, ctl: &Arc<JobControl>) -> Resu
             feed(svc, id, &owner, &batch.endpoint, &input, ends).await?
         }
         BatchStatus::Cancelling => End::Cancelled,
+        BatchStatus::Finalizing if stopped_by_quota(&batch) => End::OverQuota,
         BatchStatus::Finalizing => End::AllFed,
         _ => return Ok(()),
     };
@@ -124,7 +151,9 @@ async fn drive(svc: &Arc<BatchService>, id: &str, ctl: &Arc<JobControl>) -> Resu
     if end == End::AllFed && cancelled {
         end = End::Cancelled;
     }
-    finalize(svc, id, &owner, &input, &batch.endpoint, end).await
+    let r = finalize(svc, id, &owner, &input, &batch.endpoint, end, ctl).await;
+    svc.release(&owner, ctl.held.swap(0, Ordering::AcqRel));
+    r
 }
 
 /// Feeds every line without a result; returns when all have results or feeding stops.
@@ -137,6 +166,10 @@ async fn feed(
     (expires_at, ctl): (Option<u64>, &Arc<JobControl>),
 ) -> Result<End> {
     let done = svc.store().done_lines(id)?;
+    // Results written before a restart hold their bytes still.
+    let written = svc.store().result_bytes(id)?;
+    svc.hold(owner, written, true)?;
+    ctl.held.fetch_add(written, Ordering::AcqRel);
     svc.job_started(id);
     // Lines are read on a blocking thread and handed over through a small channel.
     let (tx, mut rx) = mpsc::channel::<ParsedLine>(64);
@@ -168,6 +201,10 @@ async fn feed(
             end = End::Cancelled;
             break;
         }
+        if ctl.is_over_quota() {
+            end = End::OverQuota;
+            break;
+        }
         if svc.is_stopping() {
             end = End::Stopping;
             break;
@@ -179,17 +216,17 @@ async fn feed(
             _ = &mut deadline => { end = End::Expired; break; }
         };
         let Some(line) = rx.recv().await else { break };
-        let (svc2, id2, owner2) = (svc.clone(), id.to_string(), owner.clone());
+        let (svc2, id2, owner2, ctl2) = (svc.clone(), id.to_string(), owner.clone(), ctl.clone());
         tasks.spawn(async move {
             let _permit = permit;
-            one_line(&svc2, &id2, &owner2, line).await
+            one_line(&svc2, &id2, &owner2, &ctl2, line).await
         });
         while tasks.try_join_next().is_some() {}
     }
-    // On cancel and expiry the running lines are stopped (their engine requests
-    // cancelled as their futures drop): each either committed its result or is
-    // written as not run. Otherwise they finish.
-    if matches!(end, End::Cancelled | End::Expired) {
+    // On cancel, expiry and quota the running lines are stopped (their engine
+    // requests cancelled as their futures drop): each either committed its result
+    // or is written as not run (not at all past the quota). Otherwise they finish.
+    if matches!(end, End::Cancelled | End::Expired | End::OverQuota) {
         tasks.abort_all();
     }
     while tasks.join_next().await.is_some() {}
@@ -200,15 +237,25 @@ async fn feed(
 }
 
 /// Runs one line until it has a final answer; true if the server is stopping.
-async fn one_line(svc: &BatchService, id: &str, owner: &Owner, line: ParsedLine) -> bool {
+async fn one_line(
+    svc: &BatchService,
+    id: &str,
+    owner: &Owner,
+    ctl: &JobControl,
+    line: ParsedLine,
+) -> bool {
     loop {
         match run_line(svc.dispatch(), owner, &line).await {
             Outcome::Done(out, usage) => {
                 let ok = out.is_success();
+                if !hold(svc, id, owner, ctl, &out) {
+                    return false;
+                }
                 match svc.store().commit_result(id, line.line, &out, usage) {
                     Ok(true) => svc.line_done(id, ok, &usage),
-                    Ok(false) => {}
+                    Ok(false) => unhold(svc, owner, ctl, &out),
                     Err(e) => {
+                        unhold(svc, owner, ctl, &out);
                         tracing::error!(batch = %id, line = line.line, error = %e, "cannot record a result")
                     }
                 }
@@ -224,7 +271,53 @@ async fn one_line(svc: &BatchService, id: &str, owner: &Owner, line: ParsedLine)
     }
 }
 
-/// Lines left unrun get an error line; then the output and error files are written.
+/// The bytes `out` takes in an output or error file.
+fn file_bytes(out: &crate::types::OutputLine) -> u64 {
+    serde_json::to_vec(out).map_or(0, |v| v.len() as u64 + 1)
+}
+
+/// Counts `out` against the owner's quota before it is recorded; false (and the
+/// job told to stop) when it would pass the quota.
+fn hold(
+    svc: &BatchService,
+    id: &str,
+    owner: &Owner,
+    ctl: &JobControl,
+    out: &crate::types::OutputLine,
+) -> bool {
+    let bytes = file_bytes(out);
+    match svc.hold(owner, bytes, false) {
+        Ok(true) => {
+            ctl.held.fetch_add(bytes, Ordering::AcqRel);
+            true
+        }
+        Ok(false) => {
+            if !ctl.is_over_quota() {
+                tracing::warn!(batch = %id, "the owner's file quota is reached; the batch stops");
+            }
+            ctl.stop_over_quota();
+            false
+        }
+        Err(e) => {
+            // The store failed: recording the result will fail (and say so) too.
+            tracing::error!(batch = %id, error = %e, "cannot read the owner's held bytes");
+            true
+        }
+    }
+}
+
+/// Gives back what [`hold`] counted for a result that was not recorded.
+fn unhold(svc: &BatchService, owner: &Owner, ctl: &JobControl, out: &crate::types::OutputLine) {
+    let bytes = file_bytes(out);
+    svc.release(owner, bytes);
+    ctl.held.fetch_sub(
+        bytes.min(ctl.held.load(Ordering::Acquire)),
+        Ordering::AcqRel,
+    );
+}
+
+/// Lines left unrun get an error line (as far as the owner's quota allows; none
+/// past it); then the output and error files are written.
 async fn finalize(
     svc: &Arc<BatchService>,
     id: &str,
@@ -232,16 +325,34 @@ async fn finalize(
     input: &std::path::Path,
     endpoint: &str,
     end: End,
+    ctl: &JobControl,
 ) -> Result<()> {
     let now = unix_now();
+    let quota = svc.config().quota_bytes_per_owner.unwrap_or(0);
     svc.store().update_batch(id, |b| {
         if end == End::Cancelled && b.cancelling_at.is_none() {
             b.cancelling_at = Some(now);
         }
+        if end == End::OverQuota && !stopped_by_quota(b) {
+            b.errors = Some(BatchErrors {
+                object: "list".into(),
+                data: vec![BatchError {
+                    code: QUOTA_CODE.into(),
+                    message: format!(
+                        "the batch stopped: its output and error lines would take this API key's \
+                         files over its quota of {quota} bytes (--batch-quota-bytes-per-key); \
+                         the lines that finished are in its output and error files, the rest did \
+                         not run"
+                    ),
+                    param: None,
+                    line: None,
+                }],
+            });
+        }
         b.status = BatchStatus::Finalizing;
         b.finalizing_at.get_or_insert(now);
     })?;
-    if end != End::AllFed {
+    if matches!(end, End::Cancelled | End::Expired) {
         let (code, msg) = match end {
             End::Expired => (
                 "batch_expired",
@@ -258,13 +369,17 @@ async fn finalize(
                 continue;
             }
             if let Ok(p) = parse_line(n, &text, Some(endpoint)) {
-                if svc.store().commit_result(
-                    id,
-                    n,
-                    &unrun(&p.custom_id, code, msg),
-                    LineUsage::default(),
-                )? {
+                let out = unrun(&p.custom_id, code, msg);
+                if !hold(svc, id, owner, ctl, &out) {
+                    break;
+                }
+                if svc
+                    .store()
+                    .commit_result(id, n, &out, LineUsage::default())?
+                {
                     svc.line_done(id, false, &LineUsage::default());
+                } else {
+                    unhold(svc, owner, ctl, &out);
                 }
             }
         }
@@ -282,6 +397,10 @@ async fn finalize(
             End::Expired => {
                 b.expired_at = Some(now);
                 BatchStatus::Expired
+            }
+            End::OverQuota => {
+                b.failed_at = Some(now);
+                BatchStatus::Failed
             }
             _ => {
                 b.completed_at = Some(now);

@@ -53,6 +53,9 @@ pub struct BatchService {
     stopping: AtomicBool,
     stop: Notify,
     counters: Counters,
+    /// Result bytes of running batches not yet in a file, per owner: they count
+    /// against the owner's quota as they are written ([`BatchService::hold`]).
+    pending: Mutex<HashMap<Owner, u64>>,
 }
 
 impl BatchService {
@@ -68,6 +71,7 @@ impl BatchService {
             stopping: AtomicBool::new(false),
             stop: Notify::new(),
             counters: Counters::default(),
+            pending: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -150,6 +154,50 @@ impl BatchService {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, HashMap<Owner, u64>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Bytes `owner` holds against its quota: its files and the results its
+    /// running batches have written so far.
+    pub fn held_bytes(&self, owner: &Owner) -> Result<u64> {
+        let files = self.store.held_bytes(owner)?;
+        Ok(files.saturating_add(self.pending_bytes(owner)))
+    }
+
+    /// The results `owner`'s running batches have written, not yet in a file.
+    pub fn pending_bytes(&self, owner: &Owner) -> u64 {
+        self.pending().get(owner).copied().unwrap_or(0)
+    }
+
+    /// Counts `bytes` of a running batch's results against `owner`'s quota;
+    /// `false` (nothing counted) when they would take it over. `force`: counted
+    /// whatever the quota (results already written, found on resume).
+    pub(crate) fn hold(&self, owner: &Owner, bytes: u64, force: bool) -> Result<bool> {
+        let mut pending = self.pending();
+        let now = pending.get(owner).copied().unwrap_or(0);
+        if let (Some(quota), false) = (self.cfg.quota_bytes_per_owner, force) {
+            let held = self.store.held_bytes(owner)?.saturating_add(now);
+            if held.saturating_add(bytes) > quota {
+                return Ok(false);
+            }
+        }
+        pending.insert(owner.clone(), now.saturating_add(bytes));
+        Ok(true)
+    }
+
+    /// Stops counting `bytes` held by [`hold`](Self::hold) (they are in a file now,
+    /// or were never written).
+    pub(crate) fn release(&self, owner: &Owner, bytes: u64) {
+        let mut pending = self.pending();
+        if let Some(n) = pending.get_mut(owner) {
+            *n = n.saturating_sub(bytes);
+            if *n == 0 {
+                pending.remove(owner);
+            }
+        }
     }
 
     fn spawn_job(self: &Arc<Self>, id: String) {

@@ -269,6 +269,17 @@ impl Store {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    /// Bytes `batch`'s results take in its output and error files (each line and
+    /// its newline).
+    pub fn result_bytes(&self, batch: &str) -> Result<u64> {
+        let n: i64 = self.db().query_row(
+            "SELECT COALESCE(SUM(LENGTH(CAST(json AS BLOB)) + 1), 0) FROM results WHERE batch_id = ?1",
+            [batch],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
     /// Line numbers of `batch` that already have a result.
     pub fn done_lines(&self, batch: &str) -> Result<HashSet<u64>> {
         let db = self.db();

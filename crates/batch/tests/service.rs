@@ -338,3 +338,68 @@ async fn an_expired_batch_writes_every_unrun_line_as_an_error() {
         .iter()
         .all(|e| e.error.as_ref().unwrap().code == "batch_expired" && e.response.is_none()));
 }
+
+/// The per-key quota holds while a batch runs: its results count as they are
+/// written, and the batch stops, `failed` with `quota_exceeded`, before its output
+/// and error files would take the owner over the quota (a 655-byte input once made
+/// a 7.47 MB output, 7x a 1 MiB quota).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_stops_at_its_owners_quota() {
+    let dir = tempfile::tempdir().unwrap();
+    let owner = Owner::key("key-q");
+    let store = Store::open(dir.path()).unwrap();
+    let input = write_input(dir.path(), "f", 60);
+    let quota = input.bytes + 1500;
+    {
+        store.insert_file(&input, &owner).unwrap();
+        store
+            .insert_batch(
+                &batch("b", "f", BatchStatus::InProgress, 60, unix_now() + 3600),
+                &owner,
+            )
+            .unwrap();
+    }
+    drop(store);
+    let mut cfg = config(dir.path());
+    cfg.quota_bytes_per_owner = Some(quota);
+    let fake = Arc::new(Fake::default());
+    let svc = BatchService::open(cfg, Box::new(Handle(fake.clone()))).unwrap();
+    svc.start().unwrap();
+    let b = {
+        let mut found = None;
+        for _ in 0..500 {
+            let b = svc.get_batch("b", &owner).unwrap();
+            // The files held, and the input with the results written so far.
+            assert!(
+                svc.files().held_bytes(&owner).unwrap() <= quota,
+                "files over the quota"
+            );
+            assert!(
+                input.bytes + svc.pending_bytes(&owner) <= quota,
+                "results over the quota"
+            );
+            if b.status.is_terminal() {
+                found = Some(b);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        found.expect("the batch ends")
+    };
+    assert_eq!(b.status, BatchStatus::Failed, "{b:?}");
+    assert!(b.failed_at.is_some());
+    let e = &b.errors.as_ref().expect("errors").data[0];
+    assert_eq!(e.code, "quota_exceeded");
+    assert!(e.message.contains(&quota.to_string()), "{}", e.message);
+    let done = b.request_counts.completed + b.request_counts.failed;
+    assert!(done > 0 && done < 60, "{done} lines ran");
+    let out = file_lines(svc.files(), b.output_file_id.clone());
+    let err = file_lines(svc.files(), b.error_file_id.clone());
+    assert_eq!((out.len() + err.len()) as u64, done);
+    assert!(svc.files().held_bytes(&owner).unwrap() <= quota);
+    assert_eq!(
+        svc.pending_bytes(&owner),
+        0,
+        "nothing held once the files are written"
+    );
+}

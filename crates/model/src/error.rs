@@ -11,6 +11,8 @@ pub enum ModelError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{path}: not a regular file ({kind}); a model is a GGUF file")]
+    NotAFile { path: PathBuf, kind: &'static str },
     #[error("{path}: not a valid GGUF file: {reason}")]
     NotGguf { path: PathBuf, reason: String },
     #[error("{path}: unsupported architecture '{arch}' (supported: {supported})")]

@@ -56,9 +56,43 @@ pub struct GgufFile {
     quantize: Option<WeightType>,
 }
 
+/// What a path that is not a regular file is, for the error.
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() || t.is_block_device() {
+            return "a device";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
+}
+
 impl GgufFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
+        // Opening a FIFO (or a device) would block or read without end: only a
+        // regular file (a symlink to one too) is opened.
+        let meta = std::fs::metadata(&path).map_err(|source| ModelError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        if !meta.is_file() {
+            return Err(ModelError::NotAFile {
+                kind: file_kind(&meta.file_type()),
+                path,
+            });
+        }
         let file = File::open(&path).map_err(|source| ModelError::Open {
             path: path.clone(),
             source,

@@ -445,3 +445,36 @@ fn write_fuzz_seeds() {
     let model = std::fs::read(common::model_path()).unwrap();
     std::fs::write(out.join("seed-smollm2-prefix-4k.gguf"), &model[..4096]).unwrap();
 }
+
+/// A FIFO (or a directory) named as the model is refused at once, naming the file
+/// and what it is: opening a FIFO would wait for a writer forever.
+#[test]
+fn a_path_that_is_not_a_regular_file_is_refused_at_once() {
+    let fifo = dir().join("model.fifo");
+    let _ = std::fs::remove_file(&fifo);
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    for (path, kind) in [(fifo, "a FIFO"), (dir(), "a directory")] {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(
+                LlamaRunner::load(&p, &opts())
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+            );
+        });
+        let r = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("{}: loading hangs", path.display()));
+        let e = r.expect_err("not a model");
+        assert!(
+            e.contains(&path.display().to_string()) && e.contains(kind),
+            "{e}"
+        );
+        assert!(e.contains("not a regular file"), "{e}");
+    }
+}

@@ -45,10 +45,15 @@ pub fn read_key_file(path: &Path) -> anyhow::Result<Vec<KeySpec>> {
 pub struct Caller {
     /// The highest class this caller may ask for (`None`: any).
     pub ceiling: Option<SloClass>,
+    /// Index of the matching key (`None`: the router has no keys).
+    pub key_index: Option<usize>,
 }
 
 impl Caller {
-    pub const OPEN: Caller = Caller { ceiling: None };
+    pub const OPEN: Caller = Caller {
+        ceiling: None,
+        key_index: None,
+    };
 }
 
 /// The configured keys (empty: the router is open).
@@ -80,6 +85,13 @@ impl ApiKeys {
         matches!(path, "/health" | "/ready") || (path == "/metrics" && !self.metrics_require_key)
     }
 
+    /// The fairness flow of `caller`'s requests: its key's digest (the replica's
+    /// own name for the key), `None` without a key.
+    pub fn flow_of(&self, caller: &Caller) -> Option<String> {
+        let k = self.keys.get(caller.key_index?)?;
+        Some(sloserve_slo::key_digest(&k.key))
+    }
+
     /// The caller presenting `headers`' key; every key is compared (no early exit).
     pub fn identify(&self, headers: &HeaderMap) -> Option<Caller> {
         if !self.enabled() {
@@ -87,9 +99,12 @@ impl ApiKeys {
         }
         let given = presented_key(headers)?;
         let mut found = None;
-        for k in &self.keys {
+        for (i, k) in self.keys.iter().enumerate() {
             if ct_eq(k.key.as_bytes(), given) && found.is_none() {
-                found = Some(Caller { ceiling: k.ceiling });
+                found = Some(Caller {
+                    ceiling: k.ceiling,
+                    key_index: Some(i),
+                });
             }
         }
         found
@@ -157,6 +172,8 @@ mod tests {
         h.insert("authorization", "Bearer k2".parse().unwrap());
         let c = keys.identify(&h).unwrap();
         assert_eq!(c.ceiling, Some(SloClass::Batch));
+        assert_eq!(keys.flow_of(&c), Some(sloserve_slo::key_digest("k2")));
+        assert_eq!(keys.flow_of(&Caller::OPEN), None);
         let mut h = HeaderMap::new();
         h.insert("x-api-key", "k1".parse().unwrap());
         assert_eq!(keys.identify(&h).unwrap().ceiling, None);

@@ -19,7 +19,7 @@ use crate::error::RouterError;
 use crate::picker::Demand;
 use crate::proxy::{self, Started};
 use crate::state::RouterState;
-use crate::upstream::{self, Outgoing};
+use crate::upstream::{self, Limits, Outgoing};
 
 /// Largest JSON answer read whole (to learn its ids).
 const JSON_LIMIT: usize = 16 << 20;
@@ -45,6 +45,8 @@ pub async fn handle(
         headers,
         body: body.clone(),
         class: None,
+        flow: None,
+        limits: proxy::limits(state, headers),
     };
     let is_content = segs.last() == Some(&"content");
     // The id the request is about: in the path, or a new batch's input file.
@@ -96,10 +98,10 @@ pub async fn handle(
         Err(r) => return r,
     };
     if is_content || !is_json(&started.head.headers) {
-        return started.relay(state);
+        return started.relay(state, out.limits);
     }
     let backend = started.lease.backend().clone();
-    match read_json(state, started).await {
+    match read_json(started, out.limits).await {
         Ok((head, bytes)) => {
             if let Ok(v) = serde_json::from_slice::<Value>(&bytes) {
                 if head.status.is_success() {
@@ -170,7 +172,7 @@ async fn union(state: &RouterState, fleet: &Fleet, out: &Outgoing<'_>, t0: Insta
         let Ok(s) = proxy::forward_to(state, fleet, b, out, t0).await else {
             continue;
         };
-        let Ok((head, bytes)) = read_json(state, s).await else {
+        let Ok((head, bytes)) = read_json(s, out.limits).await else {
             continue;
         };
         if head.status.is_client_error() {
@@ -235,10 +237,10 @@ fn is_json(h: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/json"))
 }
 
-/// The whole answer (bounded in size and by the upstream timeout).
+/// The whole answer (bounded in size and by the upstream limits).
 async fn read_json(
-    state: &RouterState,
     s: Started,
+    limits: Limits,
 ) -> Result<(axum::http::response::Parts, Bytes), String> {
     let Started {
         head,
@@ -246,7 +248,9 @@ async fn read_json(
         body,
         lease,
     } = s;
-    let bytes = upstream::read_rest(first, body, JSON_LIMIT, proxy::limit(state)).await?;
+    let bytes = upstream::read_rest(first, body, JSON_LIMIT, limits)
+        .await
+        .map_err(|e| e.to_string())?;
     drop(lease);
     Ok((head, bytes))
 }

@@ -27,12 +27,28 @@ pub enum RouterError {
     /// The replica sent nothing for the upstream timeout.
     #[error("replica {backend} sent nothing for {secs} s")]
     UpstreamTimeout { backend: String, secs: f64 },
+    /// The replica's answer did not finish within the request's deadline.
+    #[error(
+        "replica {backend} did not finish the answer within the request's deadline ({secs} s)"
+    )]
+    UpstreamDeadline { backend: String, secs: f64 },
     /// No replica of the fleet knows this batch or file id.
     #[error("no replica of fleet '{fleet}' knows '{id}'")]
     UnknownId { fleet: String, id: String },
 }
 
 impl RouterError {
+    /// A limit that passed while `backend` answered.
+    pub fn expired(backend: &str, e: crate::upstream::Expired) -> Self {
+        let backend = backend.to_owned();
+        match e {
+            crate::upstream::Expired::Gap(secs) => RouterError::UpstreamTimeout { backend, secs },
+            crate::upstream::Expired::Deadline(secs) => {
+                RouterError::UpstreamDeadline { backend, secs }
+            }
+        }
+    }
+
     /// The client's view of this error.
     pub fn to_api(&self) -> ApiError {
         match self {
@@ -62,6 +78,13 @@ impl RouterError {
                 kind: "server_error",
                 param: None,
                 code: Some("upstream_timeout".into()),
+            },
+            RouterError::UpstreamDeadline { .. } => ApiError {
+                status: 504,
+                message: self.to_string(),
+                kind: "server_error",
+                param: None,
+                code: Some("upstream_deadline".into()),
             },
             RouterError::UnknownId { id, .. } => ApiError {
                 status: 404,

@@ -1,6 +1,6 @@
 //! The flags (and `[guard]` TOML table) that make the router as safe to expose as a
 //! replica: API keys, the connection cap, the header-read, idle, body-read and
-//! upstream timeouts; `GuardConfig` is their effective form.
+//! upstream timeouts and the upstream deadline; `GuardConfig` is their effective form.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -50,6 +50,12 @@ pub struct GuardArgs {
     /// goes to another replica, or a stream already begun ends with an error event.
     #[arg(long)]
     pub upstream_timeout: Option<f64>,
+    /// Seconds a forwarded request may take in all, answer included (default 660:
+    /// a replica's default `--request-timeout` and a minute; 0: none); a client's
+    /// `x-request-timeout-ms` shortens it (plus 5 s for the replica's own answer).
+    /// Past it the answer is cut: a 504, or an error event on a stream begun.
+    #[arg(long)]
+    pub upstream_deadline: Option<f64>,
 }
 
 /// The effective settings.
@@ -61,6 +67,7 @@ pub struct GuardConfig {
     pub keep_alive_timeout: Option<Duration>,
     pub body_read_timeout: Option<Duration>,
     pub upstream_timeout: Option<Duration>,
+    pub upstream_deadline: Option<Duration>,
 }
 
 impl Default for GuardConfig {
@@ -72,6 +79,7 @@ impl Default for GuardConfig {
             keep_alive_timeout: secs(5.0),
             body_read_timeout: secs(30.0),
             upstream_timeout: secs(60.0),
+            upstream_deadline: secs(660.0),
         }
     }
 }
@@ -124,6 +132,11 @@ impl GuardConfig {
             "upstream_timeout",
             g.upstream_timeout,
             &mut self.upstream_timeout,
+        )?;
+        timeout(
+            "upstream_deadline",
+            g.upstream_deadline,
+            &mut self.upstream_deadline,
         )
     }
 }

@@ -75,7 +75,8 @@ pub fn run(args: RouteArgs) -> anyhow::Result<()> {
         tracing::info!(addr = %listener.local_addr()?, policy = ?state.cfg.policy,
             spill_over = state.cfg.spill_over, api_keys = state.cfg.guard.keys.keys.len(),
             max_body_bytes = state.cfg.max_body_bytes,
-            upstream_timeout = ?state.cfg.guard.upstream_timeout, "sloserve route: listening");
+            upstream_timeout = ?state.cfg.guard.upstream_timeout,
+            upstream_deadline = ?state.cfg.guard.upstream_deadline, "sloserve route: listening");
         let (stopped_tx, stopped_rx) = oneshot::channel::<()>();
         let served = serve_on(listener, state, async move {
             signal().await;

@@ -42,7 +42,7 @@ pub fn classify(
     let text = prompt_text(&v);
     let aligned = aligned_prefix(&text, cfg.prefix_chars, cfg.prefix_align);
     let key = (!aligned.is_empty()).then(|| hash_str(aligned));
-    let max_tokens = ["max_tokens", "max_completion_tokens"]
+    let max_tokens = ["max_tokens", "max_completion_tokens", "max_output_tokens"]
         .iter()
         .find_map(|k| v.get(*k).and_then(Value::as_u64))
         .unwrap_or(DEFAULT_MAX_TOKENS);
@@ -87,10 +87,22 @@ fn class_of(
 }
 
 /// The text a prefix cache would see first: a completion's prompt, or a chat's
-/// messages in order (role and content).
+/// messages (a response's `instructions` and `input` items) in order (role and
+/// content).
 fn prompt_text(v: &Value) -> String {
     let mut out = String::new();
-    if let Some(msgs) = v.get("messages").and_then(Value::as_array) {
+    if let Some(i) = v.get("instructions").and_then(Value::as_str) {
+        out.push_str("system\n");
+        out.push_str(i);
+        out.push('\n');
+    }
+    if let Some(Value::String(s)) = v.get("input") {
+        out.push_str("user\n");
+        out.push_str(s);
+        return out;
+    }
+    let msgs = v.get("messages").or_else(|| v.get("input"));
+    if let Some(msgs) = msgs.and_then(Value::as_array) {
         for m in msgs {
             out.push_str(m.get("role").and_then(Value::as_str).unwrap_or(""));
             out.push('\n');
@@ -192,6 +204,7 @@ mod tests {
     fn a_batch_key_is_routed_as_batch() {
         let c = Caller {
             ceiling: Some(SloClass::Batch),
+            key_index: Some(0),
         };
         let h = HeaderMap::new();
         let r = classify(&cfg(), c, &h, br#"{"prompt": "hi"}"#).unwrap();
@@ -237,6 +250,13 @@ mod tests {
             chat(&format!("{}y", "x".repeat(199)))
         );
         assert_ne!(chat(&"x".repeat(200)), chat(&"z".repeat(200)));
+        // A response's input keys like the chat it becomes.
+        let long = "r".repeat(300);
+        let resp = route(&[], json!({"input": long.clone(), "max_output_tokens": 4})).unwrap();
+        let items = route(&[], json!({"input": [{"role": "user", "content": long}]})).unwrap();
+        assert!(resp.demand.key.is_some());
+        assert_eq!(resp.demand.key, items.demand.key);
+        assert_eq!(resp.demand.work, 305usize.div_ceil(4) as u64 + 4);
         assert_eq!(aligned_prefix("héllo wörld", 100, 4), "héllo wö");
     }
 }

@@ -1,7 +1,8 @@
-//! The router's HTTP front (axum): generation endpoints to the class's fleet, the
-//! Batch API to the batch fleet, `/v1/models` as the union of the replicas',
-//! `/health`, `/ready` and `/metrics`; API keys checked before any body is read,
-//! bodies bounded in size (the replicas' limit) and in time.
+//! The router's HTTP front (axum): the replica's endpoints that take a prompt
+//! ([`CLASS_ROUTED`]) to the class's fleet, the others ([`DEFAULT_ROUTED`]) to the
+//! default class's, the Batch API to the batch fleet, `/v1/models` as the union of
+//! the replicas', `/health`, `/ready` and `/metrics`; API keys checked before any
+//! body is read, bodies bounded in size (the replicas' limit) and in time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -28,13 +29,29 @@ use crate::{batch_api, metrics, proxy, request};
 
 type St = State<Arc<RouterState>>;
 
+/// The replica's POST endpoints that take a prompt (`prompt`, `messages` or
+/// `input`): routed by the request's class and prefix, as the server serves them
+/// (`crates/server/src/lib.rs`).
+pub const CLASS_ROUTED: [&str; 5] = [
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/responses",
+    "/v1/completions/render",
+    "/v1/chat/completions/render",
+];
+
+/// The replica's POST endpoints without a class or prompt: the default class's fleet.
+pub const DEFAULT_ROUTED: [&str; 2] = ["/tokenize", "/detokenize"];
+
 pub fn router(state: Arc<RouterState>) -> Router {
-    Router::new()
-        .route("/v1/completions", post(generate))
-        .route("/v1/chat/completions", post(generate))
-        .route("/tokenize", post(plain))
-        .route("/detokenize", post(plain))
-        .route("/v1/models", get(models))
+    let mut r = Router::new();
+    for path in CLASS_ROUTED {
+        r = r.route(path, post(generate));
+    }
+    for path in DEFAULT_ROUTED {
+        r = r.route(path, post(plain));
+    }
+    r.route("/v1/models", get(models))
         .route("/v1/files", any(batch))
         .route("/v1/files/{*rest}", any(batch))
         .route("/v1/batches", any(batch))
@@ -97,14 +114,17 @@ async fn generate(
     let (parts, body) = req.into_parts();
     let body = read_body(&state, &parts.headers, body).await?;
     let routed = request::classify(&state.cfg, caller, &parts.headers, &body)?;
+    let flow = state.cfg.guard.keys.flow_of(&caller);
     let out = Outgoing {
         method: &parts.method,
         path_and_query: &pq,
         headers: &parts.headers,
         body,
         class: None,
+        flow: flow.as_deref(),
+        limits: proxy::limits(&state, &parts.headers),
     };
-    Ok(proxy::forward(&state, routed.demand, out, t0).await)
+    Ok(proxy::forward(&state, routed.demand, out, t0, routed.stream).await)
 }
 
 /// Requests without a class or prompt (tokenize): the default class's fleet.
@@ -124,8 +144,10 @@ async fn plain(State(state): St, req: Request) -> Result<Response, RouterError> 
         headers: &parts.headers,
         body,
         class: None,
+        flow: None,
+        limits: proxy::limits(&state, &parts.headers),
     };
-    Ok(proxy::forward(&state, demand, out, t0).await)
+    Ok(proxy::forward(&state, demand, out, t0, false).await)
 }
 
 async fn batch(State(state): St, req: Request) -> Result<Response, RouterError> {
@@ -146,14 +168,15 @@ async fn models(State(state): St, req: Request) -> Response {
             headers: &headers,
             body: Bytes::new(),
             class: None,
+            flow: None,
+            limits: proxy::limits(&state, &headers),
         };
-        let limit = proxy::limit(&state);
         let Attempt::Started { head, first, body } =
-            upstream::attempt(&state.client, b, &out, limit).await
+            upstream::attempt(&state.client, b, &out).await
         else {
             continue;
         };
-        let Ok(bytes) = upstream::read_rest(first, body, 1 << 20, limit).await else {
+        let Ok(bytes) = upstream::read_rest(first, body, 1 << 20, out.limits).await else {
             continue;
         };
         let Ok(v) = serde_json::from_slice::<Value>(&bytes) else {

@@ -244,7 +244,7 @@ fn the_upstream_timeout_fails_over_and_ends_a_stalled_stream() {
         "{all}"
     );
     assert!(
-        all.contains("stream stalled") && all.ends_with("data: [DONE]\n\n"),
+        all.contains("upstream_timeout") && all.ends_with("data: [DONE]\n\n"),
         "{all}"
     );
 }

@@ -10,7 +10,6 @@ use axum::extract::{Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 use sloserve_api::ApiError;
 use sloserve_batch::Owner;
 use sloserve_engine::SloClass;
@@ -28,17 +27,12 @@ pub struct ApiKeys {
     metrics_require_key: bool,
 }
 
-/// The owner id recorded on a key's Batch API objects: the first 128 bits of
-/// SHA-256 over a domain tag and the key, in hex. Stable across restarts and
-/// key reordering; the key itself is never stored. A different key (a rotated
-/// one) is a different owner.
+/// The owner id recorded on a key's Batch API objects, and its requests' fairness
+/// flow: [`sloserve_slo::key_digest`]. Stable across restarts and key reordering;
+/// the key itself is never stored. A different key (a rotated one) is a different
+/// owner.
 pub fn owner_id(key: &str) -> String {
-    let digest = Sha256::new()
-        .chain_update(b"sloserve batch owner v1\0")
-        .chain_update(key.as_bytes())
-        .finalize();
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("key-{hex}")
+    sloserve_slo::key_digest(key)
 }
 
 /// Who made a request, as the auth middleware found it (a request extension).
@@ -84,6 +78,15 @@ impl ApiKeys {
             Some(id) => Owner::key(id.clone()),
             None => Owner::NONE,
         }
+    }
+
+    /// The fairness flow of `caller`'s requests: its key's owner id; `None`
+    /// without a key.
+    pub fn flow_of(&self, caller: &Caller) -> Option<&str> {
+        caller
+            .key_index
+            .and_then(|i| self.owners.get(i))
+            .map(String::as_str)
     }
 
     /// The caller a Batch API line of `owner` runs as: its key's identity, or the
@@ -217,6 +220,9 @@ mod tests {
         );
         // Unknown and ownerless owners run nowhere on a keyed server; ownerless runs open on a keyless one.
         assert_eq!(keys.caller_for(&Owner::key(owner_id("k3"))), None);
+        let k1 = keys.caller_for(&Owner::key(owner_id("k1"))).unwrap();
+        assert_eq!(keys.flow_of(&k1), Some(owner_id("k1").as_str()));
+        assert_eq!(keys.flow_of(&Caller::OPEN), None);
         assert_eq!(keys.caller_for(&Owner::NONE), None);
         assert_eq!(keys.owner_of(&Caller::OPEN), Owner::NONE);
         let open = ApiKeys::default();

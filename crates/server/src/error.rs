@@ -7,6 +7,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sloserve_api::ApiError;
 use sloserve_engine::EngineError;
+use sloserve_slo::headers::{ErrorOrigin, ERROR_ORIGIN};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -126,6 +127,22 @@ impl ServerError {
                 _ => None,
             },
             _ => None,
+        }
+    }
+
+    /// Whose failure this is (the `x-sloserve-error-origin` header a router reads):
+    /// a client error is the request's, an overload or a drain is load, an
+    /// internal failure or a stopped engine is the replica's.
+    pub fn origin(&self) -> ErrorOrigin {
+        match self {
+            ServerError::Engine {
+                source: EngineError::EngineStopped | EngineError::InvalidConfig(_),
+                ..
+            }
+            | ServerError::EngineFailure(_)
+            | ServerError::Internal(_) => ErrorOrigin::Replica,
+            ServerError::Draining | ServerError::Shed | ServerError::Aborted => ErrorOrigin::Load,
+            e => ErrorOrigin::of_status(e.to_api().0.status),
         }
     }
 
@@ -256,7 +273,8 @@ fn engine_error(e: &EngineError, prompt_param: &str) -> ApiError {
     }
 }
 
-/// An OpenAI-shaped error response.
+/// An OpenAI-shaped error response, its origin the status's
+/// ([`ErrorOrigin::of_status`]; [`ServerError`] sets its own).
 pub fn api_response(e: &ApiError, retry_after: Option<u64>) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut resp = (
@@ -272,7 +290,13 @@ pub fn api_response(e: &ApiError, retry_after: Option<u64>) -> Response {
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(s));
     }
+    set_origin(&mut resp, ErrorOrigin::of_status(e.status));
     resp
+}
+
+fn set_origin(resp: &mut Response, origin: ErrorOrigin) {
+    resp.headers_mut()
+        .insert(ERROR_ORIGIN, HeaderValue::from_static(origin.as_str()));
 }
 
 impl IntoResponse for ServerError {
@@ -284,6 +308,7 @@ impl IntoResponse for ServerError {
             tracing::debug!(status = e.status, error = %e.message, "request refused");
         }
         let mut resp = api_response(&e, retry);
+        set_origin(&mut resp, self.origin());
         if let Some(why) = self.shed_reason() {
             resp.headers_mut().insert(
                 sloserve_slo::headers::SHED_REASON,
@@ -435,5 +460,33 @@ mod tests {
             .headers()
             .get(sloserve_slo::headers::SHED_REASON)
             .is_none());
+    }
+
+    #[test]
+    fn errors_say_whose_failure_they_are() {
+        let origin = |e: ServerError| {
+            let r = e.into_response();
+            r.headers()[ERROR_ORIGIN].to_str().unwrap().to_owned()
+        };
+        assert_eq!(
+            origin(ServerError::engine(EngineError::EmptyPrompt, "prompt")),
+            "request"
+        );
+        assert_eq!(origin(ServerError::TimedOut { ms: 5 }), "request");
+        assert_eq!(origin(ServerError::Template("x".into())), "request");
+        assert_eq!(origin(ServerError::EngineFailure("x".into())), "replica");
+        assert_eq!(origin(ServerError::Internal("x".into())), "replica");
+        assert_eq!(origin(EngineError::EngineStopped.into()), "replica");
+        assert_eq!(origin(ServerError::Shed), "load");
+        assert_eq!(origin(ServerError::Draining), "load");
+        let queue_full = EngineError::QueueFull {
+            class: SloClass::Batch,
+            retry_after_s: 1,
+        };
+        assert_eq!(origin(queue_full.into()), "load");
+        let limit = api_response(&ApiError::unavailable("busy"), Some(1));
+        assert_eq!(limit.headers()[ERROR_ORIGIN], "load");
+        let bad = api_response(&ApiError::bad_request("x"), None);
+        assert_eq!(bad.headers()[ERROR_ORIGIN], "request");
     }
 }

@@ -32,6 +32,12 @@ pub struct GuardArgs {
     /// `/metrics` also needs a key (`/health` and `/ready` always stay open).
     #[arg(long)]
     pub metrics_require_key: bool,
+    /// Believe the gateway's fairness id header (`x-llm-d-inference-fairness-id`):
+    /// only when every request comes through a trusted hop (the llm-d gateway,
+    /// `sloserve route`) that sets or strips it. Without it a request's flow is its
+    /// API key (the key's digest), or none on a keyless server.
+    #[arg(long)]
+    pub trust_gateway_headers: bool,
     /// Whose requests share cached prompt blocks (default: per-key when keys are
     /// configured, else global).
     #[arg(long, value_enum)]

@@ -70,7 +70,8 @@ pub fn build(
     // The client's own deadline (the header alone, not the server's
     // `--request-timeout`): the only latency a batch request is refused for.
     let deadline = client_deadline(headers)?;
-    let fairness = fairness_id(headers)?;
+    let own = state.api_keys.flow_of(caller);
+    let fairness = flow(state.trust_gateway_headers, headers, own)?;
     let request = Request {
         prompt,
         sampling: sampling_params(&params.sampling, params.logprobs),
@@ -114,13 +115,29 @@ pub fn client_deadline(headers: &HeaderMap) -> Result<Option<Duration>, ServerEr
     Ok(Some(Duration::from_secs_f64(ms / 1e3)))
 }
 
+/// The flow a request is queued fairly in, within its class: with
+/// `--trust-gateway-headers` (`trusted`) the gateway's fairness id
+/// ([`fairness_id`]) when it sent one; otherwise the caller's key (`key_flow`, its
+/// digest), or none on a keyless request (one shared flow, first come first
+/// served). An untrusted fairness header is ignored: a client cannot name
+/// another tenant's flow, nor split its own work into many.
+pub fn flow(
+    trusted: bool,
+    headers: &HeaderMap,
+    key_flow: Option<&str>,
+) -> Result<Option<String>, ServerError> {
+    if trusted {
+        if let Some(id) = fairness_id(headers)? {
+            return Ok(Some(id));
+        }
+    }
+    Ok(key_flow.map(str::to_owned))
+}
+
 /// The gateway's fairness id (`x-llm-d-inference-fairness-id`, else the older
-/// `x-gateway-inference-fairness-id`): the flow the request is queued fairly in,
-/// within its class. Absent or empty: no id (every such request shares one flow,
-/// first come first served). Only the header names a flow: a presented API key
-/// does not (a gateway that wants per-key fairness sets the id from the key),
-/// so without the header the order is exactly first come first served. At most
-/// [`MAX_FAIRNESS_ID_LEN`] visible ASCII bytes, else a 400 naming the header.
+/// `x-gateway-inference-fairness-id`), read only from a trusted hop ([`flow`]).
+/// Absent or empty: no id. At most [`MAX_FAIRNESS_ID_LEN`] visible ASCII bytes,
+/// else a 400 naming the header.
 pub fn fairness_id(headers: &HeaderMap) -> Result<Option<String>, ServerError> {
     let Some((name, v)) = headers::first(&headers::FAIRNESS_ID, |n| headers.get(n)) else {
         return Ok(None);
@@ -204,6 +221,33 @@ mod tests {
                 "{v:?}: {e:?}"
             );
         }
+    }
+
+    #[test]
+    fn the_fairness_header_names_a_flow_only_from_a_trusted_hop() {
+        let mut h = HeaderMap::new();
+        h.insert(headers::FAIRNESS_ID[0], "tenant-b".parse().unwrap());
+        // Untrusted: the key's flow, or none; the header is not even parsed.
+        assert_eq!(
+            flow(false, &h, Some("key-a")).unwrap().as_deref(),
+            Some("key-a")
+        );
+        assert_eq!(flow(false, &h, None).unwrap(), None);
+        h.insert(headers::FAIRNESS_ID[0], "a b".parse().unwrap());
+        assert_eq!(flow(false, &h, None).unwrap(), None);
+        // Trusted: the header, else the key's flow.
+        assert!(flow(true, &h, None).is_err(), "a bad id is a 400");
+        h.remove(headers::FAIRNESS_ID[0]);
+        assert_eq!(
+            flow(true, &h, Some("key-a")).unwrap().as_deref(),
+            Some("key-a")
+        );
+        h.insert(headers::FAIRNESS_ID[0], "tenant-b".parse().unwrap());
+        assert_eq!(
+            flow(true, &h, Some("key-a")).unwrap().as_deref(),
+            Some("tenant-b")
+        );
+        assert_eq!(flow(true, &h, None).unwrap().as_deref(), Some("tenant-b"));
     }
 
     #[test]

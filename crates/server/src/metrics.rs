@@ -432,6 +432,12 @@ impl Metrics {
             "Grammar fast-forward: forced tokens accepted, each emitted without a step of its own (the model may draw another tokenization of the forced text, which ends the run).",
             per_class(&|k| c.forced[k].accepted_tokens as f64),
         );
+        family(
+            "sloserve:kv_events_dropped_total",
+            "counter",
+            "KV-cache event batches dropped because the publisher's queue was full (--kv-events-endpoint not connected or not keeping up).",
+            one(crate::kv_events::dropped() as f64),
+        );
         let cost = &st.step_cost;
         family(
             "sloserve:step_cost_seconds",

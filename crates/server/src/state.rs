@@ -41,6 +41,8 @@ pub struct AppState {
     pub api_keys: ApiKeys,
     /// Whose requests share cached prompt blocks.
     pub cache_scope: PrefixCacheScope,
+    /// `--trust-gateway-headers`: the fairness id header names a request's flow.
+    pub trust_gateway_headers: bool,
     pub inflight_limit: InflightLimit,
     pub conn_limits: ConnLimits,
     /// `--request-timeout` (`None`: no deadline).
@@ -142,6 +144,7 @@ impl AppState {
             shutdown_timeout: args.shutdown_timeout(),
             api_keys: ApiKeys::new(g.api_keys.clone(), g.metrics_require_key),
             cache_scope: g.prefix_cache_scope(),
+            trust_gateway_headers: g.trust_gateway_headers,
             inflight_limit: InflightLimit::new(g.max_inflight_requests),
             conn_limits: ConnLimits {
                 max_connections: g.max_connections.max(1),

@@ -1,7 +1,8 @@
 //! KV-cache events through the real server and default model: a ZMQ SUB socket
 //! (zeromq-rs) connected to `--kv-events-endpoint` decodes vLLM's multipart
 //! messages: `BlockStored` with the prompt's full blocks' token ids (as the
-//! render endpoint gives them) chained by parent hashes, `BlockRemoved` for
+//! render endpoint gives them, with `--kv-events-token-ids`; none without it)
+//! chained by parent hashes, `BlockRemoved` for
 //! blocks evicted when the cache fills, `AllBlocksCleared` when the engine
 //! restarts with a fresh cache; topic `kv@…@smol`, sequence numbers 0, 1, 2, …
 
@@ -130,8 +131,10 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
     let port = free_port();
     let (rx, connected) = subscribe(format!("tcp://127.0.0.1:{port}"), false);
     let mut args = test_args();
-    // A wildcard host: the server binds (and the SUB, already dialing, connects).
-    args.kv_events.kv_events_endpoint = Some(format!("tcp://*:{port}"));
+    // No host: the server binds loopback (and the SUB, already dialing, connects);
+    // token ids asked for.
+    args.kv_events.kv_events_endpoint = Some(format!("tcp://:{port}"));
+    args.kv_events.kv_events_token_ids = true;
     // A small cache (kv blocks of 16 tokens) so that a few prompts fill it.
     args.engine.set("kv-cache-memory", "8MiB").unwrap();
     let s = TestServer::start_with(args, |args: &ServeArgs| {
@@ -278,9 +281,28 @@ fn a_plain_host_is_connected_to_where_the_subscriber_binds() {
         }
     };
     assert_eq!(topic, "kv@replica-a@smol");
-    assert!(batch[1]
+    let stored: Vec<&Value> = batch[1]
         .as_array()
         .unwrap()
         .iter()
-        .any(|e| e[0] == "BlockStored"));
+        .filter(|e| e[0] == "BlockStored")
+        .collect();
+    assert!(!stored.is_empty());
+    for e in stored {
+        assert_eq!(e[3], json!([]), "no token ids unless asked: {e}");
+        assert!(e[4].as_u64().unwrap() > 0, "the block size: {e}");
+    }
+}
+
+#[test]
+fn every_interface_only_when_asked() {
+    let mut args = test_args();
+    args.kv_events.kv_events_endpoint = Some(format!("tcp://*:{}", free_port()));
+    let e = AppState::load(&args)
+        .err()
+        .expect("a wildcard host is refused");
+    assert!(
+        format!("{e:#}").contains("--kv-events-allow-wildcard"),
+        "{e:#}"
+    );
 }

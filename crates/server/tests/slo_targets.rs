@@ -12,9 +12,14 @@ use std::sync::OnceLock;
 use common::*;
 use serde_json::json;
 
+/// Behind a trusted hop (`--trust-gateway-headers`): the fairness id is read.
 fn server() -> &'static TestServer {
     static S: OnceLock<TestServer> = OnceLock::new();
-    S.get_or_init(|| TestServer::start(test_args()))
+    S.get_or_init(|| {
+        let mut a = test_args();
+        a.guard.trust_gateway_headers = true;
+        TestServer::start(a)
+    })
 }
 
 fn body() -> serde_json::Value {
@@ -160,9 +165,9 @@ fn bad_targets_are_400s_naming_the_field() {
     }
 }
 
-/// The gateway's fairness id (llm-d's name or the older one) is accepted; one over
-/// 128 bytes or with a character that is not visible ASCII is a 400 naming the
-/// header.
+/// From a trusted hop, the gateway's fairness id (llm-d's name or the older one)
+/// is accepted; one over 128 bytes or with a character that is not visible ASCII
+/// is a 400 naming the header.
 #[test]
 fn fairness_id_header_is_read_and_a_bad_one_is_a_400() {
     let s = server();

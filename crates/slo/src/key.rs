@@ -42,6 +42,20 @@ impl fmt::Debug for KeySpec {
     }
 }
 
+/// A stable name for an API key that does not reveal it: the first 128 bits of
+/// SHA-256 over a domain tag and the key, in hex (`key-…`). The server's Batch API
+/// owner of the key's objects and the fairness flow of its requests, the router's
+/// too, so a key is one flow whichever hop named it.
+pub fn key_digest(key: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(b"sloserve batch owner v1\0")
+        .chain_update(key.as_bytes())
+        .finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("key-{hex}")
+}
+
 /// The key a request presents: `Authorization: Bearer KEY` (either header value
 /// given as bytes), else `x-api-key: KEY` ([`crate::headers::API_KEY`]).
 pub fn presented_key<'a>(

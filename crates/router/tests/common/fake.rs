@@ -1,8 +1,10 @@
 //! A fake OpenAI-compatible backend (a tiny axum app) for fault cases: it can fail
 //! with 500, fail its health checks, stream fixed chunks slowly, break a stream
 //! after N chunks, count streams dropped by the client, keep Batch API ids (files
-//! and batches) that only it knows, hang without answering (a stopped process), and
-//! require an API key (401 without it, like a replica).
+//! and batches) that only it knows, hang without answering (a stopped process),
+//! trickle an answer a byte at a time, say whose fault a 500 is, echo the path,
+//! class and fairness id it got, and require an API key (401 without it, like a
+//! replica).
 
 use std::collections::HashSet;
 use std::convert::Infallible;
@@ -36,6 +38,8 @@ pub struct Fake {
     pub down: AtomicBool,
     /// Completions answer 500.
     pub fail: AtomicBool,
+    /// The `x-sloserve-error-origin` of that 500 (none: not said).
+    pub fail_origin: Mutex<Option<&'static str>>,
     /// Completions never answer (as a SIGSTOPped replica).
     pub hang: AtomicBool,
     /// Every route but the probes needs `Authorization: Bearer KEY`.
@@ -73,6 +77,10 @@ impl FakeServer {
             .route("/health", get(health))
             .route("/ready", get(health))
             .route("/v1/completions", post(completions))
+            .route("/v1/chat/completions", post(completions))
+            .route("/v1/responses", post(completions))
+            .route("/v1/completions/render", post(completions))
+            .route("/v1/chat/completions/render", post(completions))
             .route("/v1/models", get(models))
             .route("/v1/files", post(new_file))
             .route("/v1/files/{id}", get(file))
@@ -154,10 +162,32 @@ impl Drop for DropCount {
     }
 }
 
+/// A 200 whose body is `head` and then one space every `every` forever.
+fn trickle(content_type: &'static str, head: &'static [u8], every: Duration) -> Response {
+    let s = futures_util::stream::unfold(0usize, move |i| async move {
+        if i > 0 {
+            tokio::time::sleep(every).await;
+        }
+        let b = if i == 0 { head } else { b" " };
+        Some((Ok::<_, std::io::Error>(Bytes::from_static(b)), i + 1))
+    });
+    Response::builder()
+        .header("content-type", content_type)
+        .body(Body::from_stream(s))
+        .unwrap()
+}
+
 /// `stream: true` sends [`CHUNKS`] `fake_delay_ms` apart (`fake_repeat` times the
 /// middle ones), breaking the connection after `fake_die_after` chunks; otherwise
-/// a JSON body naming the fake and the `X-SLO-Class` it got.
-async fn completions(State(f): St, headers: HeaderMap, Json(b): Json<Value>) -> Response {
+/// a JSON body naming the fake, the path, the `X-SLO-Class` and the fairness id it
+/// got (or, with `fake_die_after`, half of one and a broken connection).
+/// `fake_trickle_ms`: one byte that often, never ending.
+async fn completions(
+    State(f): St,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    Json(b): Json<Value>,
+) -> Response {
     f.completions.fetch_add(1, Ordering::AcqRel);
     *f.last_auth.lock().unwrap() = headers
         .get("authorization")
@@ -168,15 +198,54 @@ async fn completions(State(f): St, headers: HeaderMap, Json(b): Json<Value>) -> 
     }
     if f.fail.load(Ordering::Acquire) {
         let e = json!({"error": {"message": "fake failure", "type": "server_error", "param": null, "code": null}});
-        return (StatusCode::INTERNAL_SERVER_ERROR, Json(e)).into_response();
+        let mut r = (StatusCode::INTERNAL_SERVER_ERROR, Json(e)).into_response();
+        if let Some(o) = *f.fail_origin.lock().unwrap() {
+            r.headers_mut()
+                .insert("x-sloserve-error-origin", o.parse().unwrap());
+        }
+        return r;
     }
-    let class = headers
-        .get("x-slo-class")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_owned();
-    if !b["stream"].as_bool().unwrap_or(false) {
-        return Json(json!({"backend": f.name, "class": class})).into_response();
+    let header = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned()
+    };
+    let class = header("x-slo-class");
+    let stream = b["stream"].as_bool().unwrap_or(false);
+    if let Some(ms) = b["fake_trickle_ms"].as_u64() {
+        let every = Duration::from_millis(ms);
+        return match stream {
+            true => trickle("text/event-stream", CHUNKS[0], every),
+            false => trickle("application/json", b"{\"backend\": ", every),
+        };
+    }
+    if !stream {
+        if b["fake_die_after"].as_u64().is_some() {
+            // The head and a first piece go out; the connection breaks after.
+            let s = futures_util::stream::unfold(0, |i| async move {
+                match i {
+                    0 => Some((Ok(Bytes::from_static(b"{\"backend\": ")), 1)),
+                    1 => {
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        Some((Err(std::io::Error::other("fake crash")), 2))
+                    }
+                    _ => None,
+                }
+            });
+            return Response::builder()
+                .header("content-type", "application/json")
+                .body(Body::from_stream(s))
+                .unwrap();
+        }
+        return Json(json!({
+            "backend": f.name,
+            "class": class,
+            "path": uri.path(),
+            "fairness": header("x-llm-d-inference-fairness-id") + &header("x-gateway-inference-fairness-id"),
+        }))
+        .into_response();
     }
     // A stream that stalls after its first chunk for this long.
     let stall = Duration::from_millis(b["fake_stall_ms"].as_u64().unwrap_or(0));
