@@ -46,7 +46,7 @@ impl ReasoningFormat {
                 rendered_prompt.rfind(THINK_OPEN),
                 rendered_prompt.rfind(THINK_CLOSE),
             ) {
-                (Some(open), close) if close.is_none_or(|c| c < open) => State::Reasoning,
+                (Some(open), close) if close.is_none_or(|c| c < open) => State::OpenedByPrompt,
                 _ => State::Start,
             },
         };
@@ -61,6 +61,9 @@ impl ReasoningFormat {
 enum State {
     /// Nothing but whitespace yet: an opening tag may still come.
     Start,
+    /// The prompt opened the block: the answer is reasoning, and an opening tag the
+    /// model writes again at its start is dropped (as vLLM's R1 parser does).
+    OpenedByPrompt,
     Reasoning,
     /// Just after the closing tag: leading whitespace is dropped.
     AfterClose,
@@ -101,7 +104,7 @@ fn partial_suffix(s: &str, tag: &str) -> usize {
 impl ReasoningSplitter {
     /// Whether the answer is (still) in its reasoning.
     pub fn in_reasoning(&self) -> bool {
-        self.state == State::Reasoning
+        matches!(self.state, State::Reasoning | State::OpenedByPrompt)
     }
 
     /// Adds `text` and appends what is now certain to `out`.
@@ -114,13 +117,15 @@ impl ReasoningSplitter {
                     self.held.clear();
                     return;
                 }
-                State::Start => {
+                State::Start | State::OpenedByPrompt => {
                     let t = self.held.trim_start();
                     if let Some(rest) = t.strip_prefix(THINK_OPEN) {
                         self.held = rest.to_string();
                         self.state = State::Reasoning;
                     } else if THINK_OPEN.starts_with(t) {
                         return; // whitespace, or a prefix of the tag: wait
+                    } else if self.state == State::OpenedByPrompt {
+                        self.state = State::Reasoning;
                     } else {
                         self.state = State::Content;
                     }
@@ -156,7 +161,7 @@ impl ReasoningSplitter {
     /// unfinished tag start is text).
     pub fn finish(&mut self, out: &mut Split) {
         match self.state {
-            State::Reasoning => out.reasoning.push_str(&self.held),
+            State::Reasoning | State::OpenedByPrompt => out.reasoning.push_str(&self.held),
             State::AfterClose => {}
             State::Start | State::Content => out.content.push_str(&self.held),
         }
@@ -233,6 +238,20 @@ mod tests {
             (s.reasoning.as_str(), s.content.as_str()),
             ("hmm, 7 is prime", "Yes.")
         );
+    }
+
+    #[test]
+    fn a_tag_the_model_repeats_after_the_prompt_opened_the_block_is_dropped() {
+        let p = "<｜Assistant｜><think>\n";
+        for pieces in [
+            &["<think>\nhmm</think>ok"][..],
+            &["<th", "ink>\n", "hmm</think>ok"],
+        ] {
+            let s = streamed(ReasoningFormat::ThinkTags, p, pieces);
+            assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("\nhmm", "ok"));
+        }
+        let s = split_all(ReasoningFormat::ThinkTags, p, "  ");
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("  ", ""));
     }
 
     #[test]
