@@ -266,8 +266,8 @@ mod tests {
             Some(&ff),
             8,
         );
-        for i in 0..4 {
-            let want = (7.0f32 * 10_000f32.powf(-2.0 * i as f32 / 8.0) / ff[i]).sin();
+        for (i, f) in ff.iter().enumerate() {
+            let want = (7.0f32 * 10_000f32.powf(-2.0 * i as f32 / 8.0) / f).sin();
             assert!((r.sin[7 * 4 + i] - want).abs() < 1e-5, "pair {i}");
         }
         assert_eq!(plain.sin[7 * 4], r.sin[7 * 4]);

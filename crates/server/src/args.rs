@@ -145,6 +145,10 @@ impl ServeArgs {
     }
 }
 
+fn parse_rope_scaling(s: &str) -> Result<ScalingKind, String> {
+    ScalingKind::parse(s).ok_or_else(|| format!("'{s}': expected none, linear or yarn"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,8 +181,4 @@ mod tests {
         assert_eq!(a.model_name(), "SmolLM2-135M-Instruct.Q4_1");
         assert!(parse_bytes("12x").is_err());
     }
-}
-
-fn parse_rope_scaling(s: &str) -> Result<ScalingKind, String> {
-    ScalingKind::parse(s).ok_or_else(|| format!("'{s}': expected none, linear or yarn"))
 }

@@ -36,7 +36,7 @@ pub(super) struct BlockScratch {
 
 /// A block's feed-forward: one dense MLP, or a mixture of experts.
 enum Ffn {
-    Dense(Mlp),
+    Dense(Box<Mlp>),
     Experts(Box<Moe>),
 }
 
@@ -49,7 +49,7 @@ impl Block {
             attn: Attention::new(ld, index, c)?,
             ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"), h)?,
             ffn: match c.moe {
-                None => Ffn::Dense(Mlp::new(ld, &p, c)?),
+                None => Ffn::Dense(Box::new(Mlp::new(ld, &p, c)?)),
                 Some(m) => Ffn::Experts(Box::new(Moe::new(ld, &p, c, m)?)),
             },
             post_norms: if c.post_norms {
