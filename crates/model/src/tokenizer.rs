@@ -4,6 +4,7 @@
 //! BPE over UTF-8 (`gemma4`, in `utf8_bpe`) or WordPiece (`bert`, in `wordpiece`), plus the
 //! id -> bytes table used for decoding.
 
+mod merge;
 mod pretok;
 mod special;
 mod spm;

@@ -5,8 +5,9 @@
 //! over UTF-8 characters, and byte fallback (`<0xNN>`) for what no token covers.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 
+use super::merge::merge;
 use super::special::{Fragment, SpecialTokens};
 
 /// GGUF token types (`tokenizer.ggml.token_type`).
@@ -30,41 +31,24 @@ pub(crate) struct Spm {
     specials: SpecialTokens,
 }
 
-/// A candidate merge of two adjacent symbols (ordered as llama.cpp's `llm_bigram_spm`:
-/// the highest score first, then the leftmost).
-struct Bigram {
-    left: usize,
-    right: usize,
-    score: f32,
-    size: usize,
-}
+/// A vocabulary entry's score, totally ordered (`f32::total_cmp`).
+struct Score(f32);
 
-impl PartialEq for Bigram {
+impl PartialEq for Score {
     fn eq(&self, o: &Self) -> bool {
         self.cmp(o) == Ordering::Equal
     }
 }
-impl Eq for Bigram {}
-impl PartialOrd for Bigram {
+impl Eq for Score {}
+impl PartialOrd for Score {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Bigram {
+impl Ord for Score {
     fn cmp(&self, o: &Self) -> Ordering {
-        self.score
-            .total_cmp(&o.score)
-            .then_with(|| o.left.cmp(&self.left))
+        self.0.total_cmp(&o.0)
     }
-}
-
-/// A run of the escaped text: bytes `start..start + len`, linked to its neighbours.
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
 }
 
 impl Spm {
@@ -120,68 +104,23 @@ impl Spm {
         }
     }
 
-    fn bigram(&self, text: &str, syms: &[Symbol], left: usize, right: usize) -> Option<Bigram> {
-        let (l, r) = (syms[left], syms[right]);
-        let s = &text[l.start..r.start + r.len];
-        let id = *self.ids.get(s)?;
-        Some(Bigram {
-            left,
-            right,
-            score: self.scores.get(id as usize).copied().unwrap_or(0.0),
-            size: s.len(),
-        })
-    }
-
     /// The bigram merge over the characters of the escaped `text`.
     fn tokenize(&self, text: &str, out: &mut Vec<u32>) {
-        let mut syms: Vec<Symbol> = Vec::with_capacity(text.len());
-        for (i, (start, ch)) in text.char_indices().enumerate() {
-            let len = ch.len_utf8();
-            syms.push(Symbol {
-                start,
-                len,
-                prev: i.checked_sub(1),
-                next: (start + len < text.len()).then_some(i + 1),
-            });
-        }
-        let mut queue = BinaryHeap::new();
-        for i in 1..syms.len() {
-            queue.extend(self.bigram(text, &syms, i - 1, i));
-        }
-        while let Some(b) = queue.pop() {
-            let (l, r) = (syms[b.left], syms[b.right]);
-            if l.len == 0 || r.len == 0 || l.len + r.len != b.size {
-                continue;
-            }
-            syms[b.left].len += r.len;
-            syms[b.right].len = 0;
-            syms[b.left].next = r.next;
-            if let Some(n) = r.next {
-                syms[n].prev = Some(b.left);
-            }
-            if let Some(p) = l.prev {
-                queue.extend(self.bigram(text, &syms, p, b.left));
-            }
-            if let Some(n) = r.next {
-                queue.extend(self.bigram(text, &syms, b.left, n));
-            }
-        }
-        let mut at = (!syms.is_empty()).then_some(0);
-        while let Some(i) = at {
-            let s = syms[i];
-            let piece = &text[s.start..s.start + s.len];
-            match self.ids.get(piece) {
-                Some(&id) => out.push(id),
-                None => {
-                    for &b in piece.as_bytes() {
-                        let byte = self.byte_ids[b as usize]
-                            .or_else(|| self.ids.get(&(b as char).to_string()).copied());
-                        out.extend(byte.or(self.unk));
-                    }
+        // The highest-scoring vocabulary entry merges first (llama.cpp's `llm_bigram_spm`).
+        let score = |joined: &str, _: &str, _: &str| {
+            let id = *self.ids.get(joined)?;
+            Some(Score(self.scores.get(id as usize).copied().unwrap_or(0.0)))
+        };
+        merge(text, score, |piece| match self.ids.get(piece) {
+            Some(&id) => out.push(id),
+            None => {
+                for &b in piece.as_bytes() {
+                    let byte = self.byte_ids[b as usize]
+                        .or_else(|| self.ids.get(&(b as char).to_string()).copied());
+                    out.extend(byte.or(self.unk));
                 }
             }
-            at = s.next;
-        }
+        });
     }
 }
 

@@ -5,9 +5,10 @@
 //! characters of each run, and byte fallback (`<0xNN>`) for what no token covers.
 //! Decoding is SentencePiece's (`spm::token_bytes`).
 
-use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::cmp::Reverse;
+use std::collections::HashMap;
 
+use super::merge::merge;
 use super::special::{Fragment, SpecialTokens};
 
 /// SentencePiece's visible space.
@@ -21,41 +22,6 @@ pub(crate) struct Utf8Bpe {
     /// The `<0xNN>` token of each byte, if any.
     byte_ids: [Option<u32>; 256],
     specials: SpecialTokens,
-}
-
-/// A candidate merge, ordered as llama.cpp's `llm_bigram_bpe`: the lowest rank first,
-/// then the leftmost.
-struct Bigram {
-    left: usize,
-    right: usize,
-    rank: u32,
-    size: usize,
-}
-
-impl PartialEq for Bigram {
-    fn eq(&self, o: &Self) -> bool {
-        self.cmp(o) == Ordering::Equal
-    }
-}
-impl Eq for Bigram {}
-impl PartialOrd for Bigram {
-    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Bigram {
-    fn cmp(&self, o: &Self) -> Ordering {
-        o.rank.cmp(&self.rank).then_with(|| o.left.cmp(&self.left))
-    }
-}
-
-/// A run of a word's bytes `start..start + len`, linked to its neighbours.
-#[derive(Clone, Copy)]
-struct Symbol {
-    start: usize,
-    len: usize,
-    prev: Option<usize>,
-    next: Option<usize>,
 }
 
 impl Utf8Bpe {
@@ -104,21 +70,6 @@ impl Utf8Bpe {
         }
     }
 
-    fn rank(&self, word: &str, syms: &[Symbol], left: usize, right: usize) -> Option<Bigram> {
-        let (l, r) = (syms[left], syms[right]);
-        let key = (
-            word[l.start..l.start + l.len].to_string(),
-            word[r.start..r.start + r.len].to_string(),
-        );
-        let rank = *self.ranks.get(&key)?;
-        Some(Bigram {
-            left,
-            right,
-            rank,
-            size: l.len + r.len,
-        })
-    }
-
     /// One run: merged by rank, then each piece as its token or its bytes' tokens.
     fn word(&self, word: &str, newlines: bool, out: &mut Vec<u32>) {
         if newlines {
@@ -127,47 +78,14 @@ impl Utf8Bpe {
                 return;
             }
         }
-        let mut syms: Vec<Symbol> = Vec::with_capacity(word.len());
-        for (i, (start, ch)) in word.char_indices().enumerate() {
-            let len = ch.len_utf8();
-            syms.push(Symbol {
-                start,
-                len,
-                prev: i.checked_sub(1),
-                next: (start + len < word.len()).then_some(i + 1),
-            });
-        }
-        let mut queue = BinaryHeap::new();
-        for i in 1..syms.len() {
-            queue.extend(self.rank(word, &syms, i - 1, i));
-        }
-        while let Some(b) = queue.pop() {
-            let (l, r) = (syms[b.left], syms[b.right]);
-            if l.len == 0 || r.len == 0 || l.len + r.len != b.size {
-                continue;
-            }
-            syms[b.left].len += r.len;
-            syms[b.right].len = 0;
-            syms[b.left].next = r.next;
-            if let Some(n) = r.next {
-                syms[n].prev = Some(b.left);
-            }
-            if let Some(p) = l.prev {
-                queue.extend(self.rank(word, &syms, p, b.left));
-            }
-            if let Some(n) = r.next {
-                queue.extend(self.rank(word, &syms, b.left, n));
-            }
-        }
-        let mut at = (!syms.is_empty()).then_some(0);
-        while let Some(i) = at {
-            let s = syms[i];
-            let piece = &word[s.start..s.start + s.len];
-            match self.ids.get(piece) {
-                Some(&id) => out.push(id),
-                None => out.extend(piece.bytes().filter_map(|b| self.byte_ids[b as usize])),
-            }
-            at = s.next;
-        }
+        // The lowest rank merges first (llama.cpp's `llm_bigram_bpe`).
+        let rank = |_: &str, l: &str, r: &str| {
+            let key = (l.to_string(), r.to_string());
+            self.ranks.get(&key).map(|&rank| Reverse(rank))
+        };
+        merge(word, rank, |piece| match self.ids.get(piece) {
+            Some(&id) => out.push(id),
+            None => out.extend(piece.bytes().filter_map(|b| self.byte_ids[b as usize])),
+        });
     }
 }
