@@ -7,6 +7,7 @@
 pub mod chat;
 pub mod common;
 pub mod completion;
+pub mod endpoints;
 pub mod error;
 pub mod parse;
 pub mod responses;
@@ -27,6 +28,7 @@ pub use completion::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
     Prompt, TopLogprobsMap,
 };
+pub use endpoints::{Endpoint, Runs, Spec as EndpointSpec};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use parse::parse_json;
 pub use responses::{

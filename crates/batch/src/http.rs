@@ -11,6 +11,7 @@ use axum::routing::{get, post};
 use axum::Extension;
 use axum::{Json, Router};
 use serde::Deserialize;
+use sloserve_api::endpoints::{self, Endpoint as E, Runs};
 use sloserve_api::{parse_json, ApiError};
 use tokio::io::AsyncWriteExt;
 
@@ -33,24 +34,40 @@ fn owner(c: Caller) -> Result<Owner, Error> {
     })
 }
 
-/// The Batch API's routes, ready to merge into the server's router (behind a
-/// layer that puts the caller's [`Owner`] in each request's extensions). Each
-/// route sees only the caller's objects: another owner's id is a 404.
+/// The Batch API's routes (the endpoint table's [`Runs::Files`] rows), ready to
+/// merge into the server's router (behind a layer that puts the caller's
+/// [`Owner`] in each request's extensions). Each route sees only the caller's
+/// objects: another owner's id is a 404.
 pub fn routes(svc: Arc<BatchService>) -> Router {
-    Router::new()
-        .route(
-            "/v1/files",
+    let mut r = Router::new();
+    for spec in endpoints::running(Runs::Files) {
+        let methods = match spec.endpoint {
             // The upload enforces `--max-batch-file-bytes` itself while streaming.
-            post(upload)
+            E::Files => post(upload)
                 .get(list_files)
                 .layer(DefaultBodyLimit::disable()),
-        )
-        .route("/v1/files/{id}", get(get_file).delete(delete_file))
-        .route("/v1/files/{id}/content", get(file_content))
-        .route("/v1/batches", post(create_batch).get(list_batches))
-        .route("/v1/batches/{id}", get(get_batch))
-        .route("/v1/batches/{id}/cancel", post(cancel_batch))
-        .with_state(svc)
+            E::File => get(get_file).delete(delete_file),
+            E::FileContent => get(file_content),
+            E::Batches => post(create_batch).get(list_batches),
+            E::Batch => get(get_batch),
+            E::BatchCancel => post(cancel_batch),
+            E::Completions
+            | E::ChatCompletions
+            | E::Responses
+            | E::CompletionsRender
+            | E::ChatCompletionsRender
+            | E::Models
+            | E::Model
+            | E::Tokenize
+            | E::Detokenize
+            | E::Health
+            | E::Ready
+            | E::Metrics
+            | E::OpenApi => continue,
+        };
+        r = r.route(spec.path, methods);
+    }
+    r.with_state(svc)
 }
 
 impl IntoResponse for Error {

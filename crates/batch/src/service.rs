@@ -278,13 +278,13 @@ impl BatchService {
     /// `POST /v1/batches`: checks the request (the input file must be `owner`'s)
     /// and starts the job, owned by `owner`.
     pub fn create_batch(self: &Arc<Self>, req: CreateBatch, owner: &Owner) -> Result<BatchObject> {
-        if !ENDPOINTS.contains(&req.endpoint.as_str()) {
+        if !is_batch_url(&req.endpoint) {
             return Err(Error::invalid(
                 "endpoint",
                 format!(
                     "endpoint: {:?} is not supported; use {}",
                     req.endpoint,
-                    ENDPOINTS.join(" or ")
+                    batch_urls_text()
                 ),
             ));
         }

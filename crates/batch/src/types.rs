@@ -4,8 +4,17 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// The endpoints a batch may target.
-pub const ENDPOINTS: [&str; 3] = ["/v1/chat/completions", "/v1/completions", "/v1/responses"];
+/// Whether a batch may target `url` (the endpoint table's batchable rows).
+pub fn is_batch_url(url: &str) -> bool {
+    sloserve_api::Endpoint::from_batch_url(url).is_some()
+}
+
+/// The URLs a batch may target, for messages: "/v1/completions or ...".
+pub fn batch_urls_text() -> String {
+    sloserve_api::endpoints::batch_urls()
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
 
 /// The one completion window OpenAI accepts.
 pub const COMPLETION_WINDOW: &str = "24h";

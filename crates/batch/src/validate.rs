@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::reader::{read_lines, LineTooLong};
-use crate::types::{BatchError, InputLine, ENDPOINTS};
+use crate::types::{batch_urls_text, is_batch_url, BatchError, InputLine};
 
 /// Most validation errors reported for one file.
 const MAX_ERRORS: usize = 100;
@@ -59,10 +59,10 @@ pub fn parse_line(line: u64, text: &str, endpoint: Option<&str>) -> Result<Parse
     }
     let url_ok = match endpoint {
         Some(e) => parsed.url == e,
-        None => ENDPOINTS.contains(&parsed.url.as_str()),
+        None => is_batch_url(&parsed.url),
     };
     if !url_ok {
-        let want = endpoint.map_or_else(|| ENDPOINTS.join(" or "), str::to_string);
+        let want = endpoint.map_or_else(batch_urls_text, str::to_string);
         return Err(err(
             "invalid_url",
             Some(line),

@@ -80,9 +80,10 @@ impl ApiKeys {
         !self.keys.is_empty()
     }
 
-    /// Paths anyone may call: the probes, and `/metrics` unless it needs a key.
+    /// Paths anyone may call: the endpoint table's open rows (probes, the API
+    /// description, `/metrics` unless it needs a key).
     pub fn is_open(&self, path: &str) -> bool {
-        matches!(path, "/health" | "/ready") || (path == "/metrics" && !self.metrics_require_key)
+        sloserve_api::endpoints::is_open(path, self.metrics_require_key)
     }
 
     /// The fairness flow of `caller`'s requests: its key's digest (the replica's

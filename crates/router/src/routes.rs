@@ -1,8 +1,10 @@
-//! The router's HTTP front (axum): the replica's endpoints that take a prompt
-//! ([`CLASS_ROUTED`]) to the class's fleet, the others ([`DEFAULT_ROUTED`]) to the
-//! default class's, the Batch API to the batch fleet, `/v1/models` as the union of
-//! the replicas', `/health`, `/ready` and `/metrics`; API keys checked before any
-//! body is read, bodies bounded in size (the replicas' limit) and in time.
+//! The router's HTTP front (axum), built from the endpoint table
+//! (`sloserve_api::endpoints`): what generates or renders a prompt goes to the
+//! request's class's fleet, tokenizer and description endpoints to the default
+//! class's, the Batch API to the batch fleet, `/v1/models` as the union of the
+//! replicas'; `/health`, `/ready` and `/metrics` are the router's own. API keys
+//! are checked before any body is read, bodies bounded in size (the replicas'
+//! limit) and in time.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,12 +15,13 @@ use axum::extract::{Extension, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{get, on, MethodFilter};
 use axum::Router;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use serde_json::{json, Value};
-use sloserve_api::ApiError;
+use sloserve_api::endpoints::{self, Runs};
+use sloserve_api::{ApiError, EndpointSpec};
 
 use crate::auth::{self, Caller};
 use crate::error::RouterError;
@@ -29,42 +32,73 @@ use crate::{batch_api, metrics, proxy, request};
 
 type St = State<Arc<RouterState>>;
 
-/// The replica's POST endpoints that take a prompt (`prompt`, `messages` or
-/// `input`): routed by the request's class and prefix, as the server serves them
-/// (`crates/server/src/lib.rs`).
-pub const CLASS_ROUTED: [&str; 5] = [
-    "/v1/completions",
-    "/v1/chat/completions",
-    "/v1/responses",
-    "/v1/completions/render",
-    "/v1/chat/completions/render",
-];
+/// How the router answers an endpoint of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forward {
+    /// To the request's class's fleet, by class and prompt prefix.
+    Class,
+    /// To any replica of the default class.
+    Default,
+    /// To the batch fleet (the Batch API's files and jobs).
+    Batch,
+    /// The union of the replicas' answers (`/v1/models`).
+    Union,
+    /// The router's own answer (its probes and metrics).
+    Own,
+}
 
-/// The replica's POST endpoints without a class or prompt: the default class's fleet.
-pub const DEFAULT_ROUTED: [&str; 2] = ["/tokenize", "/detokenize"];
+/// Where each endpoint of the table goes.
+pub fn forward_of(spec: &EndpointSpec) -> Forward {
+    use sloserve_api::Endpoint as E;
+    match spec.runs {
+        Runs::Generation | Runs::Render => Forward::Class,
+        Runs::Tokenizer => Forward::Default,
+        Runs::Files => Forward::Batch,
+        Runs::Models => Forward::Union,
+        Runs::Process => match spec.endpoint {
+            E::Health | E::Ready | E::Metrics => Forward::Own,
+            // The replicas' API description.
+            _ => Forward::Default,
+        },
+    }
+}
 
 pub fn router(state: Arc<RouterState>) -> Router {
+    use sloserve_api::Endpoint as E;
     let mut r = Router::new();
-    for path in CLASS_ROUTED {
-        r = r.route(path, post(generate));
+    for spec in endpoints::TABLE {
+        let m = method_filter(spec.methods);
+        let methods = match (forward_of(spec), spec.endpoint) {
+            (Forward::Class, _) => on(m, generate),
+            (Forward::Default, _) => on(m, plain),
+            (Forward::Batch, _) => on(m, batch),
+            (Forward::Union, E::Model) => get(model),
+            (Forward::Union, _) => get(models),
+            (Forward::Own, E::Health) => get(|| async { "ok" }),
+            (Forward::Own, E::Ready) => get(ready),
+            (Forward::Own, _) => get(metrics_text),
+        };
+        r = r.route(spec.path, methods);
     }
-    for path in DEFAULT_ROUTED {
-        r = r.route(path, post(plain));
-    }
-    r.route("/v1/models", get(models))
-        .route("/v1/files", any(batch))
-        .route("/v1/files/{*rest}", any(batch))
-        .route("/v1/batches", any(batch))
-        .route("/v1/batches/{*rest}", any(batch))
-        .route("/health", get(|| async { "ok" }))
-        .route("/ready", get(ready))
-        .route("/metrics", get(metrics_text))
-        .fallback(not_found)
+    r.fallback(not_found)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
         ))
         .with_state(state)
+}
+
+/// The table's methods as axum's filter.
+fn method_filter(methods: &[endpoints::Method]) -> MethodFilter {
+    use endpoints::Method as M;
+    let one = |m: &M| match m {
+        M::Get => MethodFilter::GET,
+        M::Post => MethodFilter::POST,
+        M::Delete => MethodFilter::DELETE,
+    };
+    let mut it = methods.iter();
+    let first = it.next().map_or(MethodFilter::GET, one);
+    it.fold(first, |f, m| f.or(one(m)))
 }
 
 /// The body, bounded by the configured limit (a larger `Content-Length` is refused
@@ -159,17 +193,47 @@ async fn batch(State(state): St, req: Request) -> Result<Response, RouterError> 
 
 /// The union of the healthy replicas' models (by id).
 async fn models(State(state): St, req: Request) -> Response {
+    let data: Vec<Value> = union_models(&state, req.headers().clone())
+        .await
+        .into_values()
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}
+
+/// One model of the union, by id (404 as a replica answers an unknown one).
+async fn model(State(state): St, req: Request) -> Response {
+    let id = req
+        .uri()
+        .path()
+        .strip_prefix("/v1/models/")
+        .unwrap_or_default()
+        .to_owned();
+    let mut all = union_models(&state, req.headers().clone()).await;
+    match all.remove(&id) {
+        Some(m) => axum::Json(m).into_response(),
+        None => {
+            let served = all.keys().cloned().collect::<Vec<_>>().join(", ");
+            RouterError::Api(ApiError::model_not_found(&id, &served)).into_response()
+        }
+    }
+}
+
+/// The healthy replicas' `/v1/models` entries, by id.
+async fn union_models(
+    state: &RouterState,
+    headers: axum::http::HeaderMap,
+) -> BTreeMap<String, Value> {
     let mut seen = BTreeMap::new();
-    let headers = req.headers().clone();
+    let get = axum::http::Method::GET;
     for b in state.picker.all_backends().filter(|b| b.is_healthy()) {
         let out = Outgoing {
-            method: req.method(),
+            method: &get,
             path_and_query: "/v1/models",
             headers: &headers,
             body: Bytes::new(),
             class: None,
             flow: None,
-            limits: proxy::limits(&state, &headers),
+            limits: proxy::limits(state, &headers),
         };
         let Attempt::Started { head, first, body } =
             upstream::attempt(&state.client, b, &out).await
@@ -196,8 +260,7 @@ async fn models(State(state): St, req: Request) -> Response {
             }
         }
     }
-    let data: Vec<Value> = seen.into_values().collect();
-    axum::Json(json!({"object": "list", "data": data})).into_response()
+    seen
 }
 
 /// Ready while any replica is.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::fake::FakeServer;
 use common::*;
 use serde_json::json;
+use sloserve_api::endpoints::Runs;
 use sloserve_router::RouterConfig;
 
 #[test]
@@ -25,19 +26,22 @@ fn responses_and_render_are_routed_by_class_with_keys_on() {
     cfg.guard.keys.keys = vec!["k1".parse().unwrap()];
     let r = TestRouter::start(cfg);
     let auth = [("authorization", "Bearer k1")];
-    let bodies = [
-        ("/v1/completions", json!({"prompt": "hi"})),
-        (
-            "/v1/chat/completions",
-            json!({"messages": [{"role": "user", "content": "hi"}]}),
-        ),
-        ("/v1/responses", json!({"input": "hi"})),
-        ("/v1/completions/render", json!({"prompt": "hi"})),
-        (
-            "/v1/chat/completions/render",
-            json!({"messages": [{"role": "user", "content": "hi"}]}),
-        ),
-    ];
+    // Every endpoint of the table that generates or renders a prompt.
+    let bodies: Vec<_> = sloserve_api::endpoints::TABLE
+        .iter()
+        .filter(|s| matches!(s.runs, Runs::Generation | Runs::Render))
+        .map(|s| {
+            let body = match s.body {
+                Some("ChatCompletionRequest") => {
+                    json!({"messages": [{"role": "user", "content": "hi"}]})
+                }
+                Some("ResponsesRequest") => json!({"input": "hi"}),
+                _ => json!({"prompt": "hi"}),
+            };
+            (s.path, body)
+        })
+        .collect();
+    assert_eq!(bodies.len(), 5);
     let flow = sloserve_slo::key_digest("k1");
     for (path, body) in &bodies {
         let resp = post_with(r.addr, path, &[], body);
@@ -68,4 +72,31 @@ fn responses_and_render_are_routed_by_class_with_keys_on() {
     let spoof = [("x-gateway-inference-fairness-id", "someone-else")];
     let v = post_with(r.addr, "/v1/responses", &spoof, &json!({"input": "hi"})).json();
     assert_eq!(v["fairness"], "");
+}
+
+/// The router answers every endpoint of the table with its methods (whatever
+/// the fake replica says to an empty body), and 405 to any other method.
+#[test]
+fn the_routed_endpoints_are_the_endpoint_table() {
+    let i = FakeServer::start("i");
+    let mut cfg = RouterConfig::with_fleets(&[("interactive", &[i.url()])]).unwrap();
+    cfg.health_interval = Duration::from_secs(600);
+    let r = TestRouter::start(cfg);
+    for spec in sloserve_api::endpoints::TABLE {
+        let path = spec.path.replace("{*id}", "x").replace("{id}", "x");
+        for m in ["GET", "POST", "DELETE"] {
+            let resp = request(r.addr, m, &path, &[], b"{}");
+            let allowed = spec.methods.iter().any(|x| x.as_str() == m);
+            let text = resp.text();
+            if allowed {
+                assert!(
+                    resp.status != 405 && !text.contains("no route for"),
+                    "{m} {path}: {} {text}",
+                    resp.status
+                );
+            } else {
+                assert_eq!(resp.status, 405, "{m} {path}: {text}");
+            }
+        }
+    }
 }

@@ -107,10 +107,10 @@ impl ApiKeys {
         !self.keys.is_empty()
     }
 
-    /// Paths anyone may call (probes and the API description).
+    /// Paths anyone may call (the endpoint table's open rows: probes, the API
+    /// description, `/metrics` unless `--metrics-require-key`).
     fn is_open(&self, path: &str) -> bool {
-        matches!(path, "/health" | "/ready" | "/openapi.json")
-            || (path == "/metrics" && !self.metrics_require_key)
+        sloserve_api::endpoints::is_open(path, self.metrics_require_key)
     }
 
     /// The caller presenting `headers`' key; every key is compared (no early exit).

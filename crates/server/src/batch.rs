@@ -112,10 +112,31 @@ impl Dispatch for HandlerDispatch {
             let headers = HeaderMap::new();
             let body = Ok(Bytes::from(body.to_string()));
             let caller = Some(Extension(caller));
-            let resp = match url {
-                "/v1/chat/completions" => chat::handle(State(state), caller, headers, body).await,
-                "/v1/responses" => responses::handle(State(state), caller, headers, body).await,
-                _ => completions::handle(State(state), caller, headers, body).await,
+            use sloserve_api::Endpoint as E;
+            let Some(endpoint) = E::from_batch_url(url) else {
+                return not_batchable(url);
+            };
+            let resp = match endpoint {
+                E::Completions => completions::handle(State(state), caller, headers, body).await,
+                E::ChatCompletions => chat::handle(State(state), caller, headers, body).await,
+                E::Responses => responses::handle(State(state), caller, headers, body).await,
+                // Not batchable (`from_batch_url` never names them).
+                E::CompletionsRender
+                | E::ChatCompletionsRender
+                | E::Models
+                | E::Model
+                | E::Tokenize
+                | E::Detokenize
+                | E::Files
+                | E::File
+                | E::FileContent
+                | E::Batches
+                | E::Batch
+                | E::BatchCancel
+                | E::Health
+                | E::Ready
+                | E::Metrics
+                | E::OpenApi => return not_batchable(url),
             }
             .into_response();
             let status = resp.status().as_u16();
@@ -134,6 +155,20 @@ impl Dispatch for HandlerDispatch {
                 retry_after,
             }
         })
+    }
+}
+
+/// A line whose `url` the Batch API does not take (validation refuses such a
+/// file at upload; this holds for a job stored by an older version): a final 400.
+fn not_batchable(url: &str) -> Reply {
+    let e = ApiError::invalid(
+        "url",
+        format!("url: {url:?} is not an endpoint the Batch API runs"),
+    );
+    Reply {
+        status: e.status,
+        body: serde_json::to_value(e.body()).unwrap_or_default(),
+        retry_after: None,
     }
 }
 

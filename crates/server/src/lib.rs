@@ -49,8 +49,9 @@ use std::time::Duration;
 use anyhow::Context;
 use axum::extract::DefaultBodyLimit;
 use axum::middleware::from_fn_with_state;
-use axum::routing::{get, post};
+use axum::routing::{get, on, MethodFilter, MethodRouter};
 use axum::Router;
+use sloserve_api::Endpoint;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -66,19 +67,13 @@ pub use state::AppState;
 /// then the in-flight slot, so a slow body never holds a slot.
 pub fn router(app: &App) -> Router {
     let state = app.state.clone();
-    let routes = Router::new()
-        .route("/v1/completions", post(completions::handle))
-        .route("/v1/chat/completions", post(chat::handle))
-        .route("/v1/responses", post(responses::handle))
-        .route("/v1/completions/render", post(render::completions))
-        .route("/v1/chat/completions/render", post(render::chat))
-        .route("/v1/models", get(routes::models))
-        .route("/v1/models/{*id}", get(routes::model))
-        .route("/tokenize", post(routes::tokenize))
-        .route("/detokenize", post(routes::detokenize))
-        .route("/health", get(routes::health))
-        .route("/ready", get(routes::ready))
-        .route("/openapi.json", get(openapi::handle))
+    let mut routes = Router::new();
+    for spec in sloserve_api::endpoints::TABLE {
+        if let Some(handler) = handler(spec.endpoint, method_filter(spec.methods)) {
+            routes = routes.route(spec.path, handler);
+        }
+    }
+    let routes = routes
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(DefaultBodyLimit::max(state.max_body_bytes))
@@ -86,7 +81,7 @@ pub fn router(app: &App) -> Router {
         // The engine's and the Batch API's metrics.
         .merge(
             Router::new()
-                .route("/metrics", get(routes::metrics))
+                .route(Endpoint::Metrics.path(), get(routes::metrics))
                 .with_state(app.clone()),
         );
     let routes = match &app.batch {
@@ -99,6 +94,45 @@ pub fn router(app: &App) -> Router {
         .layer(axum::middleware::from_fn(body::require_content_type))
         .layer(from_fn_with_state(state.clone(), auth::require_key))
         .layer(from_fn_with_state(state, request_id::echo))
+}
+
+/// What serves each endpoint of the table on the state alone; `None`: served
+/// elsewhere (`/metrics` from the whole [`App`], the Batch API by its own crate).
+fn handler(e: Endpoint, m: MethodFilter) -> Option<MethodRouter<Arc<AppState>>> {
+    use Endpoint as E;
+    Some(match e {
+        E::Completions => on(m, completions::handle),
+        E::ChatCompletions => on(m, chat::handle),
+        E::Responses => on(m, responses::handle),
+        E::CompletionsRender => on(m, render::completions),
+        E::ChatCompletionsRender => on(m, render::chat),
+        E::Models => on(m, routes::models),
+        E::Model => on(m, routes::model),
+        E::Tokenize => on(m, routes::tokenize),
+        E::Detokenize => on(m, routes::detokenize),
+        E::Health => on(m, routes::health),
+        E::Ready => on(m, routes::ready),
+        E::OpenApi => on(m, openapi::handle),
+        E::Metrics
+        | E::Files
+        | E::File
+        | E::FileContent
+        | E::Batches
+        | E::Batch
+        | E::BatchCancel => return None,
+    })
+}
+
+fn method_filter(methods: &[sloserve_api::endpoints::Method]) -> MethodFilter {
+    use sloserve_api::endpoints::Method as M;
+    let one = |m: &M| match m {
+        M::Get => MethodFilter::GET,
+        M::Post => MethodFilter::POST,
+        M::Delete => MethodFilter::DELETE,
+    };
+    let mut it = methods.iter();
+    let first = it.next().map_or(MethodFilter::GET, one);
+    it.fold(first, |f, m| f.or(one(m)))
 }
 
 /// Serves `listener` until `shutdown` resolves, then drains (see [`shutdown::drain`]),

@@ -6,11 +6,13 @@ use std::sync::OnceLock;
 
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use serde_json::json;
 use sloserve_api::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
     DetokenizeRequest, DetokenizeResponse, ErrorBody, ModelCard, ModelList, ResponseObject,
     ResponsesRequest, TokenizeRequest, TokenizeResponse,
 };
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -162,6 +164,92 @@ fn ready() {}
     ))]
 fn metrics() {}
 
+#[utoipa::path(get, path = "/openapi.json", tag = "probes", security(()),
+    responses((status = 200, description = "This document", content_type = "application/json")))]
+fn openapi() {}
+
+#[utoipa::path(post, path = "/v1/files", tag = "batch",
+    request_body(content_type = "multipart/form-data", description = "`purpose=batch` and `file`: JSONL, one request a line"),
+    responses(
+        (status = 200, description = "The file object", content_type = "application/json"),
+        (status = 400, description = "Invalid file (the line and field named)", body = ErrorBody),
+        (status = 413, description = "Larger than --max-batch-file-bytes, or the key's quota", body = ErrorBody),
+    ))]
+fn upload_file() {}
+
+#[utoipa::path(get, path = "/v1/files", tag = "batch",
+    responses((status = 200, description = "The caller's files", content_type = "application/json")))]
+fn list_files() {}
+
+#[utoipa::path(get, path = "/v1/files/{id}", tag = "batch",
+    responses((status = 200, description = "The file object", content_type = "application/json"),
+              (status = 404, description = "No such file of the caller's", body = ErrorBody)))]
+fn get_file() {}
+
+#[utoipa::path(delete, path = "/v1/files/{id}", tag = "batch",
+    responses((status = 200, description = "Deleted", content_type = "application/json"),
+              (status = 404, description = "No such file of the caller's", body = ErrorBody),
+              (status = 409, description = "A running batch uses it", body = ErrorBody)))]
+fn delete_file() {}
+
+#[utoipa::path(get, path = "/v1/files/{id}/content", tag = "batch",
+    responses((status = 200, description = "The file's bytes (JSONL)", content_type = "application/jsonl"),
+              (status = 404, description = "No such file of the caller's", body = ErrorBody)))]
+fn file_content() {}
+
+#[utoipa::path(post, path = "/v1/batches", tag = "batch",
+    request_body(content_type = "application/json", description = "`input_file_id`, `endpoint` (a batchable endpoint: see `x-sloserve-batchable`), `completion_window: 24h`"),
+    responses((status = 200, description = "The batch object", content_type = "application/json"),
+              (status = 400, description = "Invalid request", body = ErrorBody)))]
+fn create_batch() {}
+
+#[utoipa::path(get, path = "/v1/batches", tag = "batch",
+    responses((status = 200, description = "The caller's batches (`limit`, `after`)", content_type = "application/json")))]
+fn list_batches() {}
+
+#[utoipa::path(get, path = "/v1/batches/{id}", tag = "batch",
+    responses((status = 200, description = "The batch object, with progress", content_type = "application/json"),
+              (status = 404, description = "No such batch of the caller's", body = ErrorBody)))]
+fn get_batch() {}
+
+#[utoipa::path(post, path = "/v1/batches/{id}/cancel", tag = "batch",
+    responses((status = 200, description = "The batch object, cancelling", content_type = "application/json"),
+              (status = 404, description = "No such batch of the caller's", body = ErrorBody)))]
+fn cancel_batch() {}
+
+/// The endpoint table's facts on each path: what runs it, whether a batch or
+/// a stream may use it, and who may call it (`x-sloserve-*`).
+struct Table;
+
+impl Modify for Table {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        for spec in sloserve_api::endpoints::TABLE {
+            let Some(item) = api.paths.paths.get_mut(&doc_path(spec.path)) else {
+                continue; // the test below fails
+            };
+            let ext: Extensions = [
+                (
+                    "x-sloserve-runs",
+                    json!(format!("{:?}", spec.runs).to_lowercase()),
+                ),
+                ("x-sloserve-batchable", json!(spec.batchable)),
+                ("x-sloserve-streamable", json!(spec.streamable)),
+                ("x-sloserve-access", json!(format!("{:?}", spec.access))),
+            ]
+            .into_iter()
+            .collect();
+            item.extensions
+                .get_or_insert_with(Default::default)
+                .merge(ext);
+        }
+    }
+}
+
+/// A table path as OpenAPI writes it (`{*id}`: `{id}`).
+pub fn doc_path(path: &str) -> String {
+    path.replace("{*", "{")
+}
+
 /// The API-key schemes (`Authorization: Bearer` or `x-api-key`).
 struct Keys;
 
@@ -182,8 +270,9 @@ impl Modify for Keys {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
-    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, health, ready, metrics),
-    modifiers(&Keys),
+    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, health, ready, metrics, openapi,
+        upload_file, list_files, get_file, delete_file, file_content, create_batch, list_batches, get_batch, cancel_batch),
+    modifiers(&Keys, &Table),
     security(("bearer" = []), ("x-api-key" = [])),
 )]
 struct ApiDoc;
@@ -212,6 +301,39 @@ pub async fn handle() -> Response {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
+    /// The document has exactly the table's paths and methods, with the table's facts.
+    #[test]
+    fn the_description_is_the_endpoint_table() {
+        let v: serde_json::Value = serde_json::from_str(super::json()).unwrap();
+        let doc: BTreeSet<(String, String)> = v["paths"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .flat_map(|(p, item)| {
+                ["get", "post", "delete", "put", "patch"]
+                    .into_iter()
+                    .filter(|m| item[*m].is_object())
+                    .map(move |m| (p.clone(), m.to_uppercase()))
+            })
+            .collect();
+        let table: BTreeSet<(String, String)> = sloserve_api::endpoints::TABLE
+            .iter()
+            .flat_map(|s| {
+                s.methods
+                    .iter()
+                    .map(move |m| (super::doc_path(s.path), m.as_str().to_string()))
+            })
+            .collect();
+        assert_eq!(doc, table);
+        let chat = &v["paths"]["/v1/chat/completions"];
+        assert_eq!(chat["x-sloserve-runs"], "generation");
+        assert_eq!(chat["x-sloserve-batchable"], true);
+        assert_eq!(v["paths"]["/tokenize"]["x-sloserve-streamable"], false);
+        assert_eq!(v["paths"]["/health"]["x-sloserve-access"], "Open");
+    }
+
     #[test]
     fn the_description_names_every_route_and_schema() {
         let v: serde_json::Value = serde_json::from_str(super::json()).unwrap();

@@ -183,3 +183,33 @@ fn request_id_is_echoed_or_made() {
         assert!(id.starts_with("req-") && id.len() < 64, "{id}");
     }
 }
+
+/// The server serves exactly the endpoint table: every row's methods reach a
+/// handler (whatever it answers to an empty body), any other method is 405.
+#[test]
+fn the_served_routes_are_the_endpoint_table() {
+    let s = server();
+    for spec in sloserve_api::endpoints::TABLE {
+        let path = spec.path.replace("{*id}", "x").replace("{id}", "x");
+        for m in ["GET", "POST", "DELETE"] {
+            let r = request(
+                s.addr,
+                m,
+                &path,
+                &[("content-type", "application/json")],
+                b"{}",
+            );
+            let allowed = spec.methods.iter().any(|x| x.as_str() == m);
+            let text = r.text();
+            if allowed {
+                assert!(
+                    r.status != 405 && !text.contains("no route for"),
+                    "{m} {path}: {} {text}",
+                    r.status
+                );
+            } else {
+                assert_eq!(r.status, 405, "{m} {path}: {text}");
+            }
+        }
+    }
+}

@@ -82,11 +82,12 @@ impl FakeServer {
             .route("/v1/completions/render", post(completions))
             .route("/v1/chat/completions/render", post(completions))
             .route("/v1/models", get(models))
-            .route("/v1/files", post(new_file))
-            .route("/v1/files/{id}", get(file))
+            .route("/v1/files", post(new_file).get(list_batches))
+            .route("/v1/files/{id}", get(file).delete(file))
             .route("/v1/files/{id}/content", get(file_content))
             .route("/v1/batches", post(new_batch).get(list_batches))
             .route("/v1/batches/{id}", get(batch))
+            .route("/v1/batches/{id}/cancel", post(batch))
             .layer(axum::middleware::from_fn_with_state(
                 fake.clone(),
                 require_key,
