@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use sloserve_slo::SloClass;
 
 use crate::config::FleetConfig;
-use crate::metrics::Histogram;
+use crate::histogram::Histogram;
 
 /// Points on the hash ring per replica.
 const VNODES: u64 = 64;

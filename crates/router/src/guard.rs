@@ -9,7 +9,7 @@ use anyhow::bail;
 use clap::Args;
 use serde::Deserialize;
 
-use crate::auth::{read_key_file, ApiKeys, KeySpec};
+use crate::keys::{read_key_file, ApiKeys, KeySpec};
 
 #[derive(Args, Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -14,6 +14,8 @@ pub mod config;
 pub mod error;
 pub mod guard;
 pub mod health;
+pub mod histogram;
+pub mod keys;
 pub mod listen;
 pub mod metrics;
 pub mod owners;

@@ -8,9 +8,9 @@ use serde_json::Value;
 use sloserve_api::ApiError;
 use sloserve_slo::{resolve, Asked, Policy, SloClass};
 
-use crate::auth::Caller;
 use crate::backend::hash_str;
 use crate::config::RouterConfig;
+use crate::keys::Caller;
 use crate::picker::Demand;
 
 /// Work assumed for a request that gives no `max_tokens`.

@@ -23,8 +23,9 @@ use serde_json::{json, Value};
 use sloserve_api::endpoints::{self, Runs};
 use sloserve_api::{ApiError, EndpointSpec};
 
-use crate::auth::{self, Caller};
+use crate::auth;
 use crate::error::RouterError;
+use crate::keys::Caller;
 use crate::picker::Demand;
 use crate::state::RouterState;
 use crate::upstream::{self, Attempt, Outgoing};

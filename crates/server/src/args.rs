@@ -81,7 +81,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub print_config: bool,
     #[command(flatten)]
-    pub batch: crate::batch::BatchApiArgs,
+    pub batch: crate::batch_args::BatchApiArgs,
     /// KV-cache events over ZMQ (`--kv-events-endpoint`).
     #[command(flatten)]
     pub kv_events: crate::kv_events::KvEventsArgs,

@@ -14,9 +14,9 @@ use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage, Too
 use sloserve_model::chat_template::ChatMessage as TemplateMessage;
 use sloserve_model::ModelError;
 
-use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
+use crate::keys::Caller;
 use crate::state::AppState;
 
 /// Renders `messages` with the model's template (the assistant header appended when

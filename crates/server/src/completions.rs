@@ -10,9 +10,9 @@ use axum::response::Response;
 use axum::Extension;
 use sloserve_api::{parse_json, CompletionRequest, Prompt};
 
-use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
+use crate::keys::Caller;
 use crate::state::AppState;
 
 pub async fn handle(

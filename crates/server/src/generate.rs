@@ -11,11 +11,11 @@ use sloserve_api::{
     ResponseMessage, Usage,
 };
 
-use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs};
 use crate::generation::stop_automaton::StopAutomaton;
 use crate::generation::{Delta, Generation};
+use crate::keys::Caller;
 use crate::state::{unix_now, AppState};
 use crate::stream::sse_response;
 use sloserve_engine::RequestStream;

@@ -15,9 +15,9 @@ use sloserve_engine::sampler::constraint::SharedConstraint;
 use sloserve_engine::{Request, SamplingParams, StopConditions};
 use sloserve_slo::{headers, Asked};
 
-use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::guard_args::PrefixCacheScope;
+use crate::keys::Caller;
 use crate::state::AppState;
 
 /// The client's own deadline for one request, in milliseconds.

@@ -12,7 +12,9 @@ pub mod app;
 pub mod args;
 pub mod auth;
 pub mod batch;
+pub mod batch_args;
 pub mod body;
+pub mod build;
 pub mod chat;
 pub mod completions;
 pub mod engine_flags;
@@ -21,6 +23,7 @@ pub mod generate;
 pub mod generation;
 pub mod guard_args;
 pub mod ingress;
+pub mod keys;
 pub mod kv_events;
 pub mod limits;
 pub mod listen;
@@ -89,7 +92,10 @@ pub fn router(app: &App) -> Router {
         None => routes,
     };
     routes
-        .layer(from_fn_with_state(state.clone(), limits::limit_inflight))
+        .layer(from_fn_with_state(
+            state.inflight_limit.clone(),
+            limits::limit_inflight,
+        ))
         .layer(from_fn_with_state(state.clone(), body::read_body))
         .layer(axum::middleware::from_fn(body::require_content_type))
         .layer(from_fn_with_state(state.clone(), auth::require_key))

@@ -13,7 +13,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ServerError;
-use crate::state::AppState;
 
 /// Liveness and readiness probes: always answered, never counted.
 pub fn is_probe(path: &str) -> bool {
@@ -107,7 +106,7 @@ impl InflightLimit {
 
 /// The middleware: past the limit, 503 with `Retry-After: 1` before any work.
 pub async fn limit_inflight(
-    State(state): State<Arc<AppState>>,
+    State(lim): State<Arc<InflightLimit>>,
     req: Request,
     next: Next,
 ) -> Response {
@@ -115,7 +114,6 @@ pub async fn limit_inflight(
     if is_probe(path) || path == "/metrics" {
         return next.run(req).await;
     }
-    let lim = &state.inflight_limit;
     let guard = CountGuard::new(&lim.count);
     if guard.count() > lim.max {
         tracing::debug!(limit = lim.max, "request refused: in-flight limit");

@@ -21,8 +21,8 @@ use axum::{Extension, Json};
 use serde_json::{json, Value};
 use sloserve_api::{parse_json, ChatCompletionRequest, CompletionRequest, GenParams, Prompt};
 
-use crate::auth::Caller;
 use crate::error::ServerError;
+use crate::keys::Caller;
 use crate::state::AppState;
 
 /// `POST /v1/completions/render`.

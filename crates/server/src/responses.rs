@@ -26,10 +26,10 @@ use sloserve_api::{
     ResponsesRequest,
 };
 
-use crate::auth::Caller;
 use crate::error::ServerError;
 use crate::generate::{collect_choice, start, wire_finish_reason, Kind, Started, WireChoice};
 use crate::generation::{Delta, Generation};
+use crate::keys::Caller;
 use crate::state::{unix_now, AppState};
 use crate::stream::{sse_body, Frames};
 use crate::tool_parser::{ParsedCall, ToolCallParser, ToolEvent};

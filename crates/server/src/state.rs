@@ -1,23 +1,21 @@
 //! `AppState`: what every handler shares — the engine handle, tokenizer and chat
 //! template, names, limits, metrics, the draining flag and the in-flight count —
 //! and the checks common to both generation endpoints (model name, prompt
-//! encoding, token ids). The engine request itself is built in [`crate::ingress`].
+//! encoding, token ids). Built from the flags in `build`; the engine request
+//! itself is built in `ingress`.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use sloserve_api::ApiError;
-use sloserve_engine::{EngineConfig, EngineHandle, ModelRunner};
+use sloserve_engine::EngineHandle;
 use sloserve_model::chat_template::ChatTemplate;
 use sloserve_model::tokenizer::Tokenizer;
-use sloserve_model::LoadedModel;
 
-use crate::args::ServeArgs;
-use crate::auth::ApiKeys;
 use crate::error::ServerError;
-use crate::guard_args::{secs, PrefixCacheScope};
+use crate::guard_args::PrefixCacheScope;
+use crate::keys::ApiKeys;
 use crate::limits::InflightLimit;
 use crate::listen::ConnLimits;
 use crate::metrics::Metrics;
@@ -43,7 +41,7 @@ pub struct AppState {
     pub cache_scope: PrefixCacheScope,
     /// `--trust-gateway-headers`: the fairness id header names a request's flow.
     pub trust_gateway_headers: bool,
-    pub inflight_limit: InflightLimit,
+    pub inflight_limit: Arc<InflightLimit>,
     pub conn_limits: ConnLimits,
     /// `--request-timeout` (`None`: no deadline).
     pub request_timeout: Option<Duration>,
@@ -58,6 +56,25 @@ pub struct AppState {
     next_id: AtomicU64,
 }
 
+/// What [`AppState::new`] is made of (the rest starts empty).
+pub struct StateParts {
+    pub engine: EngineHandle,
+    pub tokenizer: Tokenizer,
+    pub chat_template: Option<ChatTemplate>,
+    pub model_name: String,
+    pub model_aliases: Vec<String>,
+    pub prompt_bound: crate::prompt_bound::PromptBound,
+    pub max_body_bytes: usize,
+    pub shutdown_timeout: Duration,
+    pub api_keys: ApiKeys,
+    pub cache_scope: PrefixCacheScope,
+    pub trust_gateway_headers: bool,
+    pub max_inflight_requests: usize,
+    pub conn_limits: ConnLimits,
+    pub request_timeout: Option<Duration>,
+    pub stream_write_timeout: Option<Duration>,
+}
+
 pub fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -65,96 +82,45 @@ pub fn unix_now() -> u64 {
 }
 
 impl AppState {
-    /// Loads the model, starts the engine and logs the effective configuration.
-    pub fn load(args: &ServeArgs) -> anyhow::Result<Arc<AppState>> {
-        let cfg = args.engine_config()?;
-        let opts = args.runner_options(&cfg);
-        let t0 = std::time::Instant::now();
-        let model = LoadedModel::load(&args.model, &opts)
-            .with_context(|| format!("cannot load {}", args.model.display()))?;
-        tracing::info!(
-            model = %args.model.display(),
-            secs = format!("{:.2}", t0.elapsed().as_secs_f64()),
-            kernels = sloserve_model::kernels::cpu::kernels_in_use(),
-            "model loaded"
-        );
-        Self::from_model(args, model, cfg)
-    }
-
-    pub fn from_model(
-        args: &ServeArgs,
-        model: LoadedModel,
-        cfg: EngineConfig,
-    ) -> anyhow::Result<Arc<AppState>> {
-        let LoadedModel {
-            tokenizer,
-            mut chat_template,
-            runner,
-            ..
-        } = model;
-        if let Some(path) = &args.chat_template_file {
-            let src = std::fs::read_to_string(path)
-                .with_context(|| format!("--chat-template-file {}", path.display()))?;
-            let t = ChatTemplate::with_tokenizer(&src, &tokenizer)
-                .with_context(|| format!("--chat-template-file {}", path.display()))?;
-            chat_template = Some(t);
-        }
-        Self::from_parts(args, tokenizer, chat_template, Box::new(runner), cfg)
-    }
-
-    /// The state over any runner (tests wrap the model's runner).
-    pub fn from_parts(
-        args: &ServeArgs,
-        tokenizer: Tokenizer,
-        chat_template: Option<ChatTemplate>,
-        runner: Box<dyn ModelRunner>,
-        cfg: EngineConfig,
-    ) -> anyhow::Result<Arc<AppState>> {
-        let engine = crate::kv_events::start_engine(args, runner, cfg)?;
-        let name = args.model_name();
-        let mut aliases = vec![name.clone(), args.model_stem()];
-        if let Some(f) = args.model.file_name() {
-            aliases.push(f.to_string_lossy().into_owned());
-        }
-        aliases.push(args.model.display().to_string());
-        let max_model_len = engine.info().max_model_len;
-        let prompt_bound =
-            crate::prompt_bound::PromptBound::new(&tokenizer, engine.limits().max_prompt_len);
-        let g = &args.guard;
-        tracing::info!(
-            profile = %args.profile,
-            precision = ?args.precision,
-            served_model_name = %name,
-            max_model_len,
-            kv_blocks = engine.info().num_kv_blocks,
-            "effective engine configuration:\n{}",
-            engine.config().to_toml_string()
-        );
-        Ok(Arc::new(AppState {
+    /// The state over `parts` (built from the flags in [`crate::build`]); the
+    /// counters start at zero.
+    pub fn new(parts: StateParts) -> Arc<AppState> {
+        let StateParts {
             engine,
             tokenizer,
             chat_template,
-            metrics: Metrics::new(&name),
-            model_name: name,
-            model_aliases: aliases,
-            max_model_len,
+            model_name,
+            model_aliases,
+            prompt_bound,
+            max_body_bytes,
+            shutdown_timeout,
+            api_keys,
+            cache_scope,
+            trust_gateway_headers,
+            max_inflight_requests,
+            conn_limits,
+            request_timeout,
+            stream_write_timeout,
+        } = parts;
+        Arc::new(AppState {
+            max_model_len: engine.info().max_model_len,
+            engine,
+            tokenizer,
+            chat_template,
+            metrics: Metrics::new(&model_name),
+            model_name,
+            model_aliases,
             prompt_bound,
             created: unix_now(),
-            max_body_bytes: args.max_body_bytes,
-            shutdown_timeout: args.shutdown_timeout(),
-            api_keys: ApiKeys::new(g.api_keys.clone(), g.metrics_require_key),
-            cache_scope: g.prefix_cache_scope(),
-            trust_gateway_headers: g.trust_gateway_headers,
-            inflight_limit: InflightLimit::new(g.max_inflight_requests),
-            conn_limits: ConnLimits {
-                max_connections: g.max_connections.max(1),
-                header_read_timeout: secs(g.header_read_timeout),
-                keep_alive_timeout: secs(g.keep_alive_timeout),
-                body_read_timeout: secs(g.body_read_timeout),
-                stall_timeout: secs(g.stream_write_timeout),
-            },
-            request_timeout: secs(g.request_timeout),
-            stream_write_timeout: secs(g.stream_write_timeout),
+            max_body_bytes,
+            shutdown_timeout,
+            api_keys,
+            cache_scope,
+            trust_gateway_headers,
+            inflight_limit: Arc::new(InflightLimit::new(max_inflight_requests)),
+            conn_limits,
+            request_timeout,
+            stream_write_timeout,
             structured: Default::default(),
             blocking_permits: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
@@ -162,7 +128,7 @@ impl AppState {
             draining: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
-        }))
+        })
     }
 
     pub fn is_draining(&self) -> bool {

@@ -40,9 +40,6 @@ use sloserve_engine::{Engine, EngineConfig, EngineHandle, ModelRunner};
 use tokio::sync::mpsc;
 use zeromq::{Socket, SocketSend, ZmqMessage};
 
-use crate::args::ServeArgs;
-use crate::guard_args::PrefixCacheScope;
-
 pub use wire::Encoder;
 
 #[derive(Args, Debug, Clone, Default)]
@@ -120,25 +117,23 @@ fn target(endpoint: &str, allow_wildcard: bool) -> anyhow::Result<Target> {
 
 /// Starts the engine, with the publisher when `--kv-events-endpoint` is given
 /// (bound before this returns: a bad endpoint is a startup error).
+/// `default_topic`: `kv@HOST:PORT@MODEL`; `keys_share_cache`: API keys are
+/// configured and share the unsalted cache (`--prefix-cache-scope global`).
 pub fn start_engine(
-    args: &ServeArgs,
+    kv: &KvEventsArgs,
+    default_topic: String,
+    keys_share_cache: bool,
     runner: Box<dyn ModelRunner>,
     cfg: EngineConfig,
 ) -> anyhow::Result<EngineHandle> {
-    let kv = &args.kv_events;
     let Some(endpoint) = kv.kv_events_endpoint.clone() else {
         return Ok(Engine::start(runner, cfg)?);
     };
     let target = target(&endpoint, kv.kv_events_allow_wildcard)?;
-    let topic = args
-        .kv_events
-        .kv_events_topic
-        .clone()
-        .unwrap_or_else(|| format!("kv@{}:{}@{}", args.host, args.port, args.model_name()));
+    let topic = kv.kv_events_topic.clone().unwrap_or(default_topic);
     let (tx, rx) = mpsc::channel::<Changes>(QUEUE);
     let token_ids = kv.kv_events_token_ids;
-    let g = &args.guard;
-    if token_ids && !g.api_keys.is_empty() && g.prefix_cache_scope() == PrefixCacheScope::Global {
+    if token_ids && keys_share_cache {
         // Salted blocks are never published; under the global scope keys share the
         // unsalted cache, so their prompts' token ids go out too.
         tracing::warn!(
