@@ -1,6 +1,7 @@
 //! API keys: the middleware that checks `Authorization: Bearer` / `x-api-key` on
-//! every route except the open ones (`/health`, `/ready`, `/openapi.json`, and
-//! `/metrics` unless `--metrics-require-key`), in constant time, never logging a
+//! every route except the open ones (`/health`, `/ready`, `/openapi.json`, the SLO
+//! page's static files, and `/metrics` unless `--metrics-require-key`; the page's
+//! data, `/slo/status`, needs a key), in constant time, never logging a
 //! key; the caller's identity (`Caller`) for class ceilings and cache scope, and
 //! its Batch API [`Owner`] (a digest of the key) for the objects it may reach.
 
@@ -111,6 +112,7 @@ impl ApiKeys {
     fn is_open(&self, path: &str) -> bool {
         matches!(path, "/health" | "/ready" | "/openapi.json")
             || (path == "/metrics" && !self.metrics_require_key)
+            || crate::ui::OPEN_PATHS.contains(&path)
     }
 
     /// The caller presenting `headers`' key; every key is compared (no early exit).
@@ -195,6 +197,8 @@ mod tests {
         assert_eq!(keys.identify(&h), None);
         assert!(keys.is_open("/health") && keys.is_open("/metrics"));
         assert!(!keys.is_open("/v1/models") && !keys.is_open("/tokenize"));
+        assert!(keys.is_open("/slo") && keys.is_open("/slo/app.js"));
+        assert!(!keys.is_open("/slo/status") && !keys.is_open("/slo/"));
         assert!(!ApiKeys::new(vec![], true).is_open("/metrics"));
     }
 

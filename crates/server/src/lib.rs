@@ -34,12 +34,14 @@ pub mod request_id;
 pub mod responses;
 pub mod routes;
 pub mod shutdown;
+pub mod slo_status;
 pub mod state;
 pub mod stream;
 pub mod structured;
 pub mod tcp_progress;
 pub mod tool_parser;
 pub mod tools;
+pub mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -88,7 +90,9 @@ pub fn router(app: &App) -> Router {
             Router::new()
                 .route("/metrics", get(routes::metrics))
                 .with_state(app.clone()),
-        );
+        )
+        // The live SLO page (a UI route, not an OpenAI endpoint).
+        .merge(ui::routes(app));
     let routes = match &app.batch {
         Some(b) => routes.merge(sloserve_batch::http::routes(b.clone())),
         None => routes,
