@@ -75,6 +75,8 @@ const readings = [];
 
 function tokensPerSecond(status) {
   const now = performance.now();
+  // A restarted server counts from zero again.
+  if (readings.length && readings[0].status.started !== status.started) readings.length = 0;
   readings.push({ at: now, status });
   while (readings.length > 2 && now - readings[1].at >= RATE_WINDOW_MS) readings.shift();
   const old = readings[0];
