@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
+.PHONY: all model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-browser slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
 
 all: build
 
@@ -53,6 +53,7 @@ serve: model release
 test: model model-gemma3 model-qwen0.5b models-generated
 	$(CARGO) test --workspace --no-fail-fast
 	$(MAKE) test-python
+	$(MAKE) test-browser
 	$(MAKE) test-k8s
 
 # The slow half of the reference suites (run before a release; `make test` keeps the rest):
@@ -92,6 +93,38 @@ test-python: model model-qwen0.5b $(VENV)/.requirements-installed $(VENV_INSTRUC
 	$(VENV)/bin/python tests/python/test_hostile_router.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_hostile_batch.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_batch_queueing.py --bin "$(TARGET_DIR)/debug/sloserve"
+
+# The live SLO page (docs/slo-page.md) in headless Chromium: Debian's chromium and
+# chromium-driver (apt-get, only when missing; no apt-get: fails saying so), Selenium
+# in its own venv; writes docs/images/slo-page.png (~20 s once built).
+CHROMIUM ?= /usr/bin/chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+export CHROMIUM CHROMEDRIVER
+VENV_BROWSER := .venv-browser
+$(VENV_BROWSER)/.requirements-installed: tests/python/requirements-browser.txt
+	python3 -m venv $(VENV_BROWSER)
+	$(VENV_BROWSER)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements-browser.txt
+	touch $@
+
+browser-deps:
+	@if [ ! -x "$(CHROMIUM)" ] || [ ! -x "$(CHROMEDRIVER)" ]; then \
+		if ! command -v apt-get >/dev/null 2>&1; then \
+			echo "test-browser: $(CHROMIUM) or $(CHROMEDRIVER) is missing and there is no apt-get to install Debian's chromium and chromium-driver; install them, or set CHROMIUM and CHROMEDRIVER" >&2; \
+			exit 1; \
+		fi; \
+		echo "test-browser: installing chromium and chromium-driver with apt-get"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver || exit 1; \
+		[ -x "$(CHROMIUM)" ] && [ -x "$(CHROMEDRIVER)" ] || { echo "test-browser: apt-get ran but $(CHROMIUM) / $(CHROMEDRIVER) are still missing" >&2; exit 1; }; \
+	fi
+
+test-browser: model browser-deps $(VENV_BROWSER)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV_BROWSER)/bin/python tests/python/test_slo_page.py --bin "$(TARGET_DIR)/debug/sloserve"
+
+# The SLO page test, keeping its screenshot as docs/images/slo-page.png.
+slo-screenshot: model browser-deps $(VENV_BROWSER)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV_BROWSER)/bin/python tests/python/test_slo_page.py --bin "$(TARGET_DIR)/debug/sloserve" --screenshot docs/images/slo-page.png
 
 # Structured output on every schema of crates/grammar/tests/schemas (Qwen2.5-Coder 0.5B; minutes).
 test-structured: model-qwen0.5b $(VENV)/.requirements-installed

@@ -29,6 +29,10 @@ pub enum Endpoint {
     Ready,
     Metrics,
     OpenApi,
+    SloPage,
+    SloScript,
+    SloStyle,
+    SloStatus,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -66,6 +70,9 @@ pub enum Runs {
     Files,
     /// Answered by the process itself: probes, metrics, the API description.
     Process,
+    /// The live SLO page and its data (one replica's view: the router sends it
+    /// to the default class's fleet).
+    Page,
 }
 
 /// Who may call an endpoint when API keys are configured.
@@ -224,6 +231,17 @@ pub const TABLE: &[Spec] = &[
         row(E::OpenApi, "/openapi.json", GET, None, Runs::Process),
         Access::Open,
     ),
+    // The page's files hold no data; its data needs a key.
+    open(row(E::SloPage, "/slo", GET, None, Runs::Page), Access::Open),
+    open(
+        row(E::SloScript, "/slo/app.js", GET, None, Runs::Page),
+        Access::Open,
+    ),
+    open(
+        row(E::SloStyle, "/slo/style.css", GET, None, Runs::Page),
+        Access::Open,
+    ),
+    row(E::SloStatus, "/slo/status", GET, None, Runs::Page),
 ];
 
 impl Endpoint {
@@ -311,6 +329,10 @@ mod tests {
             E::Ready,
             E::Metrics,
             E::OpenApi,
+            E::SloPage,
+            E::SloScript,
+            E::SloStyle,
+            E::SloStatus,
         ];
         for e in all {
             match e {
@@ -332,7 +354,11 @@ mod tests {
                 | E::Health
                 | E::Ready
                 | E::Metrics
-                | E::OpenApi => assert!(seen.contains(&e), "{e:?} has no row"),
+                | E::OpenApi
+                | E::SloPage
+                | E::SloScript
+                | E::SloStyle
+                | E::SloStatus => assert!(seen.contains(&e), "{e:?} has no row"),
             }
         }
         assert_eq!(all.len(), TABLE.len());
@@ -354,5 +380,7 @@ mod tests {
         assert!(is_open("/health", true) && is_open("/openapi.json", true));
         assert!(is_open("/metrics", false) && !is_open("/metrics", true));
         assert!(!is_open("/v1/models", false) && !is_open("/health/x", false));
+        assert!(is_open("/slo", true) && is_open("/slo/app.js", true));
+        assert!(!is_open("/slo/status", false) && !is_open("/slo/", false));
     }
 }

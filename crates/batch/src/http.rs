@@ -63,7 +63,11 @@ pub fn routes(svc: Arc<BatchService>) -> Router {
             | E::Health
             | E::Ready
             | E::Metrics
-            | E::OpenApi => continue,
+            | E::OpenApi
+            | E::SloPage
+            | E::SloScript
+            | E::SloStyle
+            | E::SloStatus => continue,
         };
         r = r.route(spec.path, methods);
     }

@@ -18,7 +18,7 @@ use crate::core::{EngineCore, StepReport};
 use crate::error::EngineError;
 use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTimings, SloReport};
 use crate::prefix_cache::CacheChange;
-use crate::request::{Admitted, Request};
+use crate::request::{Admitted, Request, SloClass};
 use crate::runner::{ModelRunner, RunnerInfo};
 use crate::stats::EngineStats;
 use crate::supervisor;
@@ -280,6 +280,12 @@ impl EngineHandle {
         let mut st = lock(&sh.stats).clone();
         st.rejected = lock(&sh.admission).rejected;
         st
+    }
+
+    /// Seconds a new request of `class` is predicted to wait before it starts
+    /// (the figure admission control refuses by; 0 when nothing waits ahead).
+    pub fn predicted_wait_s(&self, class: SloClass) -> f64 {
+        lock(&self.inner.shared.admission).predicted_wait_s(class)
     }
 
     /// The runner's info as the engine uses it (effective KV blocks, context length).

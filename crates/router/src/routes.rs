@@ -56,6 +56,7 @@ pub fn forward_of(spec: &EndpointSpec) -> Forward {
         Runs::Tokenizer => Forward::Default,
         Runs::Files => Forward::Batch,
         Runs::Models => Forward::Union,
+        Runs::Page => Forward::Default,
         Runs::Process => match spec.endpoint {
             E::Health | E::Ready | E::Metrics => Forward::Own,
             // The replicas' API description.

@@ -1,6 +1,6 @@
 //! The API-key middleware: every route except the endpoint table's open ones
-//! (`/health`, `/ready`, `/openapi.json`, and `/metrics` unless
-//! `--metrics-require-key`) needs a configured key ([`crate::keys`]), never
+//! (`/health`, `/ready`, `/openapi.json`, the SLO page's files, and `/metrics`
+//! unless `--metrics-require-key`; the page's data `/slo/status` is not open) needs a configured key ([`crate::keys`]), never
 //! logged; the caller and its Batch API owner go into the request's extensions.
 
 use std::sync::Arc;

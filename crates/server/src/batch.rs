@@ -92,7 +92,11 @@ impl Dispatch for HandlerDispatch {
                 | E::Health
                 | E::Ready
                 | E::Metrics
-                | E::OpenApi => return not_batchable(url),
+                | E::OpenApi
+                | E::SloPage
+                | E::SloScript
+                | E::SloStyle
+                | E::SloStatus => return not_batchable(url),
             }
             .into_response();
             let status = resp.status().as_u16();

@@ -161,6 +161,8 @@ mod tests {
         assert_eq!(keys.identify(&h), None);
         assert!(keys.is_open("/health") && keys.is_open("/metrics"));
         assert!(!keys.is_open("/v1/models") && !keys.is_open("/tokenize"));
+        assert!(keys.is_open("/slo") && keys.is_open("/slo/app.js"));
+        assert!(!keys.is_open("/slo/status") && !keys.is_open("/slo/"));
         assert!(!ApiKeys::new(vec![], true).is_open("/metrics"));
     }
 

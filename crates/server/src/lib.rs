@@ -37,12 +37,14 @@ pub mod request_id;
 pub mod responses;
 pub mod routes;
 pub mod shutdown;
+pub mod slo_status;
 pub mod state;
 pub mod stream;
 pub mod structured;
 pub mod tcp_progress;
 pub mod tool_parser;
 pub mod tools;
+pub mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -86,7 +88,9 @@ pub fn router(app: &App) -> Router {
             Router::new()
                 .route(Endpoint::Metrics.path(), get(routes::metrics))
                 .with_state(app.clone()),
-        );
+        )
+        // The live SLO page (a UI route, not an OpenAI endpoint).
+        .merge(ui::routes(app));
     let routes = match &app.batch {
         Some(b) => routes.merge(sloserve_batch::http::routes(b.clone())),
         None => routes,
@@ -125,7 +129,11 @@ fn handler(e: Endpoint, m: MethodFilter) -> Option<MethodRouter<Arc<AppState>>> 
         | E::FileContent
         | E::Batches
         | E::Batch
-        | E::BatchCancel => return None,
+        | E::BatchCancel
+        | E::SloPage
+        | E::SloScript
+        | E::SloStyle
+        | E::SloStatus => return None,
     })
 }
 

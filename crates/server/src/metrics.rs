@@ -69,6 +69,60 @@ impl Histogram {
     }
 }
 
+impl Snapshot {
+    /// The `q` quantile (0-1) as Prometheus' `histogram_quantile` estimates it:
+    /// linear within the bucket it falls in (from 0 in the first); past the last
+    /// bound, that bound. `None` before any observation.
+    fn quantile(&self, q: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        let rank = q.clamp(0.0, 1.0) * self.count as f64;
+        let mut below = 0u64;
+        for (i, &n) in self.counts.iter().enumerate() {
+            if n > 0 && (below + n) as f64 >= rank {
+                let lo = if i == 0 { 0.0 } else { BUCKETS[i - 1] };
+                let into = (rank - below as f64) / n as f64;
+                return Some(lo + (BUCKETS[i] - lo) * into);
+            }
+            below += n;
+        }
+        Some(BUCKETS[BUCKETS.len() - 1])
+    }
+}
+
+/// One class's latency figure since start, read from its histogram (seconds).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_s: Option<f64>,
+    pub p50_s: Option<f64>,
+    pub p90_s: Option<f64>,
+    pub p99_s: Option<f64>,
+}
+
+impl From<Snapshot> for LatencySummary {
+    fn from(s: Snapshot) -> Self {
+        LatencySummary {
+            count: s.count,
+            mean_s: (s.count > 0).then(|| s.sum / s.count as f64),
+            p50_s: s.quantile(0.5),
+            p90_s: s.quantile(0.9),
+            p99_s: s.quantile(0.99),
+        }
+    }
+}
+
+/// Requests of one class finished since start, by the reasons of `/metrics`'
+/// `request_success_total`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct FinishedCounts {
+    pub stop: u64,
+    pub length: u64,
+    pub error: u64,
+    pub abort: u64,
+}
+
 #[derive(Debug, Clone, Copy)]
 enum H {
     Ttft,
@@ -175,6 +229,35 @@ impl Metrics {
     /// A client went away before its request finished.
     pub fn observe_disconnect(&self, class: SloClass) {
         self.finished[class.index()][3].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A class's TTFT since start (the `time_to_first_token_seconds` histogram).
+    pub fn ttft(&self, class: SloClass) -> LatencySummary {
+        self.hist[H::Ttft as usize][class.index()].snapshot().into()
+    }
+
+    /// A class's TPOT since start (the `time_per_output_token_seconds` histogram).
+    pub fn tpot(&self, class: SloClass) -> LatencySummary {
+        self.hist[H::Tpot as usize][class.index()].snapshot().into()
+    }
+
+    /// Tokens a class's requests received after their first: the count of its
+    /// `inter_token_latency_seconds` histogram (observed live, per token).
+    pub fn tokens_after_first(&self, class: SloClass) -> u64 {
+        self.hist[H::Itl as usize][class.index()]
+            .count
+            .load(Ordering::Acquire)
+    }
+
+    /// A class's finished requests by reason (`request_success_total`).
+    pub fn finished(&self, class: SloClass) -> FinishedCounts {
+        let f = |r: usize| self.finished[class.index()][r].load(Ordering::Relaxed);
+        FinishedCounts {
+            stop: f(0),
+            length: f(1),
+            error: f(2),
+            abort: f(3),
+        }
     }
 
     /// The whole exposition: histograms plus the engine's gauges and counters.

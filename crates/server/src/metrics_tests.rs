@@ -194,3 +194,33 @@ fn grammar_families_render_the_mask_times_and_compile_counts() {
         assert!(text.contains(&format!("{c}{{{l}}} ")));
     }
 }
+
+#[test]
+fn summaries_estimate_quantiles_from_the_buckets() {
+    let m = Metrics::new("smol");
+    assert_eq!(m.ttft(SloClass::Interactive), LatencySummary::default());
+    // 90 TTFTs of 40 ms (bucket 0.03-0.05) and 10 of 400 ms (bucket 0.3-0.5).
+    let hist = &m.hist[H::Ttft as usize][SloClass::Interactive.index()];
+    (0..90).for_each(|_| hist.observe(0.04));
+    (0..10).for_each(|_| hist.observe(0.4));
+    let s = m.ttft(SloClass::Interactive);
+    assert_eq!(s.count, 100);
+    assert!((s.mean_s.unwrap() - 0.076).abs() < 1e-9, "{s:?}");
+    // As histogram_quantile: rank 50 of 90 in (0.03, 0.05]; rank 90 is that bucket's top.
+    assert!(
+        (s.p50_s.unwrap() - (0.03 + 0.02 * 50.0 / 90.0)).abs() < 1e-9,
+        "{s:?}"
+    );
+    assert!((s.p90_s.unwrap() - 0.05).abs() < 1e-9, "{s:?}");
+    assert!((s.p99_s.unwrap() - (0.3 + 0.2 * 0.9)).abs() < 1e-9, "{s:?}");
+    // Past the last bound: the last bound.
+    let tpot = &m.hist[H::Tpot as usize][SloClass::Batch.index()];
+    tpot.observe(100.0);
+    assert_eq!(m.tpot(SloClass::Batch).p50_s, Some(60.0));
+    assert_eq!(m.tpot(SloClass::Interactive).count, 0);
+    m.observe_itl(SloClass::Batch, Duration::from_millis(7));
+    m.observe_disconnect(SloClass::Batch);
+    assert_eq!(m.tokens_after_first(SloClass::Batch), 1);
+    assert_eq!(m.tokens_after_first(SloClass::Interactive), 0);
+    assert_eq!(m.finished(SloClass::Batch).abort, 1);
+}

@@ -217,6 +217,23 @@ fn get_batch() {}
               (status = 404, description = "No such batch of the caller's", body = ErrorBody)))]
 fn cancel_batch() {}
 
+#[utoipa::path(get, path = "/slo", tag = "page", security(()),
+    responses((status = 200, description = "The live SLO page (HTML; docs/slo-page.md)", content_type = "text/html")))]
+fn slo_page() {}
+
+#[utoipa::path(get, path = "/slo/app.js", tag = "page", security(()),
+    responses((status = 200, description = "The page's script", content_type = "text/javascript")))]
+fn slo_script() {}
+
+#[utoipa::path(get, path = "/slo/style.css", tag = "page", security(()),
+    responses((status = 200, description = "The page's stylesheet", content_type = "text/css")))]
+fn slo_style() {}
+
+#[utoipa::path(get, path = "/slo/status", tag = "page",
+    responses((status = 200, description = "What the page shows, as JSON: per class targets, percentiles, attainment, queue and predicted wait, tokens; KV and prefix cache; the caller's running batches", content_type = "application/json"),
+              (status = 401, description = "Missing or wrong API key (whenever keys are set)", body = ErrorBody)))]
+fn slo_status() {}
+
 /// The endpoint table's facts on each path: what runs it, whether a batch or
 /// a stream may use it, and who may call it (`x-sloserve-*`).
 struct Table;
@@ -271,7 +288,7 @@ impl Modify for Keys {
 #[openapi(
     info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
     paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, health, ready, metrics, openapi,
-        upload_file, list_files, get_file, delete_file, file_content, create_batch, list_batches, get_batch, cancel_batch),
+        upload_file, list_files, get_file, delete_file, file_content, create_batch, list_batches, get_batch, cancel_batch, slo_page, slo_script, slo_style, slo_status),
     modifiers(&Keys, &Table),
     security(("bearer" = []), ("x-api-key" = [])),
 )]

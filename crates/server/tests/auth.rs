@@ -1,7 +1,8 @@
 //! API keys against the real server: 401 (OpenAI's shape) without or with a wrong
 //! key on every closed route (also ones that do not exist), 200 with the right one
 //! (Bearer or x-api-key), open probes, `--metrics-require-key`, the per-key SLO
-//! class ceiling, and isolated prefix caches (per-key scope and `cache_salt`).
+//! class ceiling, isolated prefix caches (per-key scope and `cache_salt`), and the
+//! SLO page: its static files open, its data (`/slo/status`) behind the key.
 
 mod common;
 
@@ -168,4 +169,62 @@ fn cache_salt_isolates_requests_of_one_key() {
     assert_eq!(cached(FULL, &p, None), 0);
     let e = complete(FULL, &json!({"prompt": "x", "cache_salt": ""})).openai_error(400);
     assert_eq!(e["param"], "cache_salt");
+}
+
+#[test]
+fn the_slo_page_is_open_and_its_data_needs_the_key() {
+    let s = server();
+    for (path, ty) in [
+        ("/slo", "text/html"),
+        ("/slo/app.js", "text/javascript"),
+        ("/slo/style.css", "text/css"),
+    ] {
+        let r = get(s.addr, path);
+        assert_eq!(r.status, 200, "{path}");
+        assert!(r.header("content-type").unwrap().starts_with(ty), "{path}");
+        let csp = r.header("content-security-policy").unwrap();
+        assert!(csp.contains("default-src 'none'") && csp.contains("connect-src 'self'"));
+    }
+    assert!(get(s.addr, "/slo").text().contains("/slo/app.js"));
+    assert_eq!(
+        get(s.addr, "/slo/status").openai_error(401)["code"],
+        "invalid_api_key"
+    );
+    let auth = bearer(FULL);
+    let status = || {
+        let r = request(
+            s.addr,
+            "GET",
+            "/slo/status",
+            &[("Authorization", &auth)],
+            b"",
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    let st = status();
+    assert_eq!(st["model"], "smol");
+    let classes: Vec<&str> = st["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["class"].as_str().unwrap())
+        .collect();
+    assert_eq!(classes, ["interactive", "batch"]);
+    // The same figures /metrics renders.
+    let m = request(s.addr, "GET", "/metrics", &[("Authorization", &auth)], b"").text();
+    let total = metric(&m, "sloserve:kv_cache_blocks_total").unwrap();
+    assert!(total > 0.0 && st["kv"]["blocks_total"].as_f64() == Some(total));
+    assert!(st["batch"]["running"].is_array() && st["batch"]["jobs"].is_object());
+    let r = complete(FULL, &json!({"prompt": "The sky is", "max_tokens": 4}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    wait_for("the status to count the request", 10, || {
+        let c = &status()["classes"][0];
+        c["ttft"]["count"].as_u64() >= Some(1)
+            && c["ttft"]["p50_s"].as_f64() > Some(0.0)
+            && c["tokens_after_first"].as_u64() >= Some(1)
+            && c["finished"]["length"].as_u64() >= Some(1)
+    });
+    let c = &status()["classes"][0];
+    assert!(c["predicted_wait_s"].as_f64().unwrap() >= 0.0 && c["waiting"].is_u64());
 }
