@@ -364,6 +364,26 @@ mod tests {
         assert_eq!(all.len(), TABLE.len());
     }
 
+    /// docs/serving.md's endpoint list names every path of the table.
+    #[test]
+    fn the_serving_docs_list_every_endpoint() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/serving.md"
+        ))
+        .unwrap();
+        let start = doc.find("## Endpoints").expect("an Endpoints section");
+        let section = &doc[start..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+        for s in TABLE {
+            let path = s.path.replace("{*id}", "{id}");
+            assert!(
+                section.contains(&format!(" {path}`")),
+                "docs/serving.md's Endpoints do not name {path}"
+            );
+        }
+    }
+
     #[test]
     fn batch_urls_and_open_paths() {
         let urls: Vec<_> = batch_urls().collect();
