@@ -10,6 +10,7 @@ pub mod completion;
 pub mod endpoints;
 pub mod error;
 pub mod parse;
+pub mod prom;
 pub mod responses;
 pub mod sampling;
 pub mod tokenize;

@@ -1,7 +1,5 @@
 //! The router's latency histogram (TTFT per fleet and replica): fixed buckets,
-//! written in Prometheus text.
-
-use std::fmt::Write;
+//! read by `metrics.rs`.
 
 /// Seconds; the server's buckets (5 ms to 60 s) plus finer ones for the router's
 /// own overhead.
@@ -30,14 +28,12 @@ impl Histogram {
         self.count
     }
 
-    pub fn write(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cum = 0;
-        for (b, c) in BUCKETS.iter().zip(self.counts) {
-            cum += c;
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
-        }
-        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", self.count);
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
-        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    /// Observations per bucket (not cumulative).
+    pub fn counts(&self) -> &[u64] {
+        &self.counts
+    }
+
+    pub fn sum(&self) -> f64 {
+        self.sum
     }
 }

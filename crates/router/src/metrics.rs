@@ -1,93 +1,64 @@
-//! The router's `/metrics` in Prometheus text format: per replica in flight,
-//! outstanding work, health, requests, errors and ejections; per fleet the TTFT
-//! histogram as seen by the router, retries and spilled requests.
+//! The router's `/metrics`: its families declared once (below) and rendered with
+//! `sloserve_api::prom`'s writer — per replica in flight, outstanding work,
+//! health, requests, errors and ejections; per fleet the TTFT histogram as seen
+//! by the router, retries; spilled requests.
 
-use std::fmt::Write;
+use sloserve_api::prom::Writer;
 
+use crate::backend::BackendStats;
+use crate::histogram::BUCKETS;
 use crate::picker::Picker;
+
+sloserve_api::families! { ALL;
+    BACKEND_IN_FLIGHT = Gauge "sloserve_router:backend_in_flight" ["fleet", "backend"]
+        "Requests in flight on the replica.";
+    BACKEND_OUTSTANDING_TOKENS = Gauge "sloserve_router:backend_outstanding_tokens" ["fleet", "backend"]
+        "Prompt + max tokens of the requests in flight.";
+    BACKEND_HEALTHY = Gauge "sloserve_router:backend_healthy" ["fleet", "backend"]
+        "1 while the replica takes requests, 0 while ejected.";
+    BACKEND_REQUESTS = Counter "sloserve_router:backend_requests_total" ["fleet", "backend"]
+        "Requests sent to the replica (retries included).";
+    BACKEND_ERRORS = Counter "sloserve_router:backend_errors_total" ["fleet", "backend"]
+        "Connection errors and 5xx answers from the replica.";
+    BACKEND_EJECTIONS = Counter "sloserve_router:backend_ejections_total" ["fleet", "backend"]
+        "Times the replica was ejected.";
+    TTFT = Histogram "sloserve_router:time_to_first_token_seconds" ["fleet"]
+        "Time from the router receiving a request to the first byte of its answer.";
+    RETRIES = Counter "sloserve_router:retries_total" ["fleet"]
+        "Requests retried on another replica after a failure before the first byte.";
+    SPILLED = Counter "sloserve_router:spilled_total" []
+        "Batch requests sent to an idle interactive replica.";
+}
 
 /// The exposition text.
 pub fn render(picker: &Picker, spilled: u64) -> String {
-    let mut out = String::with_capacity(4096);
-    type Field = fn(&crate::backend::BackendStats) -> f64;
-    let per_backend: [(&str, &str, &str, Field); 6] = [
-        (
-            "backend_in_flight",
-            "gauge",
-            "Requests in flight on the replica.",
-            |s| s.in_flight as f64,
-        ),
-        (
-            "backend_outstanding_tokens",
-            "gauge",
-            "Prompt + max tokens of the requests in flight.",
-            |s| s.work as f64,
-        ),
-        (
-            "backend_healthy",
-            "gauge",
-            "1 while the replica takes requests, 0 while ejected.",
-            |s| f64::from(u8::from(s.healthy)),
-        ),
-        (
-            "backend_requests_total",
-            "counter",
-            "Requests sent to the replica (retries included).",
-            |s| s.requests as f64,
-        ),
-        (
-            "backend_errors_total",
-            "counter",
-            "Connection errors and 5xx answers from the replica.",
-            |s| s.errors as f64,
-        ),
-        (
-            "backend_ejections_total",
-            "counter",
-            "Times the replica was ejected.",
-            |s| s.ejections as f64,
-        ),
+    let mut w = Writer::with_capacity(4096);
+    type Field = fn(&BackendStats) -> f64;
+    let per_backend: [(&sloserve_api::prom::Family, Field); 6] = [
+        (&BACKEND_IN_FLIGHT, |s| s.in_flight as f64),
+        (&BACKEND_OUTSTANDING_TOKENS, |s| s.work as f64),
+        (&BACKEND_HEALTHY, |s| f64::from(u8::from(s.healthy))),
+        (&BACKEND_REQUESTS, |s| s.requests as f64),
+        (&BACKEND_ERRORS, |s| s.errors as f64),
+        (&BACKEND_EJECTIONS, |s| s.ejections as f64),
     ];
-    for (name, kind, help, f) in per_backend {
-        let _ = writeln!(out, "# HELP sloserve_router:{name} {help}");
-        let _ = writeln!(out, "# TYPE sloserve_router:{name} {kind}");
+    for (family, f) in per_backend {
+        w.head(family);
         for b in picker.all_backends() {
-            let _ = writeln!(
-                out,
-                "sloserve_router:{name}{{fleet=\"{}\",backend=\"{}\"}} {}",
-                b.fleet,
-                b.url,
-                f(&b.stats())
-            );
+            w.sample(family, &[&b.fleet, &b.url], f(&b.stats()));
         }
     }
-    let name = "sloserve_router:time_to_first_token_seconds";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Time from the router receiving a request to the first byte of its answer."
-    );
-    let _ = writeln!(out, "# TYPE {name} histogram");
+    w.head(&TTFT);
     for f in &picker.fleets {
-        f.ttft()
-            .write(&mut out, name, &format!("fleet=\"{}\"", f.name));
+        let h = f.ttft();
+        w.histogram(&TTFT, &[&f.name], &BUCKETS, h.counts(), h.sum(), h.count());
     }
-    let name = "sloserve_router:retries_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Requests retried on another replica after a failure before the first byte."
-    );
-    let _ = writeln!(out, "# TYPE {name} counter");
+    w.head(&RETRIES);
     for f in &picker.fleets {
-        let _ = writeln!(out, "{name}{{fleet=\"{}\"}} {}", f.name, f.retries());
+        w.sample(&RETRIES, &[&f.name], f.retries() as f64);
     }
-    let name = "sloserve_router:spilled_total";
-    let _ = writeln!(
-        out,
-        "# HELP {name} Batch requests sent to an idle interactive replica."
-    );
-    let _ = writeln!(out, "# TYPE {name} counter");
-    let _ = writeln!(out, "{name} {spilled}");
-    out
+    w.single(&SPILLED, &[], spilled as f64);
+    w.into_string()
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub mod keys;
 pub mod kv_events;
 pub mod limits;
 pub mod listen;
+pub mod metric_families;
 pub mod metrics;
 pub mod mlock;
 pub mod openapi;

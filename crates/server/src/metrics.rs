@@ -1,4 +1,5 @@
-//! Prometheus metrics in the text exposition format, written by hand. Histograms
+//! Prometheus metrics: the families of `metric_families.rs` measured and
+//! rendered with `sloserve_api::prom`'s writer. Histograms
 //! (per SLO class) are observed from each finished request's engine timings (TTFT,
 //! queue, prefill, e2e, TPOT) and from token times (ITL); gauges and counters are
 //! read from `EngineHandle::stats()` at scrape time (the grammar's mask-time
@@ -9,12 +10,15 @@
 //! Observing takes no lock: every bucket, count and sum is an atomic (an ITL is
 //! observed per token, from every request's task at once).
 
-use std::fmt::Write;
+use std::fmt::Display;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use sloserve_api::prom::{Family, Writer};
 use sloserve_engine::stats::MASK_TIME_BUCKETS;
 use sloserve_engine::{EngineStats, FinishInfo, FinishReason, SloClass};
+
+use crate::metric_families as F;
 
 /// Seconds; from 5 ms (a 100 ms voice SLO falls well inside) to 60 s.
 pub const BUCKETS: [f64; 20] = [
@@ -133,37 +137,14 @@ enum H {
     Prefill,
 }
 
-const HISTOGRAMS: [(H, &str, &str); 6] = [
-    (
-        H::Ttft,
-        "time_to_first_token_seconds",
-        "Time from arrival to the first token.",
-    ),
-    (
-        H::Itl,
-        "inter_token_latency_seconds",
-        "Time between consecutive tokens of a request.",
-    ),
-    (
-        H::Tpot,
-        "time_per_output_token_seconds",
-        "Mean time per output token after the first, per request.",
-    ),
-    (
-        H::E2e,
-        "e2e_request_latency_seconds",
-        "Time from arrival to the request's end.",
-    ),
-    (
-        H::Queue,
-        "request_queue_time_seconds",
-        "Time from arrival to the first scheduled step.",
-    ),
-    (
-        H::Prefill,
-        "request_prefill_time_seconds",
-        "Time from the first scheduled step to the first token.",
-    ),
+/// Each histogram's family, in `H`'s order.
+const HISTOGRAMS: [(H, &Family); 6] = [
+    (H::Ttft, &F::TTFT),
+    (H::Itl, &F::ITL),
+    (H::Tpot, &F::TPOT),
+    (H::E2e, &F::E2E),
+    (H::Queue, &F::QUEUE_TIME),
+    (H::Prefill, &F::PREFILL_TIME),
 ];
 
 /// Requests finished, by reason (the order of `REASONS`).
@@ -260,165 +241,73 @@ impl Metrics {
         }
     }
 
-    /// The whole exposition: histograms plus the engine's gauges and counters.
+    /// The whole exposition: histograms plus the engine's gauges and counters,
+    /// every family from `metric_families.rs`.
     pub fn render(&self, st: &EngineStats) -> String {
-        let model = &self.model_name;
-        let mut out = String::with_capacity(16 << 10);
-        let hist: [[Snapshot; 2]; 6] =
-            std::array::from_fn(|h| std::array::from_fn(|c| self.hist[h][c].snapshot()));
-        let finished: [[u64; 4]; 2] = std::array::from_fn(|c| {
-            std::array::from_fn(|r| self.finished[c][r].load(Ordering::Relaxed))
-        });
-        for (h, name, help) in HISTOGRAMS {
-            let _ = writeln!(out, "# HELP sloserve:{name} {help}");
-            let _ = writeln!(out, "# TYPE sloserve:{name} histogram");
+        let mut w = Writer::with_capacity(16 << 10);
+        self.render_into(st, &mut w);
+        w.into_string()
+    }
+
+    /// [`Metrics::render`] into a writer (the Batch API's families follow).
+    pub fn render_into(&self, st: &EngineStats, w: &mut Writer) {
+        let m: &dyn Display = &self.model_name;
+        for (h, f) in HISTOGRAMS {
+            w.head(f);
             for class in SloClass::ALL {
-                let hg = &hist[h as usize][class.index()];
-                let labels = format!("model_name=\"{model}\",slo_class=\"{class}\"");
-                let mut cum = 0;
-                for (b, n) in BUCKETS.iter().zip(hg.counts) {
-                    cum += n;
-                    let _ = writeln!(out, "sloserve:{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
-                }
-                let _ = writeln!(
-                    out,
-                    "sloserve:{name}_bucket{{{labels},le=\"+Inf\"}} {}",
-                    hg.count
-                );
-                let _ = writeln!(out, "sloserve:{name}_sum{{{labels}}} {}", hg.sum);
-                let _ = writeln!(out, "sloserve:{name}_count{{{labels}}} {}", hg.count);
+                let s = self.hist[h as usize][class.index()].snapshot();
+                w.histogram(f, &[m, &class], &BUCKETS, &s.counts, s.sum, s.count);
             }
         }
         // The grammar's mask time per constrained token (kept by the engine's
         // thread, read with its stats): one series, no class split.
-        {
-            let mt = &st.counters.mask_times;
-            let name = "sloserve:grammar_mask_time_seconds";
-            let labels = format!("model_name=\"{model}\"");
-            let _ = writeln!(
-                out,
-                "# HELP {name} Time the grammar took to compute each constrained token's mask."
-            );
-            let _ = writeln!(out, "# TYPE {name} histogram");
-            let mut cum = 0;
-            for (b, n) in MASK_TIME_BUCKETS.iter().zip(mt.buckets) {
-                cum += n;
-                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{b}\"}} {cum}");
-            }
-            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", mt.count);
-            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", mt.sum_ns as f64 / 1e9);
-            let _ = writeln!(out, "{name}_count{{{labels}}} {}", mt.count);
-        }
-        let mut family = |name: &str, kind: &str, help: &str, rows: Vec<(String, f64)>| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in rows {
-                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+        let mt = &st.counters.mask_times;
+        w.head(&F::GRAMMAR_MASK_TIME);
+        w.histogram(
+            &F::GRAMMAR_MASK_TIME,
+            &[m],
+            &MASK_TIME_BUCKETS,
+            &mt.buckets,
+            mt.sum_ns as f64 / 1e9,
+            mt.count,
+        );
+        let per_class = |w: &mut Writer, f: &Family, v: &dyn Fn(SloClass) -> f64| {
+            w.head(f);
+            for c in SloClass::ALL {
+                w.sample(f, &[m, &c], v(c));
             }
         };
-        let m = format!("model_name=\"{model}\"");
-        let per_class = |f: &dyn Fn(SloClass) -> f64| -> Vec<(String, f64)> {
-            SloClass::ALL
-                .iter()
-                .map(|&c| (format!("{m},slo_class=\"{c}\""), f(c)))
-                .collect()
-        };
-        let one = |v: f64| vec![(m.clone(), v)];
         let c = &st.counters;
-        family(
-            "sloserve:num_requests_running",
-            "gauge",
-            "Requests running in the engine.",
-            per_class(&|k| *st.running.get(k) as f64),
+        per_class(w, &F::NUM_REQUESTS_RUNNING, &|k| *st.running.get(k) as f64);
+        per_class(w, &F::NUM_REQUESTS_WAITING, &|k| *st.waiting.get(k) as f64);
+        w.single(&F::KV_CACHE_USAGE_PERC, &[m], st.kv_usage);
+        w.single(&F::KV_CACHE_BLOCKS_TOTAL, &[m], st.kv_blocks_total as f64);
+        w.single(&F::KV_CACHE_BLOCKS_USED, &[m], st.kv_blocks_used as f64);
+        w.single(&F::PREFILL_TOKENS_PER_SECOND, &[m], st.prefill_tokens_per_s);
+        let queried = c.prefix_cache_queried_tokens as f64;
+        w.single(&F::PREFIX_CACHE_QUERIES_TOTAL, &[m], queried);
+        let hits = c.prefix_cache_hit_tokens as f64;
+        w.single(&F::PREFIX_CACHE_HITS_TOTAL, &[m], hits);
+        let prompt = (c.prompt_tokens_computed + c.prompt_tokens_cached) as f64;
+        w.single(&F::PROMPT_TOKENS_TOTAL, &[m], prompt);
+        w.single(
+            &F::GENERATION_TOKENS_TOTAL,
+            &[m],
+            c.generation_tokens as f64,
         );
-        family(
-            "sloserve:num_requests_waiting",
-            "gauge",
-            "Requests waiting to start.",
-            per_class(&|k| *st.waiting.get(k) as f64),
-        );
-        family(
-            "sloserve:kv_cache_usage_perc",
-            "gauge",
-            "Fraction of KV blocks held by running requests (0-1).",
-            one(st.kv_usage),
-        );
-        family(
-            "sloserve:kv_cache_blocks_total",
-            "gauge",
-            "KV blocks in the pool.",
-            one(st.kv_blocks_total as f64),
-        );
-        family(
-            "sloserve:kv_cache_blocks_used",
-            "gauge",
-            "KV blocks held by running requests.",
-            one(st.kv_blocks_used as f64),
-        );
-        family(
-            "sloserve:prefill_tokens_per_second",
-            "gauge",
-            "Measured prefill rate (moving average).",
-            one(st.prefill_tokens_per_s),
-        );
-        family(
-            "sloserve:prefix_cache_queries_total",
-            "counter",
-            "Prompt tokens looked up in the prefix cache.",
-            one(c.prefix_cache_queried_tokens as f64),
-        );
-        family(
-            "sloserve:prefix_cache_hits_total",
-            "counter",
-            "Prompt tokens found in the prefix cache.",
-            one(c.prefix_cache_hit_tokens as f64),
-        );
-        family(
-            "sloserve:prompt_tokens_total",
-            "counter",
-            "Prompt tokens of started requests (computed plus cached).",
-            one((c.prompt_tokens_computed + c.prompt_tokens_cached) as f64),
-        );
-        family(
-            "sloserve:generation_tokens_total",
-            "counter",
-            "Tokens generated.",
-            one(c.generation_tokens as f64),
-        );
-        family(
-            "sloserve:engine_restarts_total",
-            "counter",
-            "Engine restarts after a panic on its thread (in-flight requests failed).",
-            one(st.engine_restarts as f64),
-        );
-        family(
-            "sloserve:num_preemptions_total",
-            "counter",
-            "Sequences preempted (KV freed, recomputed later).",
-            one(c.preemptions as f64),
-        );
-        family(
-            "sloserve:requests_rejected_total",
-            "counter",
-            "Requests refused by admission control (HTTP 429).",
-            per_class(&|k| *st.rejected.get(k) as f64),
-        );
-        let mut rows = Vec::new();
+        w.single(&F::ENGINE_RESTARTS_TOTAL, &[m], st.engine_restarts as f64);
+        w.single(&F::NUM_PREEMPTIONS_TOTAL, &[m], c.preemptions as f64);
+        per_class(w, &F::REQUESTS_REJECTED_TOTAL, &|k| {
+            *st.rejected.get(k) as f64
+        });
+        w.head(&F::REQUEST_SUCCESS_TOTAL);
         for class in SloClass::ALL {
             for (i, r) in REASONS.iter().enumerate() {
-                rows.push((
-                    format!("{m},slo_class=\"{class}\",finished_reason=\"{r}\""),
-                    finished[class.index()][i] as f64,
-                ));
+                let n = self.finished[class.index()][i].load(Ordering::Relaxed);
+                w.sample(&F::REQUEST_SUCCESS_TOTAL, &[m, &class, r], n as f64);
             }
         }
-        family(
-            "sloserve:request_success_total",
-            "counter",
-            "Requests finished, by reason.",
-            rows,
-        );
-        let mut rows = Vec::new();
+        w.head(&F::SLO_ATTAINMENT_TOTAL);
         for class in SloClass::ALL {
             let a = st.counters.slo.get(class);
             for (slo, result, n) in [
@@ -427,162 +316,71 @@ impl Metrics {
                 ("tpot", "met", a.tpot_met),
                 ("tpot", "missed", a.tpot_missed),
             ] {
-                rows.push((
-                    format!("{m},slo_class=\"{class}\",slo=\"{slo}\",result=\"{result}\""),
-                    n as f64,
-                ));
+                let labels: [&dyn Display; 4] = [m, &class, &slo, &result];
+                w.sample(&F::SLO_ATTAINMENT_TOTAL, &labels, n as f64);
             }
         }
-        family(
-            "sloserve:slo_attainment_total",
-            "counter",
-            "Finished requests that met or missed their absolute TTFT / TPOT target.",
-            rows,
-        );
-        family(
-            "sloserve:batch_rows_deferred_total",
-            "counter",
-            "Batch decode rows left out of a step to keep an interactive target.",
-            one(c.batch_rows_deferred as f64),
-        );
-        family(
-            "sloserve:slo_unreachable_steps_total",
-            "counter",
-            "Steps whose interactive work alone was predicted to miss the tightest interactive target (the machine cannot meet it even without batch work).",
-            one(c.slo_unreachable_steps as f64),
-        );
-        family(
-            "sloserve:engine_steps_total",
-            "counter",
-            "Engine steps run (generation_tokens_total over this: tokens per step).",
-            one(c.steps as f64),
-        );
-        family(
-            "sloserve:spec_decode_num_drafts_total",
-            "counter",
-            "N-gram speculation: decode rows that carried a draft to verify (batch-class rows never draft).",
-            per_class(&|k| c.spec[k].verify_rows as f64),
-        );
-        family(
-            "sloserve:spec_decode_num_draft_tokens_total",
-            "counter",
-            "N-gram speculation: draft tokens verified.",
-            per_class(&|k| c.spec[k].drafted_tokens as f64),
-        );
-        family(
-            "sloserve:spec_decode_num_accepted_tokens_total",
-            "counter",
-            "N-gram speculation: draft tokens accepted (the output is the same as without speculation).",
-            per_class(&|k| c.spec[k].accepted_tokens as f64),
-        );
-        family(
-            "sloserve:spec_decode_num_emitted_tokens_total",
-            "counter",
-            "N-gram speculation: tokens the verifying rows emitted (accepted drafts plus the one sampled where each draft ended).",
-            per_class(&|k| c.spec[k].emitted_tokens as f64),
-        );
-        family(
-            "sloserve:spec_decode_acceptance_rate",
-            "gauge",
-            "N-gram speculation: accepted over drafted tokens since start (0 before any draft).",
-            per_class(&|k| {
-                let s = c.spec[k];
-                s.accepted_tokens as f64 / s.drafted_tokens.max(1) as f64
-            }),
-        );
+        let deferred = c.batch_rows_deferred as f64;
+        w.single(&F::BATCH_ROWS_DEFERRED_TOTAL, &[m], deferred);
+        let unreachable = c.slo_unreachable_steps as f64;
+        w.single(&F::SLO_UNREACHABLE_STEPS_TOTAL, &[m], unreachable);
+        w.single(&F::ENGINE_STEPS_TOTAL, &[m], c.steps as f64);
+        per_class(w, &F::SPEC_DECODE_NUM_DRAFTS_TOTAL, &|k| {
+            c.spec[k].verify_rows as f64
+        });
+        per_class(w, &F::SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL, &|k| {
+            c.spec[k].drafted_tokens as f64
+        });
+        per_class(w, &F::SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, &|k| {
+            c.spec[k].accepted_tokens as f64
+        });
+        per_class(w, &F::SPEC_DECODE_NUM_EMITTED_TOKENS_TOTAL, &|k| {
+            c.spec[k].emitted_tokens as f64
+        });
+        per_class(w, &F::SPEC_DECODE_ACCEPTANCE_RATE, &|k| {
+            let s = c.spec[k];
+            s.accepted_tokens as f64 / s.drafted_tokens.max(1) as f64
+        });
         let grammar = sloserve_grammar::compile_counts();
-        family(
-            "sloserve:constrained_requests_total",
-            "counter",
-            "Requests decoded under a grammar (response_format json_schema / json_object, constrained tool calls): constraints compiled or found in the compile cache.",
-            one(grammar.ok as f64),
+        w.single(&F::CONSTRAINED_REQUESTS_TOTAL, &[m], grammar.ok as f64);
+        w.single(
+            &F::GRAMMAR_COMPILE_ERRORS_TOTAL,
+            &[m],
+            grammar.errors as f64,
         );
-        family(
-            "sloserve:grammar_compile_errors_total",
-            "counter",
-            "Constraints that did not compile (answered 400, naming why).",
-            one(grammar.errors as f64),
-        );
-        family(
-            "sloserve:grammar_forced_draft_tokens_total",
-            "counter",
-            "Grammar fast-forward: tokens a grammar forced (its only continuation), verified as a draft instead of a step each.",
-            per_class(&|k| c.forced[k].drafted_tokens as f64),
-        );
-        family(
-            "sloserve:grammar_forced_tokens_total",
-            "counter",
-            "Grammar fast-forward: forced tokens accepted, each emitted without a step of its own (the model may draw another tokenization of the forced text, which ends the run).",
-            per_class(&|k| c.forced[k].accepted_tokens as f64),
-        );
-        family(
-            "sloserve:kv_events_dropped_total",
-            "counter",
-            "KV-cache event batches dropped because the publisher's queue was full (--kv-events-endpoint not connected or not keeping up).",
-            one(crate::kv_events::dropped() as f64),
-        );
+        per_class(w, &F::GRAMMAR_FORCED_DRAFT_TOKENS_TOTAL, &|k| {
+            c.forced[k].drafted_tokens as f64
+        });
+        per_class(w, &F::GRAMMAR_FORCED_TOKENS_TOTAL, &|k| {
+            c.forced[k].accepted_tokens as f64
+        });
+        let dropped = crate::kv_events::dropped() as f64;
+        w.single(&F::KV_EVENTS_DROPPED_TOTAL, &[m], dropped);
         let cost = &st.step_cost;
-        family(
-            "sloserve:step_cost_seconds",
-            "gauge",
-            "The online step-time model: seconds per unit of each term (fixed per step, per prefill token, per decode row, per 1000 attention context tokens, and the jump past the runner's small-batch path).",
-            sloserve_engine::step_cost::TERM_NAMES
-                .iter()
-                .zip(cost.coefficients)
-                .map(|(t, v)| (format!("{m},term=\"{t}\""), v))
-                .collect(),
-        );
-        family(
-            "sloserve:step_cost_relative_error",
-            "gauge",
-            "Mean absolute relative error of the step-time prediction (moving average).",
-            one(cost.mean_abs_rel_error),
-        );
-        family(
-            "sloserve:last_step_seconds",
-            "gauge",
-            "The latest step: predicted and measured seconds, and its time limit (0 when no interactive target bounded it).",
-            vec![
-                (format!("{m},kind=\"predicted\""), st.last_step_predicted_s),
-                (format!("{m},kind=\"measured\""), st.last_step_s),
-                (format!("{m},kind=\"limit\""), st.last_step_limit_s),
-            ],
-        );
-        let waiting = (st.waiting.interactive + st.waiting.batch) as f64;
-        let running = (st.running.interactive + st.running.batch) as f64;
+        w.head(&F::STEP_COST_SECONDS);
+        let terms = sloserve_engine::step_cost::TERM_NAMES.iter();
+        for (t, v) in terms.zip(cost.coefficients) {
+            w.sample(&F::STEP_COST_SECONDS, &[m, t], v);
+        }
+        let err = cost.mean_abs_rel_error;
+        w.single(&F::STEP_COST_RELATIVE_ERROR, &[m], err);
+        w.head(&F::LAST_STEP_SECONDS);
+        for (kind, v) in [
+            ("predicted", st.last_step_predicted_s),
+            ("measured", st.last_step_s),
+            ("limit", st.last_step_limit_s),
+        ] {
+            w.sample(&F::LAST_STEP_SECONDS, &[m, &kind], v);
+        }
         // The four families llm-d's endpoint picker (EPP) reads from every replica, by
         // vLLM's names and meanings (see docs/gateway.md): one series each, no class split.
-        family(
-            "vllm:num_requests_waiting",
-            "gauge",
-            "Requests admitted and waiting to start, preempted ones included, both SLO classes (vLLM's name and meaning).",
-            one(waiting),
-        );
-        family(
-            "vllm:num_requests_running",
-            "gauge",
-            "Requests in the engine's running set (prefill or decode), both SLO classes (vLLM's name and meaning).",
-            one(running),
-        );
-        family(
-            "vllm:kv_cache_usage_perc",
-            "gauge",
-            "KV-cache usage, 0-1: blocks held by running requests over all blocks; blocks only the prefix cache holds count as free (vLLM's name and meaning).",
-            one(st.kv_usage),
-        );
-        family(
-            "vllm:cache_config_info",
-            "gauge",
-            "The KV cache's configuration as labels: block_size (tokens per block), num_gpu_blocks (blocks in the pool); value 1 (vLLM's info gauge).",
-            vec![(
-                format!(
-                    "{m},block_size=\"{}\",num_gpu_blocks=\"{}\"",
-                    st.kv_block_size, st.kv_blocks_total
-                ),
-                1.0,
-            )],
-        );
-        out
+        let waiting = (st.waiting.interactive + st.waiting.batch) as f64;
+        let running = (st.running.interactive + st.running.batch) as f64;
+        w.single(&F::VLLM_NUM_REQUESTS_WAITING, &[m], waiting);
+        w.single(&F::VLLM_NUM_REQUESTS_RUNNING, &[m], running);
+        w.single(&F::VLLM_KV_CACHE_USAGE_PERC, &[m], st.kv_usage);
+        let (bs, blocks) = (st.kv_block_size, st.kv_blocks_total);
+        w.single(&F::VLLM_CACHE_CONFIG_INFO, &[m, &bs, &blocks], 1.0);
     }
 }
 

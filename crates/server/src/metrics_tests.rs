@@ -224,3 +224,32 @@ fn summaries_estimate_quantiles_from_the_buckets() {
     assert_eq!(m.tokens_after_first(SloClass::Interactive), 0);
     assert_eq!(m.finished(SloClass::Batch).abort, 1);
 }
+
+/// The exposition is exactly the declared families, in their order, each sample
+/// under a declared family with its declared labels.
+#[test]
+fn the_exposition_is_the_declared_families() {
+    let text = Metrics::new("smol").render(&EngineStats::default());
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    let declared: Vec<&str> = F::ALL.iter().map(|f| f.name).collect();
+    assert_eq!(typed, declared);
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let series = line.split(['{', ' ']).next().unwrap();
+        let f = F::ALL
+            .iter()
+            .find(|f| {
+                series == f.name
+                    || ["_bucket", "_sum", "_count"]
+                        .iter()
+                        .any(|s| series.strip_suffix(s) == Some(f.name))
+            })
+            .unwrap_or_else(|| panic!("{line}: no declared family"));
+        for l in f.labels {
+            assert!(line.contains(&format!("{l}=\"")), "{line}: no {l}");
+        }
+    }
+}

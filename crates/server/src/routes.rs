@@ -174,10 +174,14 @@ pub async fn ready(State(state): State<Arc<AppState>>) -> Response {
 }
 
 pub async fn metrics(State(app): State<crate::App>) -> Response {
-    let mut text = app.state.metrics.render(&app.state.engine.stats());
+    let mut w = sloserve_api::prom::Writer::with_capacity(24 << 10);
+    app.state
+        .metrics
+        .render_into(&app.state.engine.stats(), &mut w);
     if let Some(b) = &app.batch {
-        b.counters().render(b.files(), &mut text);
+        b.counters().render(b.files(), &mut w);
     }
+    let text = w.into_string();
     (
         [(
             header::CONTENT_TYPE,
