@@ -31,7 +31,7 @@ pub use completion::{
 };
 pub use endpoints::{Endpoint, Runs, Spec as EndpointSpec};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
-pub use parse::parse_json;
+pub use parse::{parse_json, NamesModel};
 pub use responses::{
     Echo, IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponseUsage,
     ResponsesRequest,

@@ -162,3 +162,26 @@ mod tests {
         assert_eq!(r.prompt, crate::Prompt::Text("a".into()));
     }
 }
+
+/// A request body that may name the model it is for (`model`).
+pub trait NamesModel {
+    fn model(&self) -> Option<&str>;
+}
+
+macro_rules! names_model {
+    ($($t:ty),*) => {$(
+        impl NamesModel for $t {
+            fn model(&self) -> Option<&str> {
+                self.model.as_deref()
+            }
+        }
+    )*};
+}
+
+names_model!(
+    crate::CompletionRequest,
+    crate::ChatCompletionRequest,
+    crate::ResponsesRequest,
+    crate::TokenizeRequest,
+    crate::DetokenizeRequest
+);

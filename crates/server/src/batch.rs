@@ -3,24 +3,26 @@
 //! endpoint, as the batch's owner (so the body, cache scope, class ceiling and
 //! limits are exactly what that key gets synchronously), and the offline run.
 
-use std::sync::Arc;
-
+use std::future::Future;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use anyhow::Context;
 use axum::body::{to_bytes, Bytes};
-use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{header, HeaderMap};
-use axum::response::IntoResponse;
-use axum::Extension;
+use axum::response::{IntoResponse, Response};
 use clap::Args;
 use futures_util::future::BoxFuture;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
-use sloserve_api::ApiError;
+use sloserve_api::{ApiError, NamesModel};
 use sloserve_batch::offline::{self, OfflineRun};
 use sloserve_batch::{BatchConfig, BatchService, Dispatch, Owner, Reply};
 
+use crate::accept::Accepted;
 use crate::batch_args::BatchApiArgs;
+use crate::error::ServerError;
 use crate::keys::Caller;
 use crate::state::AppState;
 use crate::{chat, completions, responses, ServeArgs};
@@ -65,17 +67,15 @@ impl Dispatch for HandlerDispatch {
                 return owner_gone();
             };
             // The line itself asks for the batch class (`sloserve_batch::line`).
-            let headers = HeaderMap::new();
-            let body = Ok(Bytes::from(body.to_string()));
-            let caller = Some(Extension(caller));
+            let body = || Ok(Bytes::from(body.to_string()));
             use sloserve_api::Endpoint as E;
             let Some(endpoint) = E::from_batch_url(url) else {
                 return not_batchable(url);
             };
             let resp = match endpoint {
-                E::Completions => completions::handle(State(state), caller, headers, body).await,
-                E::ChatCompletions => chat::handle(State(state), caller, headers, body).await,
-                E::Responses => responses::handle(State(state), caller, headers, body).await,
+                E::Completions => run(state, caller, body(), completions::handle).await,
+                E::ChatCompletions => run(state, caller, body(), chat::handle).await,
+                E::Responses => run(state, caller, body(), responses::handle).await,
                 // Not batchable (`from_batch_url` never names them).
                 E::CompletionsRender
                 | E::ChatCompletionsRender
@@ -115,6 +115,24 @@ impl Dispatch for HandlerDispatch {
                 retry_after,
             }
         })
+    }
+}
+
+/// A handler run on a line: the endpoint's own prologue ([`Accepted`]), then it.
+async fn run<T, F, Fut>(
+    state: Arc<AppState>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+    handler: F,
+) -> Response
+where
+    T: DeserializeOwned + NamesModel,
+    F: FnOnce(Accepted<T>) -> Fut,
+    Fut: Future<Output = Result<Response, ServerError>>,
+{
+    match Accepted::new(state, Some(caller), HeaderMap::new(), body) {
+        Ok(a) => handler(a).await.into_response(),
+        Err(e) => e.into_response(),
     }
 }
 

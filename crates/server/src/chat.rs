@@ -4,19 +4,14 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Extension;
-use sloserve_api::{parse_json, ApiError, ChatCompletionRequest, ChatMessage, ToolParams};
+use sloserve_api::{ApiError, ChatCompletionRequest, ChatMessage, ToolParams};
 use sloserve_model::chat_template::ChatMessage as TemplateMessage;
 use sloserve_model::ModelError;
 
+use crate::accept::Accepted;
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
-use crate::keys::Caller;
 use crate::state::AppState;
 
 /// Renders `messages` with the model's template (the assistant header appended when
@@ -95,17 +90,7 @@ pub async fn prompt_and_params(
     Ok((prompt, params))
 }
 
-pub async fn handle(
-    State(state): State<Arc<AppState>>,
-    caller: Option<Extension<Caller>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServerError> {
-    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    state.check_accepting()?;
-    let req: ChatCompletionRequest = parse_json(&body)?;
-    state.check_model(req.model.as_deref())?;
-    let (prompt, params) = prompt_and_params(&state, req).await?;
-    let caller = caller.map_or(Caller::OPEN, |c| c.0);
-    generate(state, &headers, &caller, prompt, params, Kind::Chat).await
+pub async fn handle(a: Accepted<ChatCompletionRequest>) -> Result<Response, ServerError> {
+    let (prompt, params) = prompt_and_params(&a.state, a.req).await?;
+    generate(a.state, &a.headers, &a.caller, prompt, params, Kind::Chat).await
 }

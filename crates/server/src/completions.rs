@@ -2,29 +2,33 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::response::Response;
-use axum::Extension;
-use sloserve_api::{parse_json, CompletionRequest, Prompt};
+use sloserve_api::{CompletionRequest, GenParams, Prompt};
 
+use crate::accept::Accepted;
 use crate::error::ServerError;
 use crate::generate::{generate, Kind};
-use crate::keys::Caller;
 use crate::state::AppState;
 
-pub async fn handle(
-    State(state): State<Arc<AppState>>,
-    caller: Option<Extension<Caller>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServerError> {
-    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    state.check_accepting()?;
-    let req: CompletionRequest = parse_json(&body)?;
-    state.check_model(req.model.as_deref())?;
+pub async fn handle(a: Accepted<CompletionRequest>) -> Result<Response, ServerError> {
+    let (prompt, params) = prompt_and_params(&a.state, a.req).await?;
+    generate(
+        a.state,
+        &a.headers,
+        &a.caller,
+        prompt,
+        params,
+        Kind::Completion,
+    )
+    .await
+}
+
+/// A completion request's validated parameters and its prompt (text tokenized
+/// off the async workers, or token ids checked).
+pub async fn prompt_and_params(
+    state: &Arc<AppState>,
+    req: CompletionRequest,
+) -> Result<(Vec<u32>, GenParams), ServerError> {
     let params = req.params()?;
     let prompt = match req.prompt {
         Prompt::Text(text) => {
@@ -38,6 +42,5 @@ pub async fn handle(
         }
         Prompt::Batch(_) => unreachable!("refused by params()"),
     };
-    let caller = caller.map_or(Caller::OPEN, |c| c.0);
-    generate(state, &headers, &caller, prompt, params, Kind::Completion).await
+    Ok((prompt, params))
 }

@@ -8,6 +8,7 @@
 //! Entry points: [`run`] (the command; builds its own runtime), [`serve_on`] (a
 //! listener and a shutdown signal), [`spawn`] (in-process, for tests).
 
+pub mod accept;
 pub mod app;
 pub mod args;
 pub mod auth;

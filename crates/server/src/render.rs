@@ -12,82 +12,32 @@
 
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use serde_json::{json, Value};
-use sloserve_api::{parse_json, ChatCompletionRequest, CompletionRequest, GenParams, Prompt};
+use sloserve_api::{ChatCompletionRequest, CompletionRequest, GenParams};
 
+use crate::accept::Accepted;
 use crate::error::ServerError;
 use crate::keys::Caller;
 use crate::state::AppState;
 
 /// `POST /v1/completions/render`.
-pub async fn completions(
-    State(state): State<Arc<AppState>>,
-    caller: Option<Extension<Caller>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServerError> {
-    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    state.check_accepting()?;
-    let req: CompletionRequest = parse_json(&body)?;
-    state.check_model(req.model.as_deref())?;
-    let params = req.params()?;
-    let prompt = match req.prompt {
-        Prompt::Text(text) => {
-            state.prompt_bound.check(text.len(), "prompt")?;
-            let parse_special = !req.split_special_tokens.unwrap_or(false);
-            state.encode_async(text, parse_special, "prompt").await?
-        }
-        Prompt::Tokens(ids) => {
-            state.check_ids(&ids, "prompt")?;
-            ids
-        }
-        Prompt::Batch(_) => unreachable!("refused by params()"),
-    };
-    let caller = caller.map_or(Caller::OPEN, |c| c.0);
-    let out = rendered(&state, &headers, &caller, prompt, &params, "prompt", "cmpl")?;
+pub async fn completions(a: Accepted<CompletionRequest>) -> Result<Response, ServerError> {
+    let (prompt, params) = crate::completions::prompt_and_params(&a.state, a.req).await?;
+    let out = rendered(
+        &a.state, &a.headers, &a.caller, prompt, &params, "prompt", "cmpl",
+    )?;
     Ok(Json(Value::Array(vec![out])).into_response())
 }
 
 /// `POST /v1/chat/completions/render`.
-pub async fn chat(
-    State(state): State<Arc<AppState>>,
-    caller: Option<Extension<Caller>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServerError> {
-    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    state.check_accepting()?;
-    let req: ChatCompletionRequest = parse_json(&body)?;
-    state.check_model(req.model.as_deref())?;
-    let params = req.params()?;
-    let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let kwargs = req.chat_template_kwargs;
-    let messages = req.messages;
-    sloserve_api::chat::text_messages(&messages)?;
-    let size = crate::prompt_bound::ChatSize::of(&messages, params.tools.as_ref());
-    state.prompt_bound.check_chat(size, "messages")?;
-    let tools = params.tools.clone();
-    let prompt = state
-        .blocking(move |st| {
-            crate::chat::encode_messages(
-                st,
-                &messages,
-                tools.as_ref(),
-                add_generation_prompt,
-                true,
-                kwargs.as_ref(),
-            )
-        })
-        .await??;
-    let caller = caller.map_or(Caller::OPEN, |c| c.0);
+pub async fn chat(a: Accepted<ChatCompletionRequest>) -> Result<Response, ServerError> {
+    let (prompt, params) = crate::chat::prompt_and_params(&a.state, a.req).await?;
+    let (state, headers, caller) = (&a.state, &a.headers, &a.caller);
     let out = rendered(
-        &state, &headers, &caller, prompt, &params, "messages", "chatcmpl",
+        state, headers, caller, prompt, &params, "messages", "chatcmpl",
     )?;
     Ok(Json(out).into_response())
 }

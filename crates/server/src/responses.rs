@@ -14,22 +14,18 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Extension;
 use serde_json::{json, Value};
 use sloserve_api::{
-    parse_json, Echo, IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponseUsage,
+    Echo, IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponseUsage,
     ResponsesRequest,
 };
 
+use crate::accept::Accepted;
 use crate::error::ServerError;
 use crate::generate::{collect_choice, start, wire_finish_reason, Kind, Started, WireChoice};
 use crate::generation::{Delta, Generation};
-use crate::keys::Caller;
 use crate::state::{unix_now, AppState};
 use crate::stream::{sse_body, Frames};
 use crate::tool_parser::{ParsedCall, ToolCallParser, ToolEvent};
@@ -82,16 +78,13 @@ fn status_of(gen: &Generation) -> &'static str {
     }
 }
 
-pub async fn handle(
-    State(state): State<Arc<AppState>>,
-    caller: Option<Extension<Caller>>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ServerError> {
-    let body = body.map_err(|r| ServerError::from_body_rejection(r, state.max_body_bytes))?;
-    state.check_accepting()?;
-    let req: ResponsesRequest = parse_json(&body)?;
-    state.check_model(req.model.as_deref())?;
+pub async fn handle(a: Accepted<ResponsesRequest>) -> Result<Response, ServerError> {
+    let Accepted {
+        state,
+        req,
+        caller,
+        headers,
+    } = a;
     let chat = req.to_chat()?;
     let head = Head {
         id: new_id(&state, "resp"),
@@ -101,7 +94,6 @@ pub async fn handle(
     };
     let (prompt, params) = crate::chat::prompt_and_params(&state, chat).await?;
     let stream = params.stream;
-    let caller = caller.map_or(Caller::OPEN, |c| c.0);
     let write_timeout = state.stream_write_timeout;
     let Started {
         mut gens,
