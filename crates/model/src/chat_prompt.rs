@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use aho_corasick::{AhoCorasick, MatchKind};
 
-use crate::chat_template::ChatMessage;
+use crate::chat_message::ChatMessage;
 use crate::error::{ModelError, Result};
 use crate::tokenizer::Tokenizer;
 

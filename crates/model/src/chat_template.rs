@@ -8,40 +8,13 @@
 use candle_core::quantized::gguf_file::Content;
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 
+pub use crate::chat_message::ChatMessage;
 use crate::chat_prompt::{encode_chat, ControlTokens};
 use crate::chat_tools::{with_fallback, ToolSupport};
 use crate::error::{ModelError, Result};
 use crate::tokenizer::Tokenizer;
 
 const TEMPLATE_NAME: &str = "chat";
-
-/// One chat turn, as in the OpenAI / Hugging Face message format. Absent optional
-/// fields are undefined in the template.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize, PartialEq)]
-pub struct ChatMessage {
-    pub role: String,
-    pub content: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub name: Option<String>,
-    /// An assistant message's calls: `[{id, type, function: {name, arguments}}]`,
-    /// `arguments` an object where the call's JSON text parses as one (as vLLM and
-    /// llama.cpp pass them to templates).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_calls: Option<serde_json::Value>,
-    /// A tool message's call id.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool_call_id: Option<String>,
-}
-
-impl ChatMessage {
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Self {
-            role: role.into(),
-            content: content.into(),
-            ..Self::default()
-        }
-    }
-}
 
 /// A compiled chat template plus the BOS / EOS texts it may reference.
 pub struct ChatTemplate {

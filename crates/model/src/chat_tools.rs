@@ -16,7 +16,7 @@ use minijinja::{Error, ErrorKind, Value};
 use serde::Serialize;
 use serde_json::{json, Value as Json};
 
-use crate::chat_template::ChatMessage;
+use crate::chat_message::ChatMessage;
 use crate::error::Result;
 
 /// What a template renders natively.

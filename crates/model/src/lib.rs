@@ -2,6 +2,7 @@
 //! Qwen2 forward pass over a paged KV cache on the CPU (`LlamaRunner`, the
 //! `ModelRunner`), with its hand-written kernels in `kernels`.
 
+pub mod chat_message;
 pub mod chat_prompt;
 pub mod chat_template;
 pub mod chat_tools;

@@ -20,6 +20,7 @@
 pub mod args;
 pub mod charts;
 pub mod mixed;
+pub mod outputs;
 pub mod procedure;
 pub mod progress;
 pub mod report;

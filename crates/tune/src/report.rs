@@ -1,14 +1,15 @@
-//! The tune report: `tune.json` (every point), `interactive.toml`, `batch.toml`
-//! and `mixed.toml` (for `sloserve serve --config`), `report.md`, and the plots of
-//! [`crate::charts`] (PNG + SVG, drawn by the bench crate's chart code).
+//! The tune report: what `tune.json` holds (every point), the texts of
+//! `interactive.toml` / `batch.toml` (for `sloserve serve --config`), `report.md`
+//! and the console summary. `outputs.rs` writes them with `mixed.toml` and the
+//! plots.
 
 use std::fmt::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use sloserve_bench::load::LoadSpec;
-use sloserve_bench::report::files::{chart_md, write_charts, write_json};
+use sloserve_bench::report::files::chart_md;
 use sloserve_bench::Summary;
 use sloserve_engine::EngineConfig;
 
@@ -471,48 +472,4 @@ pub fn console_text(report: &TuneReport) -> String {
         }
     }
     out
-}
-
-/// Write `tune.json`, `interactive.toml`, `batch.toml`, `mixed.toml`, the plots and
-/// `report.md` into `dir`. Returns the files written.
-pub fn write_outputs(report: &TuneReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut written = Vec::new();
-    let json = dir.join("tune.json");
-    write_json(&json, report)?;
-    written.push(json);
-    for (kind, rec) in [
-        ("interactive", &report.interactive),
-        ("batch", &report.batch),
-    ] {
-        let path = dir.join(format!("{kind}.toml"));
-        match rec {
-            Some(r) => {
-                std::fs::write(&path, config_file_text(report, kind, r, &path))
-                    .with_context(|| format!("writing {}", path.display()))?;
-                written.push(path);
-            }
-            None => {
-                // A stale recommendation from an earlier run must not survive.
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-    }
-    let mixed = dir.join("mixed.toml");
-    match crate::mixed::mixed_config(report)? {
-        Some(cfg) => {
-            std::fs::write(&mixed, crate::mixed::mixed_file_text(report, &cfg, &mixed))
-                .with_context(|| format!("writing {}", mixed.display()))?;
-            written.push(mixed);
-        }
-        None => {
-            let _ = std::fs::remove_file(&mixed);
-        }
-    }
-    let charts = write_charts(dir, crate::charts::charts(report))?;
-    written.extend(charts.files);
-    let md = dir.join("report.md");
-    std::fs::write(&md, render_markdown(report, dir, &charts.stems))?;
-    written.push(md);
-    Ok(written)
 }

@@ -470,7 +470,7 @@ pub fn recommend(report: &mut TuneReport) {
 }
 
 fn write_and_print(report: &TuneReport, out: &Path) -> anyhow::Result<()> {
-    let files = report::write_outputs(report, out)?;
+    let files = crate::outputs::write_outputs(report, out)?;
     println!("{}", report::console_text(report));
     if !report.args.quiet {
         eprintln!("wrote {} files to {}", files.len(), out.display());
