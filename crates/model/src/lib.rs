@@ -19,6 +19,7 @@ pub mod kv_cache;
 pub mod linear;
 pub mod loaded;
 pub mod memory_plan;
+pub mod mxfp4;
 pub mod reasoning;
 pub mod requantize;
 pub mod rope;
