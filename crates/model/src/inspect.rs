@@ -118,8 +118,11 @@ fn describe_config(w: &mut String, c: &ModelConfig, file: &GgufFile) {
     if let Some(sw) = c.sliding_window {
         let _ = writeln!(
             w,
-            "sliding window:  {} tokens on local layers (every {}th layer global), local rope theta {}",
-            sw.window, sw.pattern, sw.rope_theta
+            "sliding window:  {} tokens on local layers (every {}th layer global), local rope theta {}{}",
+            sw.window,
+            sw.pattern,
+            sw.rope_theta,
+            if sw.rope_scaled { ", scaled" } else { "" }
         );
     }
     let _ = writeln!(w, "rms norm eps:    {}", c.rms_norm_eps);
