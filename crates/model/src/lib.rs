@@ -13,6 +13,7 @@ pub mod family;
 pub mod generate;
 pub mod gguf;
 pub mod gguf_header;
+pub mod harmony;
 pub mod inspect;
 pub mod kernels;
 pub mod kv_cache;
