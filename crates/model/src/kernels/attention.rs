@@ -80,8 +80,7 @@ pub(super) struct Task<'a, T> {
     /// With AVX-512 BF16: this KV head's values from position 0 as bf16 pairs, when
     /// its sequence has several tokens in the step and no sliding window.
     pub(super) paired: Option<Paired<'a>>,
-    /// The sink logit of each query head of the task (attention sinks); such a task
-    /// runs on the portable path.
+    /// The sink logit of each query head of the task (attention sinks).
     pub(super) sinks: Option<&'a [f32]>,
 }
 
@@ -175,7 +174,7 @@ fn run<T: KvElem>(
         at.resize(batch.seqs.len() * num_kv_heads, None);
         // A sequence with several tokens here has its values paired once for all of
         // them (a sliding window's tokens start at different positions: not paired).
-        if window.is_none() && sinks.is_none() && attention_bf16::applies(head_dim, group) {
+        if window.is_none() && attention_bf16::applies(head_dim, group) {
             if let Some(v16) = T::as_f16(values) {
                 pair_step(batch, cache, v16, (num_kv_heads, head_dim), lines, at);
             }
@@ -266,8 +265,7 @@ impl Attend for Task<'_, f32> {
 impl Attend for Task<'_, f16> {
     fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
         let group = self.q.len() / self.head_dim;
-        let plain = self.sinks.is_none();
-        if plain && has_avx2() && self.head_dim.is_multiple_of(16) && group <= MAX_GROUP {
+        if has_avx2() && self.head_dim.is_multiple_of(16) && group <= MAX_GROUP {
             // SAFETY: the CPU has AVX2, FMA and F16C; the shapes were just checked.
             unsafe { attend_f16_avx2(self, scores, out) }
         } else {
@@ -536,7 +534,12 @@ mod tests {
         // Groups of 1-8 query heads (each register tile height, and groups split
         // into two tiles); 7 keys (three pairs and one left over) and 6.
         let q: Vec<f32> = (0..MAX_GROUP * HD).map(|i| val(i, 91)).collect();
-        for first in [3, 4] {
+        // Without sinks, and with one per head (the first above every score).
+        let sink_logits: Vec<f32> = (0..MAX_GROUP).map(|h| [9.0, -1.0, 0.5][h % 3]).collect();
+        for (first, sinks) in [3, 4]
+            .into_iter()
+            .flat_map(|f| [(f, None), (f, Some(&sink_logits[..]))])
+        {
             let mut rows = Vec::new();
             row_offsets(batch.block_table(s), (BS, KV, HD), (first, 10), &mut rows);
             let task = |group| Task {
@@ -547,7 +550,7 @@ mod tests {
                 head_dim: HD,
                 scale: 0.25,
                 paired: None,
-                sinks: None,
+                sinks: sinks.map(|s| &s[..group]),
             };
             let mut scores = Vec::new();
             // Each head alone, the reference for the head inside any group.
@@ -555,6 +558,7 @@ mod tests {
                 .map(|h| {
                     let one = Task {
                         q: &q[h * HD..][..HD],
+                        sinks: sinks.map(|s| &s[h..h + 1]),
                         ..task(1)
                     };
                     let mut o = vec![f32::NAN; HD];
