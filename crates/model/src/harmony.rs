@@ -4,8 +4,10 @@
 //! `<|return|>` or `<|call|>`. The `analysis` channel's bodies are reasoning, `final`'s
 //! content, as is `commentary` addressed to no one (a preamble to the user);
 //! `commentary to=functions.NAME` is a tool call, given out as neither (its parsing is
-//! the server's). Header text is never given out. The control tokens must be in the
-//! text (decoded with special tokens kept).
+//! the server's). Header text is never given out. The header tokens must be in the
+//! text: the tokenizer makes them user-defined, as llama.cpp does, so they are decoded
+//! even where control tokens are dropped; `<|end|>` may be missing (a control token),
+//! as the next `<|start|>` ends a message too.
 
 pub const START: &str = "<|start|>";
 pub const CHANNEL: &str = "<|channel|>";
@@ -187,6 +189,17 @@ mod tests {
             let (a, b) = ANSWER.split_at(cut);
             assert_eq!(split(p, &[a, b]), want, "cut {cut}");
         }
+    }
+
+    /// As a decoder that drops control tokens gives it (`<|end|>`, `<|return|>` are
+    /// control in o200k_harmony; the header tokens are user-defined, so kept): the next
+    /// `<|start|>` ends a message.
+    #[test]
+    fn without_the_control_tokens_start_ends_a_message() {
+        let text = "<|channel|>analysis<|message|>Easy.<|start|>assistant\
+            <|channel|>final<|message|>4";
+        let s = split("<|start|>assistant", &[text]);
+        assert_eq!((s.reasoning.as_str(), s.content.as_str()), ("Easy.", "4"));
     }
 
     #[test]
