@@ -22,14 +22,16 @@ use sloserve_model::kv_cache::KvDtype;
 use sloserve_model::{GgufFile, LlamaRunner, ModelConfig, Precision, RunnerOptions, WeightType};
 
 /// (model file, the records it is checked against): gpt-oss's MXFP4 file against the F32
-/// records of its twin.
-const FAMILIES: [(&str, &str); 6] = [
+/// records of its twin, and the twin (F32 experts, as the converter writes an unquantized
+/// checkpoint) against them too.
+const FAMILIES: [(&str, &str); 7] = [
     ("llama3", "llama3"),
     ("mixtral", "mixtral"),
     ("qwen2-yarn", "qwen2-yarn"),
     ("qwen2moe", "qwen2moe"),
     ("qwen3moe", "qwen3moe"),
     ("gpt-oss", "gpt-oss-f32"),
+    ("gpt-oss-f32", "gpt-oss-f32"),
 ];
 const EXACT_TOL: f32 = 2e-3;
 
