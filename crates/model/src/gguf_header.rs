@@ -424,3 +424,61 @@ pub fn read_header_all<R: Read + Seek>(r: &mut R, size: u64) -> Res<Header> {
         mxfp4,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// A version-3 GGUF with no metadata and `tensors` (`name`, GGUF dims (columns
+    /// first), type id, data offset), followed by `data` bytes of tensor data.
+    fn file(tensors: &[(&str, &[u64], u32, u64)], data: usize) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        for (name, dims, ty, offset) in tensors {
+            b.extend((name.len() as u64).to_le_bytes());
+            b.extend(name.as_bytes());
+            b.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(ty.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+        }
+        b.resize(b.len().next_multiple_of(32) + data, 0);
+        b
+    }
+
+    fn read(b: &[u8]) -> Res<Header> {
+        read_header_all(&mut Cursor::new(b), b.len() as u64)
+    }
+
+    /// MXFP4 tensors are kept beside candle's `Content`, sized at 17 bytes a block of
+    /// 32, rows checked as whole blocks and data as inside the file.
+    #[test]
+    fn mxfp4_tensors_are_kept_apart_and_checked() {
+        // Two rows of 64 values: 4 blocks, 68 bytes; the F32 vector after, aligned.
+        let ok = file(&[("e", &[64, 2], MXFP4_ID, 0), ("v", &[4], 0, 96)], 112);
+        let h = read(&ok).unwrap();
+        assert_eq!(
+            h.mxfp4.get("e"),
+            Some(&RawTensor {
+                dims: vec![2, 64],
+                offset: 0
+            })
+        );
+        assert!(!h.content.tensor_infos.contains_key("e"));
+        assert!(h.content.tensor_infos.contains_key("v"));
+        assert!(read_header(&mut Cursor::new(&ok), ok.len() as u64).is_ok());
+        let e = read(&file(&[("e", &[48, 2], MXFP4_ID, 0)], 64))
+            .err()
+            .unwrap();
+        assert!(e.contains("not whole MXFP4 blocks of 32"), "{e}");
+        let e = read(&file(&[("e", &[64, 2], MXFP4_ID, 0)], 67))
+            .err()
+            .unwrap();
+        assert!(e.contains("truncated") && e.contains("68 bytes"), "{e}");
+        let e = read(&file(&[("e", &[64, 2], 40, 0)], 68)).err().unwrap();
+        assert!(e.contains("unknown tensor type 40"), "{e}");
+    }
+}
