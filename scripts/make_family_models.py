@@ -7,7 +7,11 @@ SmolLM2-135M (copied from the default model file). Deterministic: the same bytes
 for the file a test makes (each record carries the file's sha256).
 
 Families: `llama3` (Llama 3.1-style `rope_freqs`), `mixtral` (`llama` with experts), `qwen2-yarn`
-(YaRN in the file's metadata), `qwen2moe` (shared expert), `qwen3moe`.
+(YaRN in the file's metadata), `qwen2moe` (shared expert), `qwen3moe`, `gpt-oss` (gpt-oss's layout
+as llama.cpp's converter writes it, `conversion/gpt_oss.py`: attention biases and sinks, alternating
+sliding-window and full layers, YaRN, router and expert biases, MXFP4 experts) and `gpt-oss-f32`
+(the same weights with the experts as F32, the values the MXFP4 blocks hold: what the converter
+writes for an unquantized checkpoint, and what llama.cpp's F32 reference runs on).
 
 How the weights are scaled: embeddings N(0, 0.05^2) (small, so the layers rather than the input
 token decide what comes next: with N(0, 1) every file just repeated its last token), matrices
@@ -100,11 +104,104 @@ FAMILIES = {
     "qwen2-yarn": ("qwen2", dict(qkv_bias=True, theta=1e6, yarn=(4.0, 1024))),
     "qwen2moe": ("qwen2moe", dict(qkv_bias=True, experts=True, shared=True, theta=1e6, untied=True)),
     "qwen3moe": ("qwen3moe", dict(qk_norm=True, experts=True, theta=1e6, used=4)),
+    "gpt-oss": ("gpt-oss", dict(mxfp4=True)),
+    "gpt-oss-f32": ("gpt-oss", dict(mxfp4=False)),
 }
+
+# gpt-oss: heads of 64 (q is 4 x 64 = 256 wide, not the hidden size, as in gpt-oss-20b's 64 x 64 vs
+# 2880), the real sliding window, RoPE base and YaRN (factor 32 over 4,096 positions).
+OSS_HEAD_DIM, OSS_WINDOW, OSS_THETA, OSS_YARN, OSS_CTX = 64, 128, 150000.0, (32.0, 4096), 131072
+
+
+def make_gpt_oss(name, o, vocab_path, out_dir):
+    """gpt-oss as llama.cpp's converter writes it: `post_attention_norm` before the experts (no
+    `ffn_norm`), q/k/v/o biases, `attn_sinks` (one logit per head), the router's bias, each expert's
+    gate/up/down biases, and the experts' weights as MXFP4 (gpt-oss ships them so) or, for the F32
+    twin, as the F32 values those blocks hold. The expert gate and up matrices are 4x a matrix's
+    scale, so that the clamped SwiGLU's limits (7) are reached."""
+    from gguf.quants import quantize, dequantize
+    arch = "gpt-oss"
+    path = os.path.join(out_dir, f"{name}.gguf")
+    w = gguf.GGUFWriter(path + ".tmp", arch)
+    # Both files hold the same weights: one seed.
+    rng = Weights(seed=int(hashlib.sha256(b"gpt-oss").hexdigest()[:8], 16))
+    w.add_name(f"sloserve generated {name}")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if o["mxfp4"] else gguf.LlamaFileType.ALL_F32)
+    vocab = copy_tokenizer(w, vocab_path)
+    k = lambda s: f"{arch}.{s}"
+    hd = OSS_HEAD_DIM
+    w.add_uint32(k("context_length"), OSS_CTX)
+    w.add_uint32(k("embedding_length"), HIDDEN)
+    w.add_uint32(k("block_count"), LAYERS)
+    w.add_uint32(k("feed_forward_length"), EXPERT_FFN)
+    w.add_uint32(k("attention.head_count"), HEADS)
+    w.add_uint32(k("attention.head_count_kv"), KV_HEADS)
+    w.add_float32(k("rope.freq_base"), OSS_THETA)
+    w.add_float32(k("attention.layer_norm_rms_epsilon"), 1e-5)
+    w.add_uint32(k("expert_count"), EXPERTS)
+    w.add_uint32(k("expert_used_count"), 4)
+    w.add_uint32(k("attention.key_length"), hd)
+    w.add_uint32(k("attention.value_length"), hd)
+    w.add_uint32(k("attention.sliding_window"), OSS_WINDOW)
+    w.add_uint32(k("expert_feed_forward_length"), EXPERT_FFN)
+    factor, orig = OSS_YARN
+    w.add_string(k("rope.scaling.type"), "yarn")
+    w.add_float32(k("rope.scaling.factor"), factor)
+    w.add_uint32(k("rope.scaling.original_context_length"), orig)
+
+    def experts(a):
+        """MXFP4 blocks (or, for the twin, the F32 values they hold)."""
+        q = quantize(a, gguf.GGMLQuantizationType.MXFP4)
+        if o["mxfp4"]:
+            return q, gguf.GGMLQuantizationType.MXFP4
+        return dequantize(q, gguf.GGMLQuantizationType.MXFP4).astype(np.float32), None
+
+    t = {}
+    t["token_embd.weight"] = rng.rng.standard_normal((vocab, HIDDEN), dtype=np.float32) * np.float32(EMBED_STD)
+    t["output_norm.weight"] = rng.norm(HIDDEN) * np.float32(OUTPUT_GAIN)
+    # llama.cpp's gpt-oss requires `output.weight`: the embedding written again.
+    t["output.weight"] = t["token_embd.weight"]
+    q, kv, eff = HEADS * hd, KV_HEADS * hd, EXPERT_FFN
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = rng.norm(HIDDEN)
+        t[p + "attn_q.weight"] = rng.matrix(q, HIDDEN)
+        t[p + "attn_q.bias"] = rng.vector(q, 0.1)
+        t[p + "attn_k.weight"] = rng.matrix(kv, HIDDEN)
+        t[p + "attn_k.bias"] = rng.vector(kv, 0.1)
+        t[p + "attn_v.weight"] = rng.matrix(kv, HIDDEN)
+        t[p + "attn_v.bias"] = rng.vector(kv, 0.1)
+        t[p + "attn_output.weight"] = rng.matrix(HIDDEN, q)
+        t[p + "attn_output.bias"] = rng.vector(HIDDEN, 0.1)
+        t[p + "attn_sinks.weight"] = rng.vector(HEADS, 2.0)
+        t[p + "post_attention_norm.weight"] = rng.norm(HIDDEN)
+        t[p + "ffn_gate_inp.weight"] = rng.matrix(EXPERTS, HIDDEN, gain=3.0)
+        t[p + "ffn_gate_inp.bias"] = rng.vector(EXPERTS, 0.5)
+        t[p + "ffn_gate_exps.weight"] = experts(rng.stack(EXPERTS, eff, HIDDEN, gain=4.0))
+        t[p + "ffn_gate_exps.bias"] = rng.vector(EXPERTS * eff, 0.5).reshape(EXPERTS, eff)
+        t[p + "ffn_up_exps.weight"] = experts(rng.stack(EXPERTS, eff, HIDDEN, gain=4.0))
+        t[p + "ffn_up_exps.bias"] = rng.vector(EXPERTS * eff, 0.5).reshape(EXPERTS, eff)
+        t[p + "ffn_down_exps.weight"] = experts(rng.stack(EXPERTS, HIDDEN, eff))
+        t[p + "ffn_down_exps.bias"] = rng.vector(EXPERTS * HIDDEN, 0.1).reshape(EXPERTS, HIDDEN)
+    for n, a in t.items():
+        if isinstance(a, tuple):
+            a, raw = a
+            if raw is not None:
+                w.add_tensor(n, a, raw_dtype=raw)
+                continue
+        w.add_tensor(n, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def make(name, vocab_path, out_dir):
     arch, o = FAMILIES[name]
+    if arch == "gpt-oss":
+        return make_gpt_oss(name, o, vocab_path, out_dir)
     path = os.path.join(out_dir, f"{name}.gguf")
     w = gguf.GGUFWriter(path + ".tmp", arch)
     rng = Weights(seed=int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))

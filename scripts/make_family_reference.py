@@ -5,6 +5,9 @@ greedy decoding of 32 tokens (EOS ignored; one request a token, the prompt cache
 prompts given as token ids, one of them over
 2,000 tokens, with the top-5 logprobs of every step. Writes
 crates/model/tests/data/llamacpp-f32-family-<name>.jsonl, each record with the file's sha256.
+`gpt-oss`'s experts are MXFP4, which llama.cpp multiplies with activations rounded to Q8_0 (its
+record is the bar for fast precision); `gpt-oss-f32` holds the same values as F32, all in F32 (the
+exact reference).
 Standard library only; talks to llama-server on 127.0.0.1 only.
 
 Usage: make_family_reference.py --bin <llama.cpp build/bin> --models models/generated [names...]
@@ -25,7 +28,8 @@ PROMPTS = [("p1", 6), ("p2", 17), ("p3", 64), ("p4", 300), ("long", 2100)]
 
 
 def prompt_ids(name, pid, n):
-    rng = random.Random(f"{name}/{pid}")
+    # A twin with its experts in F32 (`gpt-oss-f32`) gets its model's prompts.
+    rng = random.Random(f"{name.removesuffix('-f32')}/{pid}")
     return [rng.randrange(VOCAB_LO, VOCAB_HI) for _ in range(n)]
 
 
@@ -68,12 +72,17 @@ def main():
     ap.add_argument("--bin", required=True)
     ap.add_argument("--models", required=True)
     ap.add_argument("--out", default="crates/model/tests/data")
-    ap.add_argument("names", nargs="*", default=["llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe"])
+    ap.add_argument("names", nargs="*", default=[
+        "llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe", "gpt-oss", "gpt-oss-f32"])
     a = ap.parse_args()
     for name in a.names:
         path = os.path.join(a.models, f"{name}.gguf")
         sha = sha256(path)
-        proc, port = start_server(a.bin, path, ["-ctk", "f32", "-ctv", "f32", "-fa", "off"])
+        extra = ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
+        if name.startswith("gpt-oss"):
+            # The sliding-window layers' cache kept whole, so the cached prompt is reused as is.
+            extra.append("--swa-full")
+        proc, port = start_server(a.bin, path, extra)
         try:
             recs = [record(port, name, pid, n, sha) for pid, n in PROMPTS]
         finally:

@@ -3,13 +3,13 @@
 //! says the file does not (norms, activation, RoPE pairing, expert routing).
 
 use crate::error::{ModelError, Result};
-use crate::family::{self, ExpertRules, Family, FfnLayout};
+use crate::family::{self, ExpertRules, Family, FfnLayout, LocalRope};
 use crate::gguf::GgufFile;
 use crate::rope::{RopeOverride, RopeScaling};
 
 pub use crate::family::{Activation, RopeStyle};
 
-/// Sliding-window attention on the local layers (gemma3).
+/// Sliding-window attention on the local layers (gemma3, gpt-oss).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SlidingWindow {
     /// Each local layer's token attends to the last `window` positions (itself included).
@@ -18,6 +18,8 @@ pub struct SlidingWindow {
     pub pattern: usize,
     /// The RoPE base of the local layers.
     pub rope_theta: f32,
+    /// The local layers' RoPE has the global layers' scaling (YaRN: gpt-oss), else none.
+    pub rope_scaled: bool,
 }
 
 /// A mixture-of-experts feed-forward: its sizes from `{arch}.expert_*`, its routing
@@ -142,11 +144,28 @@ impl ModelConfig {
             Err(_) => 1.0 / (head_dim as f32).sqrt(),
         };
         let sliding_window = match (fam.sliding, f.get_usize(&k("attention.sliding_window"))) {
-            (Some(p), Ok(window)) if window > 0 => Some(SlidingWindow {
-                window,
-                pattern: p.every,
-                rope_theta: p.local_rope_theta,
-            }),
+            (Some(p), Ok(window)) if window > 0 => {
+                let key = k("attention.sliding_window_pattern");
+                let pattern = match f.get_usize(&key) {
+                    Ok(0) => return Err(bad(&key, "a period of 0 layers".into())),
+                    Ok(n) => n,
+                    Err(ModelError::MissingMetadata { .. }) => p.every,
+                    Err(e) => return Err(e),
+                };
+                let (rope_theta, rope_scaled) = match p.local_rope {
+                    LocalRope::Plain { theta } => (theta, false),
+                    LocalRope::Scaled => (
+                        f.get_f32(&k("rope.freq_base_swa")).unwrap_or(rope_theta),
+                        true,
+                    ),
+                };
+                Some(SlidingWindow {
+                    window,
+                    pattern,
+                    rope_theta,
+                    rope_scaled,
+                })
+            }
             _ => None,
         };
         let context_length = f.get_usize(&k("context_length")).unwrap_or(2048);
@@ -208,6 +227,13 @@ impl ModelConfig {
             return Err(bad(
                 "expert_used_count",
                 format!("{used} experts used of {experts}: need 1 <= used <= count"),
+            ));
+        }
+        let most = crate::decoder::MAX_EXPERTS_USED;
+        if rules.gating == family::Gating::SoftmaxChosen && used > most {
+            return Err(bad(
+                "expert_used_count",
+                format!("{used} experts used: this family's routing takes at most {most}"),
             ));
         }
         // llama.cpp: without the expert width, the dense width (llama) or that width

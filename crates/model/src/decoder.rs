@@ -1,5 +1,6 @@
 //! `Decoder`: the shared decoder-only transformer every family runs on (llama, qwen2,
-//! qwen3, gemma3, and the mixtures of experts qwen2moe, qwen3moe, Mixtral-style llama),
+//! qwen3, gemma3, and the mixtures of experts qwen2moe, qwen3moe, Mixtral-style llama,
+//! gpt-oss),
 //! read from GGUF tensors named as llama.cpp names them, with a forward pass over a
 //! flat batch: embed, the blocks in turn, final norm, logits. What differs by
 //! architecture is described once in `crate::family` and read through `ModelConfig`.
@@ -11,6 +12,8 @@ mod mlp;
 mod moe;
 
 use sloserve_engine::{Batch, Logits};
+
+pub(crate) use self::moe::MAX_USED as MAX_EXPERTS_USED;
 
 use self::block::{Block, BlockScratch};
 use crate::config::ModelConfig;
@@ -127,6 +130,13 @@ impl Loader<'_> {
         let v = self.tensor(name, &[len])?.to_f32();
         self.held.f32 += v.len() * 4;
         Ok(v)
+    }
+
+    /// `[n, len]` tensor `name` as its `n` rows (e.g. each expert's bias).
+    fn stacked_vectors(&mut self, name: &str, n: usize, len: usize) -> Result<Vec<Vec<f32>>> {
+        let v = self.tensor(name, &[n, len])?.to_f32();
+        self.held.f32 += v.len() * 4;
+        Ok(v.chunks_exact(len.max(1)).map(<[f32]>::to_vec).collect())
     }
 
     /// A layer from loaded weights (its bias already counted by `vector`).
@@ -290,7 +300,17 @@ impl Decoder {
             max_pos,
         )];
         if let Some(sw) = c.sliding_window {
-            ropes.push(Rope::new(c.rope_style, c.head_dim, sw.rope_theta, max_pos));
+            ropes.push(match sw.rope_scaled {
+                true => Rope::scaled(
+                    c.rope_style,
+                    c.head_dim,
+                    sw.rope_theta,
+                    &c.rope_scaling,
+                    None,
+                    max_pos,
+                ),
+                false => Rope::new(c.rope_style, c.head_dim, sw.rope_theta, max_pos),
+            });
         }
         Ok(Decoder {
             held: ld.held,

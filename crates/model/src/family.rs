@@ -16,12 +16,15 @@ pub enum RopeStyle {
 }
 
 /// The feed-forward's gate activation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Activation {
     /// SwiGLU: `silu(gate) · up` (llama, qwen).
     Silu,
     /// GEGLU with the tanh GELU, computed as llama.cpp's CPU backend does (gemma3).
     GeluTanh,
+    /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): with `g = min(gate, limit)` and
+    /// `u = clamp(up, -limit, limit)`, `g · sigmoid(alpha · g) · (u + 1)`.
+    SwigluOai { alpha: f32, limit: f32 },
 }
 
 /// How a router's logits become expert probabilities (`expert_gating_func`).
@@ -29,6 +32,9 @@ pub enum Activation {
 pub enum Gating {
     Softmax,
     Sigmoid,
+    /// The top-k are chosen on the logits, and their weights are the softmax over
+    /// the chosen logits only (llama.cpp's `SOFTMAX_WEIGHT`: gpt-oss).
+    SoftmaxChosen,
 }
 
 /// Where a family's feed-forward weights are.
@@ -56,15 +62,28 @@ pub struct ExpertRules {
     /// Without `expert_feed_forward_length`, each expert is `feed_forward_length` wide
     /// (Mixtral), else that width split over the used experts (the Qwen MoEs).
     pub expert_width_is_dense: bool,
+    /// The router and every expert matrix carry biases (`ffn_gate_inp.bias`,
+    /// `ffn_{gate,up,down}_exps.bias`: gpt-oss).
+    pub biases: bool,
 }
 
 /// Sliding-window attention on the local layers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SlidingPattern {
-    /// Every `every`-th layer (the last of each group) is global, the rest local.
+    /// Every `every`-th layer (the last of each group) is global, the rest local
+    /// (unless the file's `attention.sliding_window_pattern` says another period).
     pub every: usize,
-    /// The RoPE base of the local layers.
-    pub local_rope_theta: f32,
+    pub local_rope: LocalRope,
+}
+
+/// The RoPE of the local (sliding-window) layers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LocalRope {
+    /// Unscaled, on its own base (gemma3: 10000).
+    Plain { theta: f32 },
+    /// The global layers' scaling (YaRN), on `rope.freq_base_swa` where the file has
+    /// it, else the global base (gpt-oss).
+    Scaled,
 }
 
 /// One architecture, as `general.architecture` names it.
@@ -84,6 +103,14 @@ pub struct Family {
     pub sliding: Option<SlidingPattern>,
     /// Reads Llama 3's RoPE frequency factors (`rope_freqs.weight`) when present.
     pub rope_freqs: bool,
+    /// The attention's output projection has a bias (`attn_output.bias`: gpt-oss;
+    /// q/k/v biases are read wherever the file has them).
+    pub attn_output_bias: bool,
+    /// A learned logit per head in each softmax's denominator (`attn_sinks`: gpt-oss).
+    pub attn_sinks: bool,
+    /// The norm before the feed-forward: `ffn_norm`, or `post_attention_norm` (gpt-oss
+    /// names it so; it is not a post-norm there).
+    pub ffn_norm: &'static str,
     pub ffn: FfnLayout,
 }
 
@@ -92,6 +119,7 @@ const MIXTRAL: ExpertRules = ExpertRules {
     gating: Gating::Softmax,
     shared_expert: false,
     expert_width_is_dense: true,
+    biases: false,
 };
 
 const QWEN3_MOE: ExpertRules = ExpertRules {
@@ -108,6 +136,9 @@ const DENSE: Family = Family {
     embed_scale_sqrt_hidden: false,
     sliding: None,
     rope_freqs: false,
+    attn_output_bias: false,
+    attn_sinks: false,
+    ffn_norm: "ffn_norm",
     ffn: FfnLayout::Dense,
 };
 
@@ -153,7 +184,31 @@ pub const FAMILIES: &[Family] = &[
         // llama.cpp: every sixth layer global, local layers on RoPE base 10000.
         sliding: Some(SlidingPattern {
             every: 6,
-            local_rope_theta: 10_000.0,
+            local_rope: LocalRope::Plain { theta: 10_000.0 },
+        }),
+        ..DENSE
+    },
+    // llama.cpp's `openai-moe.cpp`: sliding-window and full layers alternate (the even
+    // ones local), both on the file's YaRN; softmax over the chosen experts' biased
+    // logits, no renormalisation; clamped SwiGLU with alpha 1.702 and limit 7.
+    Family {
+        arch: "gpt-oss",
+        attn_output_bias: true,
+        attn_sinks: true,
+        ffn_norm: "post_attention_norm",
+        activation: Activation::SwigluOai {
+            alpha: 1.702,
+            limit: 7.0,
+        },
+        sliding: Some(SlidingPattern {
+            every: 2,
+            local_rope: LocalRope::Scaled,
+        }),
+        ffn: FfnLayout::Experts(ExpertRules {
+            norm_weights: false,
+            gating: Gating::SoftmaxChosen,
+            biases: true,
+            ..QWEN3_MOE
         }),
         ..DENSE
     },
@@ -185,5 +240,6 @@ mod tests {
         }
         assert_eq!(family("phi2"), None);
         assert!(supported_list().contains("qwen3moe"));
+        assert!(supported_list().contains("gpt-oss"));
     }
 }

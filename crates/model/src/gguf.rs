@@ -1,5 +1,7 @@
 //! `GgufFile`: opens a GGUF file with the checked header reader (`gguf_header`), turns
 //! every failure into a `ModelError` naming the file, and reads typed metadata and tensors.
+//! MXFP4 tensors (a type candle does not name) are read as the Q8_0 blocks that hold
+//! their values (`crate::mxfp4`).
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
@@ -9,7 +11,8 @@ use candle_core::quantized::gguf_file::{Content, TensorInfo, Value};
 use candle_core::quantized::GgmlDType;
 
 use crate::error::{ModelError, Result};
-use crate::gguf_header::{read_header, tensor_nbytes};
+use crate::gguf_header::{read_header_all, tensor_nbytes, RawTensor};
+use crate::mxfp4;
 use crate::requantize::{self, WeightType};
 use crate::weights::WeightData;
 
@@ -41,6 +44,7 @@ pub fn supported_dtypes_list() -> String {
 /// A matrix as `GgufFile::read_rows` reads it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatrixRows {
+    /// The blocks' type as read (Q8_0 for an MXFP4 tensor).
     pub dtype: GgmlDType,
     /// `[rows, cols]`.
     pub dims: [usize; 2],
@@ -51,6 +55,8 @@ pub struct MatrixRows {
 pub struct GgufFile {
     pub path: PathBuf,
     pub content: Content,
+    /// The MXFP4 tensors (not in `content`).
+    pub mxfp4: std::collections::HashMap<String, RawTensor>,
     reader: BufReader<File>,
     /// `--quantize`: weight matrices are re-quantized to this type as they are read.
     quantize: Option<WeightType>,
@@ -105,7 +111,7 @@ impl GgufFile {
             })?
             .len();
         let mut reader = BufReader::new(file);
-        let content = read_header(&mut reader, file_size).map_err(|e| ModelError::NotGguf {
+        let header = read_header_all(&mut reader, file_size).map_err(|e| ModelError::NotGguf {
             path: path.clone(),
             reason: if e.contains("GGUF magic") {
                 e
@@ -115,7 +121,8 @@ impl GgufFile {
         })?;
         Ok(GgufFile {
             path,
-            content,
+            content: header.content,
+            mxfp4: header.mxfp4,
             reader,
             quantize: None,
         })
@@ -190,7 +197,33 @@ impl GgufFile {
     }
 
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(name)
+        self.content.tensor_infos.contains_key(name) || self.mxfp4.contains_key(name)
+    }
+
+    /// Every tensor's element count and the type its blocks are read as (Q8_0 for
+    /// MXFP4), with the file's bytes for it.
+    pub fn tensor_sizes(&self) -> impl Iterator<Item = (&str, usize, GgmlDType, u64)> + '_ {
+        let ggml = self.content.tensor_infos.iter().map(|(n, t)| {
+            let elems = t.shape.elem_count();
+            let bytes = tensor_nbytes(t.ggml_dtype, elems as u64).unwrap_or(0);
+            (n.as_str(), elems, t.ggml_dtype, bytes)
+        });
+        let mx = self.mxfp4.iter().map(|(n, t)| {
+            let elems: usize = t.dims.iter().product();
+            let bytes = (elems / mxfp4::BLOCK * mxfp4::BLOCK_BYTES) as u64;
+            (n.as_str(), elems, GgmlDType::Q8_0, bytes)
+        });
+        ggml.chain(mx)
+    }
+
+    /// An MXFP4 tensor read whole, as Q8_0 blocks.
+    fn read_mxfp4(&mut self, name: &str) -> Result<(WeightData, Vec<usize>)> {
+        let dims = self.mxfp4[name].dims.clone();
+        let rows = dims[..dims.len() - 1].iter().product::<usize>();
+        let mut buf = Vec::new();
+        self.read_view(name, 0..rows, &mut buf, dims.len() > 2)?;
+        let data = WeightData::from_bytes(GgmlDType::Q8_0, &buf).expect("Q8_0 is held");
+        Ok((data, dims))
     }
 
     /// Checks that every tensor has a type the forward pass supports.
@@ -214,6 +247,18 @@ impl GgufFile {
     /// Reads one tensor's blocks (re-quantized if `set_quantize` asked). Returns the data and its dims in GGUF order
     /// reversed (rows last): `(rows, cols)` for a matrix means `dims = [rows, cols]`.
     pub fn read_tensor(&mut self, name: &str) -> Result<(WeightData, Vec<usize>)> {
+        if self.mxfp4.contains_key(name) {
+            let (data, dims) = self.read_mxfp4(name)?;
+            return Ok(
+                match self
+                    .quantize
+                    .and_then(|ty| requantize::target(&self.content, ty, name, &dims))
+                {
+                    Some(to) => (requantize::requantize(data, to), dims),
+                    None => (data, dims),
+                },
+            );
+        }
         let info =
             self.content
                 .tensor_infos
@@ -282,6 +327,9 @@ impl GgufFile {
     }
 
     fn rows_view(&self, name: &str, stacked: bool) -> Option<MatrixRows> {
+        if let Some(t) = self.mxfp4.get(name) {
+            return self.mxfp4_view(name, &t.dims, stacked, true);
+        }
         let info = self.content.tensor_infos.get(name)?;
         let (rows, cols) = match (info.shape.dims(), stacked) {
             (&[rows, cols], false) => (rows, cols),
@@ -305,6 +353,33 @@ impl GgufFile {
             dims,
             // At most the tensor's byte size, which `read_header` checked.
             row_bytes: cols / dtype.block_size() * dtype.type_size(),
+        })
+    }
+
+    /// `rows_view` of an MXFP4 tensor: read as Q8_0 rows. With `quantized`, `None` for
+    /// a matrix `set_quantize` re-quantizes (as `rows_view`).
+    fn mxfp4_view(
+        &self,
+        name: &str,
+        dims: &[usize],
+        stacked: bool,
+        quantized: bool,
+    ) -> Option<MatrixRows> {
+        let (rows, cols) = match (dims, stacked) {
+            (&[rows, cols], false) => (rows, cols),
+            (&[n, rows, cols], true) => (n.checked_mul(rows)?, cols),
+            _ => return None,
+        };
+        let requantized = self
+            .quantize
+            .and_then(|ty| requantize::target(&self.content, ty, name, &[rows, cols]));
+        if quantized && !stacked && requantized.is_some() {
+            return None;
+        }
+        Some(MatrixRows {
+            dtype: GgmlDType::Q8_0,
+            dims: [rows, cols],
+            row_bytes: cols / mxfp4::BLOCK * mxfp4::Q8_0_BYTES,
         })
     }
 
@@ -341,23 +416,47 @@ impl GgufFile {
             tensor: name.to_string(),
             reason,
         };
+        let view = match self.mxfp4.get(name) {
+            // `read_mxfp4` reads a 3-D tensor whole through its stacked view, and any
+            // matrix whole before it is re-quantized.
+            Some(t) => self.mxfp4_view(name, &t.dims, stacked || t.dims.len() > 2, false),
+            None => self.rows_view(name, stacked),
+        };
         let Some(MatrixRows {
-            dims: [n, _],
+            dims: [n, cols],
             row_bytes,
             ..
-        }) = self.rows_view(name, stacked)
+        }) = view
         else {
             return Err(bad("not a matrix readable by rows".into()));
         };
         if rows.start > rows.end || rows.end > n {
             return Err(bad(format!("rows {rows:?} of {n}")));
         }
+        let io_err = |e: std::io::Error| bad(e.to_string());
+        if let Some(t) = self.mxfp4.get(name) {
+            // The file's MXFP4 rows, converted to Q8_0 into `buf`.
+            let file_row = cols / mxfp4::BLOCK * mxfp4::BLOCK_BYTES;
+            let start = self.content.tensor_data_offset + t.offset + (rows.start * file_row) as u64;
+            let mut raw = vec![0u8; rows.len() * file_row];
+            self.reader.seek(SeekFrom::Start(start)).map_err(io_err)?;
+            self.reader.read_exact(&mut raw).map_err(io_err)?;
+            buf.clear();
+            let inexact = mxfp4::to_q8_0(&raw, buf);
+            if inexact > 0 {
+                tracing::warn!(
+                    tensor = name,
+                    blocks = inexact,
+                    "MXFP4 blocks outside Q8_0's exact range were rounded"
+                );
+            }
+            return Ok(());
+        }
         let info = &self.content.tensor_infos[name];
         // `read_header` checked that the whole tensor lies inside the file, so these
         // products are at most its byte size.
         let start = self.content.tensor_data_offset + info.offset + (rows.start * row_bytes) as u64;
         buf.resize(rows.len() * row_bytes, 0);
-        let io_err = |e: std::io::Error| bad(e.to_string());
         self.reader.seek(SeekFrom::Start(start)).map_err(io_err)?;
         self.reader.read_exact(buf).map_err(io_err)
     }

@@ -40,6 +40,59 @@ pub fn dtype_from_id(id: u32) -> Option<GgmlDType> {
     })
 }
 
+/// GGML's MXFP4 (`crate::mxfp4`), a type candle's `GgmlDType` has no name for.
+pub const MXFP4_ID: u32 = 39;
+
+/// A tensor of a type outside candle's `GgmlDType` (MXFP4): its dims (rows last, as
+/// `TensorInfo`'s) and its data offset from the start of the tensor data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawTensor {
+    pub dims: Vec<usize>,
+    pub offset: u64,
+}
+
+/// A parsed header: candle's `Content` (metadata, and the tensors of the types candle
+/// names) and the MXFP4 tensors beside it.
+pub struct Header {
+    pub content: Content,
+    pub mxfp4: HashMap<String, RawTensor>,
+}
+
+/// A tensor's type as the header gives it.
+#[derive(Clone, Copy, Debug)]
+enum FileType {
+    Ggml(GgmlDType),
+    Mxfp4,
+}
+
+impl FileType {
+    fn name(self) -> String {
+        match self {
+            FileType::Ggml(d) => format!("{d:?}"),
+            FileType::Mxfp4 => "MXFP4".into(),
+        }
+    }
+
+    fn block_size(self) -> usize {
+        match self {
+            FileType::Ggml(d) => d.block_size(),
+            FileType::Mxfp4 => crate::mxfp4::BLOCK,
+        }
+    }
+
+    fn nbytes(self, elems: u64) -> Option<u64> {
+        match self {
+            FileType::Ggml(d) => tensor_nbytes(d, elems),
+            FileType::Mxfp4 => {
+                let b = crate::mxfp4::BLOCK as u64;
+                elems
+                    .is_multiple_of(b)
+                    .then(|| (elems / b).checked_mul(crate::mxfp4::BLOCK_BYTES as u64))?
+            }
+        }
+    }
+}
+
 /// Bytes of a tensor of `elems` elements of `dtype`; `None` if the element count is
 /// not a whole number of blocks or the size overflows.
 pub fn tensor_nbytes(dtype: GgmlDType, elems: u64) -> Option<u64> {
@@ -211,8 +264,14 @@ fn alignment(metadata: &HashMap<String, Value>) -> Res<u64> {
 }
 
 /// Reads the header of a GGUF file of `size` bytes from the start of `r`. Checks that
-/// every tensor's data lies inside the file.
+/// every tensor's data lies inside the file. MXFP4 tensors are checked and left out
+/// (`read_header_all` keeps them).
 pub fn read_header<R: Read + Seek>(r: &mut R, size: u64) -> Res<Content> {
+    read_header_all(r, size).map(|h| h.content)
+}
+
+/// `read_header`, with the MXFP4 tensors.
+pub fn read_header_all<R: Read + Seek>(r: &mut R, size: u64) -> Res<Header> {
     r.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     let mut rd = Reader {
         r,
@@ -289,8 +348,11 @@ pub fn read_header<R: Read + Seek>(r: &mut R, size: u64) -> Res<Content> {
         }
         dims.reverse();
         let id = rd.u32(&what)?;
-        let dtype =
-            dtype_from_id(id).ok_or_else(|| format!("{}: unknown tensor type {id}", what()))?;
+        let dtype = match (id, dtype_from_id(id)) {
+            (_, Some(d)) => FileType::Ggml(d),
+            (MXFP4_ID, None) => FileType::Mxfp4,
+            _ => return Err(format!("{}: unknown tensor type {id}", what())),
+        };
         let offset = rd.u64(&what)?;
         if offset % align != 0 {
             return Err(format!(
@@ -301,19 +363,19 @@ pub fn read_header<R: Read + Seek>(r: &mut R, size: u64) -> Res<Content> {
         let row = dims.last().copied().unwrap_or(1) as u64;
         if !row.is_multiple_of(dtype.block_size() as u64) {
             return Err(format!(
-                "{}: rows of {row} elements are not whole {dtype:?} blocks of {}",
+                "{}: rows of {row} elements are not whole {} blocks of {}",
                 what(),
+                dtype.name(),
                 dtype.block_size()
             ));
         }
-        let nbytes = tensor_nbytes(dtype, elems)
+        let nbytes = dtype
+            .nbytes(elems)
             .ok_or_else(|| format!("{}: byte size overflows", what()))?;
-        let info = TensorInfo {
-            ggml_dtype: dtype,
-            shape: candle_core::Shape::from(dims),
-            offset,
-        };
-        if tensor_infos.insert(name.clone(), (info, nbytes)).is_some() {
+        if tensor_infos
+            .insert(name.clone(), (dtype, dims, offset, nbytes))
+            .is_some()
+        {
             return Err(format!("{}: duplicate tensor name", what()));
         }
     }
@@ -322,25 +384,101 @@ pub fn read_header<R: Read + Seek>(r: &mut R, size: u64) -> Res<Content> {
         .checked_next_multiple_of(align)
         .ok_or_else(|| "tensor data offset overflows".to_string())?;
     let mut infos = HashMap::with_capacity(tensor_infos.len());
-    for (name, (info, nbytes)) in tensor_infos {
+    let mut mxfp4 = HashMap::new();
+    for (name, (dtype, dims, offset, nbytes)) in tensor_infos {
         let end = data_offset
-            .checked_add(info.offset)
+            .checked_add(offset)
             .and_then(|s| s.checked_add(nbytes));
         match end {
             Some(end) if end <= size => {}
             _ => {
                 return Err(format!(
-                    "file is truncated: tensor '{name}' ({nbytes} bytes at data offset {}) ends past the end of the file ({size} bytes)",
-                    info.offset
+                    "file is truncated: tensor '{name}' ({nbytes} bytes at data offset {offset}) ends past the end of the file ({size} bytes)",
                 ))
             }
         }
-        infos.insert(name, info);
+        match dtype {
+            FileType::Ggml(ggml_dtype) => {
+                let shape = candle_core::Shape::from(dims);
+                infos.insert(
+                    name,
+                    TensorInfo {
+                        ggml_dtype,
+                        shape,
+                        offset,
+                    },
+                );
+            }
+            FileType::Mxfp4 => {
+                mxfp4.insert(name, RawTensor { dims, offset });
+            }
+        }
     }
-    Ok(Content {
-        magic,
-        metadata,
-        tensor_infos: infos,
-        tensor_data_offset: data_offset,
+    Ok(Header {
+        content: Content {
+            magic,
+            metadata,
+            tensor_infos: infos,
+            tensor_data_offset: data_offset,
+        },
+        mxfp4,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// A version-3 GGUF with no metadata and `tensors` (`name`, GGUF dims (columns
+    /// first), type id, data offset), followed by `data` bytes of tensor data.
+    fn file(tensors: &[(&str, &[u64], u32, u64)], data: usize) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend((tensors.len() as u64).to_le_bytes());
+        b.extend(0u64.to_le_bytes());
+        for (name, dims, ty, offset) in tensors {
+            b.extend((name.len() as u64).to_le_bytes());
+            b.extend(name.as_bytes());
+            b.extend((dims.len() as u32).to_le_bytes());
+            dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(ty.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+        }
+        b.resize(b.len().next_multiple_of(32) + data, 0);
+        b
+    }
+
+    fn read(b: &[u8]) -> Res<Header> {
+        read_header_all(&mut Cursor::new(b), b.len() as u64)
+    }
+
+    /// MXFP4 tensors are kept beside candle's `Content`, sized at 17 bytes a block of
+    /// 32, rows checked as whole blocks and data as inside the file.
+    #[test]
+    fn mxfp4_tensors_are_kept_apart_and_checked() {
+        // Two rows of 64 values: 4 blocks, 68 bytes; the F32 vector after, aligned.
+        let ok = file(&[("e", &[64, 2], MXFP4_ID, 0), ("v", &[4], 0, 96)], 112);
+        let h = read(&ok).unwrap();
+        assert_eq!(
+            h.mxfp4.get("e"),
+            Some(&RawTensor {
+                dims: vec![2, 64],
+                offset: 0
+            })
+        );
+        assert!(!h.content.tensor_infos.contains_key("e"));
+        assert!(h.content.tensor_infos.contains_key("v"));
+        assert!(read_header(&mut Cursor::new(&ok), ok.len() as u64).is_ok());
+        let e = read(&file(&[("e", &[48, 2], MXFP4_ID, 0)], 64))
+            .err()
+            .unwrap();
+        assert!(e.contains("not whole MXFP4 blocks of 32"), "{e}");
+        let e = read(&file(&[("e", &[64, 2], MXFP4_ID, 0)], 67))
+            .err()
+            .unwrap();
+        assert!(e.contains("truncated") && e.contains("68 bytes"), "{e}");
+        let e = read(&file(&[("e", &[64, 2], 40, 0)], 68)).err().unwrap();
+        assert!(e.contains("unknown tensor type 40"), "{e}");
+    }
 }

@@ -118,8 +118,11 @@ fn describe_config(w: &mut String, c: &ModelConfig, file: &GgufFile) {
     if let Some(sw) = c.sliding_window {
         let _ = writeln!(
             w,
-            "sliding window:  {} tokens on local layers (every {}th layer global), local rope theta {}",
-            sw.window, sw.pattern, sw.rope_theta
+            "sliding window:  {} tokens on local layers (every {}th layer global), local rope theta {}{}",
+            sw.window,
+            sw.pattern,
+            sw.rope_theta,
+            if sw.rope_scaled { ", scaled" } else { "" }
         );
     }
     let _ = writeln!(w, "rms norm eps:    {}", c.rms_norm_eps);
@@ -145,11 +148,18 @@ fn describe_tensors(w: &mut String, file: &GgufFile) {
         e.0 += 1;
         e.1 += n;
     }
+    for t in file.mxfp4.values() {
+        let n: usize = t.dims.iter().product();
+        params += n;
+        let e = mix.entry("MXFP4".into()).or_default();
+        e.0 += 1;
+        e.1 += n;
+    }
     let _ = writeln!(
         w,
         "parameters:      {:.1} M in {} tensors",
         params as f64 / 1e6,
-        file.content.tensor_infos.len()
+        file.content.tensor_infos.len() + file.mxfp4.len()
     );
     for (dtype, (count, n)) in &mix {
         let _ = writeln!(

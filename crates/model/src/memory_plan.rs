@@ -56,11 +56,10 @@ impl MemoryPlan {
     /// Plans the load of `file` in `precision` with `kv_asked` bytes of KV cache
     /// (`None`: the default rule), or refuses it.
     pub fn new(file: &GgufFile, precision: Precision, kv_asked: Option<usize>) -> Result<Self> {
+        // MXFP4 tensors are held as Q8_0 (`crate::mxfp4`).
         let weights = file
-            .content
-            .tensor_infos
-            .values()
-            .map(|t| t.shape.elem_count() as f64 * held_bytes_per_weight(t.ggml_dtype, precision))
+            .tensor_sizes()
+            .map(|(_, n, dtype, _)| n as f64 * held_bytes_per_weight(dtype, precision))
             .sum::<f64>() as u64;
         let available = mem_available();
         Self::decide(weights, kv_asked.map(|b| b as u64), available, |fit_mb| {

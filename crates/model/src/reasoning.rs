@@ -6,7 +6,10 @@
 //! reasoning parsers do). Where the rendered prompt already opened the block (R1
 //! distills end their generation prompt with `<think>\n`), the output starts inside it;
 //! where the prompt closed an empty one (Qwen3 with `enable_thinking: false`), the
-//! output is all content.
+//! output is all content. gpt-oss's harmony channels (`analysis` reasoning, `final`
+//! content) are split by `crate::harmony`.
+
+use crate::harmony::{self, HarmonySplitter};
 
 pub const THINK_OPEN: &str = "<think>";
 pub const THINK_CLOSE: &str = "</think>";
@@ -18,12 +21,17 @@ pub enum ReasoningFormat {
     None,
     /// `<think>reasoning</think>content`.
     ThinkTags,
+    /// gpt-oss's harmony messages: `<|channel|>analysis<|message|>reasoning<|end|>`,
+    /// `...<|channel|>final<|message|>content<|return|>` (`crate::harmony`).
+    Harmony,
 }
 
 impl ReasoningFormat {
     /// The format a chat template's source implies.
     pub fn detect(template: &str) -> Self {
-        if template.contains(THINK_OPEN) || template.contains(THINK_CLOSE) {
+        if template.contains(harmony::CHANNEL) {
+            ReasoningFormat::Harmony
+        } else if template.contains(THINK_OPEN) || template.contains(THINK_CLOSE) {
             ReasoningFormat::ThinkTags
         } else {
             ReasoningFormat::None
@@ -34,6 +42,7 @@ impl ReasoningFormat {
         match self {
             ReasoningFormat::None => "none",
             ReasoningFormat::ThinkTags => "<think>…</think>",
+            ReasoningFormat::Harmony => "harmony channels",
         }
     }
 
@@ -42,6 +51,13 @@ impl ReasoningFormat {
     pub fn splitter(self, rendered_prompt: &str) -> ReasoningSplitter {
         let state = match self {
             ReasoningFormat::None => State::Content,
+            ReasoningFormat::Harmony => {
+                return ReasoningSplitter {
+                    state: State::Content,
+                    held: String::new(),
+                    harmony: Some(HarmonySplitter::new(rendered_prompt)),
+                }
+            }
             ReasoningFormat::ThinkTags => match (
                 rendered_prompt.rfind(THINK_OPEN),
                 rendered_prompt.rfind(THINK_CLOSE),
@@ -53,6 +69,7 @@ impl ReasoningFormat {
         ReasoningSplitter {
             state,
             held: String::new(),
+            harmony: None,
         }
     }
 }
@@ -76,6 +93,8 @@ pub struct ReasoningSplitter {
     state: State,
     /// Text not yet given out: a possible tag start (or leading whitespace).
     held: String,
+    /// Harmony's own splitter, which then does the work.
+    harmony: Option<HarmonySplitter>,
 }
 
 /// What one `push` gave out.
@@ -104,11 +123,17 @@ fn partial_suffix(s: &str, tag: &str) -> usize {
 impl ReasoningSplitter {
     /// Whether the answer is (still) in its reasoning.
     pub fn in_reasoning(&self) -> bool {
+        if let Some(h) = &self.harmony {
+            return h.in_reasoning();
+        }
         matches!(self.state, State::Reasoning | State::OpenedByPrompt)
     }
 
     /// Adds `text` and appends what is now certain to `out`.
     pub fn push(&mut self, text: &str, out: &mut Split) {
+        if let Some(h) = &mut self.harmony {
+            return h.push(text, out);
+        }
         self.held.push_str(text);
         loop {
             match self.state {
@@ -160,6 +185,9 @@ impl ReasoningSplitter {
     /// The end of the answer: what was held goes out where it was headed (an
     /// unfinished tag start is text).
     pub fn finish(&mut self, out: &mut Split) {
+        if let Some(h) = &mut self.harmony {
+            return h.finish(out);
+        }
         match self.state {
             State::Reasoning | State::OpenedByPrompt => out.reasoning.push_str(&self.held),
             State::AfterClose => {}

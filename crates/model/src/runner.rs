@@ -30,6 +30,8 @@ pub struct RunnerOptions {
     pub quantize: Option<WeightType>,
     /// RoPE scaling over the file's (`--rope-scaling`, `--rope-scale`, `--yarn-orig-ctx`).
     pub rope: RopeOverride,
+    /// The KV cache's element type; `None`: f16 in fast precision, f32 in exact.
+    pub kv_dtype: Option<KvDtype>,
 }
 
 impl Default for RunnerOptions {
@@ -41,6 +43,7 @@ impl Default for RunnerOptions {
             max_model_len: None,
             quantize: None,
             rope: RopeOverride::default(),
+            kv_dtype: None,
         }
     }
 }
@@ -62,10 +65,10 @@ impl LlamaRunner {
         let c = &ModelConfig::from_gguf_with(file, &opts.rope)?;
         let plan = MemoryPlan::new(file, opts.precision, opts.kv_cache_memory)?;
         let block_size = opts.block_size.max(1);
-        let dtype = match opts.precision {
+        let dtype = opts.kv_dtype.unwrap_or(match opts.precision {
             Precision::Exact => KvDtype::F32,
             Precision::Fast => KvDtype::F16,
-        };
+        });
         let kv_bytes_per_token = c.kv_bytes_per_token(dtype.size());
         let num_blocks =
             KvCache::blocks_for_budget(plan.kv as usize, kv_bytes_per_token, block_size).max(1);

@@ -58,7 +58,29 @@ const END_OF_TURN: &[&str] = &[
     "<|endoftext|>",
     "<|end|>",
     "<end_of_turn>",
+    // o200k_harmony (gpt-oss): the answer's end, and a tool call's.
+    "<|return|>",
+    "<|call|>",
 ];
+
+/// gpt-oss's harmony header tokens, which llama.cpp makes user-defined in every vocab
+/// that has them ("always render these tokens"): decoded as text even where control
+/// tokens are dropped, so a harmony answer's channels reach `crate::harmony`.
+const HARMONY_RENDERED: &[&str] = &["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"];
+
+/// The stop tokens of a vocabulary: EOS, EOT, EOM and the end-of-turn tokens present,
+/// without duplicates; as llama.cpp, `<|end|>` is not one where the vocabulary has both
+/// `<|return|>` and `<|call|>` (o200k_harmony: there it ends a message, not the answer).
+fn stop_ids(tokens: &[String], named: [Option<u32>; 3]) -> Vec<u32> {
+    let find = |name: &str| tokens.iter().position(|t| t == name).map(|i| i as u32);
+    let harmony = find("<|return|>").is_some() && find("<|call|>").is_some();
+    let end = find("<|end|>").filter(|_| harmony);
+    let mut ids: Vec<u32> = named.into_iter().flatten().collect();
+    ids.extend(END_OF_TURN.iter().filter_map(|n| find(n)));
+    let mut seen = std::collections::HashSet::new();
+    ids.retain(|id| Some(*id) != end && seen.insert(*id));
+    ids
+}
 
 /// What turns text into ids.
 enum Encoder {
@@ -363,7 +385,7 @@ impl Tokenizer {
         }
         let tokens = strings(content, "tokenizer.ggml.tokens")?;
         let n = tokens.len();
-        let types: Vec<i32> = match content.metadata.get("tokenizer.ggml.token_type") {
+        let mut types: Vec<i32> = match content.metadata.get("tokenizer.ggml.token_type") {
             None => vec![1; n],
             Some(v) => {
                 let key = "tokenizer.ggml.token_type";
@@ -380,6 +402,11 @@ impl Tokenizer {
                     .collect::<Result<_>>()?
             }
         };
+        for (t, ty) in tokens.iter().zip(types.iter_mut()) {
+            if HARMONY_RENDERED.contains(&t.as_str()) {
+                *ty = TYPE_USER_DEFINED;
+            }
+        }
         let pre = match content.metadata.get("tokenizer.ggml.pre") {
             Some(v) => v
                 .to_string()
@@ -448,14 +475,7 @@ impl Tokenizer {
             }
             None => bpe(content, &tokens, &types, &pre)?,
         };
-        let mut stop_ids: Vec<u32> = [eos, eot, eom].into_iter().flatten().collect();
-        for name in END_OF_TURN {
-            if let Some(id) = tokens.iter().position(|t| t == name) {
-                stop_ids.push(id as u32);
-            }
-        }
-        let mut seen = std::collections::HashSet::new();
-        stop_ids.retain(|id| seen.insert(*id));
+        let stop_ids = stop_ids(&tokens, [eos, eot, eom]);
         Ok(Self {
             encoder,
             model: model.clone(),
@@ -593,5 +613,22 @@ impl Tokenizer {
     /// does not implement (see `tokenizer/pretok.rs`) splits like gpt-2.
     pub fn pre_tokenizer_name(&self) -> &str {
         &self.pre
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `<|end|>` stops Phi-3-style vocabularies, not o200k_harmony's (which has
+    /// `<|return|>` and `<|call|>`: those stop it).
+    #[test]
+    fn harmony_stops_on_return_and_call_not_end() {
+        let toks = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let phi = toks(&["a", "<|end|>", "<|endoftext|>"]);
+        assert_eq!(stop_ids(&phi, [Some(2), None, None]), [2, 1]);
+        let oss = toks(&["<|return|>", "<|end|>", "<|call|>", "<|start|>"]);
+        assert_eq!(stop_ids(&oss, [Some(0), None, None]), [0, 2]);
+        assert_eq!(stop_ids(&oss, [Some(1), None, None]), [0, 2]);
     }
 }

@@ -69,3 +69,53 @@ fn r1_distill_prompt_opens_the_think_block() {
     assert_eq!(s.reasoning, "7 has no divisors but 1 and 7.\n");
     assert_eq!(s.content, "Yes.");
 }
+
+/// The date line `strftime_now` writes (today's, in both renderings).
+fn undated(p: &str) -> String {
+    p.lines()
+        .map(|l| match l.starts_with("Current date: ") {
+            true => "Current date: (today)",
+            false => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// gpt-oss's harmony template renders as llama.cpp's `/apply-template` renders it
+/// (`llamacpp-apply-template-gpt-oss.jsonl`: a system prompt, which becomes the developer
+/// message, and a second turn with `reasoning_effort: high`), and an answer in its
+/// channels splits: `analysis` is reasoning, `final` content.
+#[test]
+fn gpt_oss_harmony_renders_as_llamacpp_and_splits_by_channel() {
+    let t = template("openai-gpt-oss-120b.jinja");
+    assert_eq!(t.reasoning_format(), ReasoningFormat::Harmony);
+    let path = format!(
+        "{}/tests/data/llamacpp-apply-template-gpt-oss.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let recs = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut last = String::new();
+    for line in recs.lines() {
+        let rec: serde_json::Value = serde_json::from_str(line).unwrap();
+        let msgs: Vec<ChatMessage> =
+            serde_json::from_value(rec["request"]["messages"].clone()).unwrap();
+        let kw = rec["request"]
+            .get("chat_template_kwargs")
+            .map(|v| kwargs(v.clone()));
+        let ours = t.render_kwargs(&msgs, None, true, kw.as_ref()).unwrap();
+        let want = rec["prompt"].as_str().unwrap();
+        assert_eq!(undated(&ours), undated(want));
+        last = ours;
+    }
+    assert!(last.ends_with("<|start|>assistant"), "{last:?}");
+    let s = split_all(
+        t.reasoning_format(),
+        &last,
+        "<|channel|>analysis<|message|>Smallest prime: 2.<|end|><|start|>assistant\
+         <|channel|>final<|message|>2<|return|>",
+    );
+    assert_eq!(
+        (s.reasoning.as_str(), s.content.as_str()),
+        ("Smallest prime: 2.", "2")
+    );
+}

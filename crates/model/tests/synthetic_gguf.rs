@@ -412,7 +412,7 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
     assert!(
         e.contains("gpt-neox.gguf")
             && e.contains("unsupported architecture 'gptneox'")
-            && e.contains("llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3"),
+            && e.contains("llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss"),
         "{e}"
     );
     let f = sloserve_model::GgufFile::open(&arch).unwrap();
@@ -420,7 +420,8 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
     assert!(
         out.contains("architecture:    gptneox")
             && out.contains("supported:       no")
-            && out.contains("(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3)"),
+            && out
+                .contains("(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss)"),
         "{out}"
     );
 

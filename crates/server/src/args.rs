@@ -123,6 +123,7 @@ impl ServeArgs {
                 factor: self.rope_scale,
                 orig_ctx: self.yarn_orig_ctx,
             },
+            kv_dtype: None,
         }
     }
 

@@ -1,12 +1,13 @@
 //! `Attention`: a block's self-attention: q/k/v projections, per-head q/k norms (where
 //! the model has them), RoPE, the write of new keys and values into the paged cache,
-//! paged attention (over a sliding window on local layers) and the output projection.
+//! paged attention (over a sliding window on local layers; with sinks where the model
+//! has them) and the output projection.
 
 use super::fused::FusedLinear;
 use super::{sized, Loader, Step};
 use crate::config::ModelConfig;
 use crate::error::Result;
-use crate::kernels::attention::{paged_attention, AttnShape};
+use crate::kernels::attention::{paged_attention_sinks, AttnShape};
 use crate::kernels::norm::rms_norm_in_place;
 use crate::kernels::pool::{parallel_rows, ROWS_PER_TASK};
 use crate::kv_cache::KvCache;
@@ -21,6 +22,8 @@ pub(super) struct Attention {
     eps: f32,
     /// Index into `Step::ropes`: 0 global, 1 local (sliding-window) layers.
     rope: usize,
+    /// `attn_sinks`: one logit per query head (gpt-oss).
+    sinks: Option<Vec<f32>>,
     shape: AttnShape,
 }
 
@@ -49,8 +52,14 @@ impl Attention {
         } else {
             None
         };
+        let sinks = match c.family.attn_sinks {
+            true => Some(ld.vector(&format!("{prefix}.attn_sinks.weight"), c.num_heads)?),
+            false => None,
+        };
+        let out_bias = c.family.attn_output_bias;
         Ok(Attention {
             qk_norm,
+            sinks,
             eps: c.rms_norm_eps,
             rope: usize::from(window.is_some()),
             qkv: FusedLinear::load(
@@ -63,7 +72,7 @@ impl Attention {
                 h,
                 c.qkv_bias,
             )?,
-            output: ld.linear(&format!("{prefix}.attn_output"), h, q, false)?,
+            output: ld.linear(&format!("{prefix}.attn_output"), h, q, out_bias)?,
             shape: AttnShape {
                 num_heads: c.num_heads,
                 num_kv_heads: c.num_kv_heads,
@@ -126,13 +135,14 @@ impl Attention {
             }
         }
         let attn = sized(&mut s.attn, t * qn);
-        paged_attention(
+        paged_attention_sinks(
             step.batch,
             step.token_seq,
             q,
             cache,
             layer,
             self.shape,
+            self.sinks.as_deref(),
             attn,
         );
         self.output.forward(attn, step.tokens, out);

@@ -47,7 +47,7 @@ impl Block {
         Ok(Block {
             attn_norm: ld.vector(&format!("{p}.attn_norm.weight"), h)?,
             attn: Attention::new(ld, index, c)?,
-            ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"), h)?,
+            ffn_norm: ld.vector(&format!("{p}.{}.weight", c.family.ffn_norm), h)?,
             ffn: match c.moe {
                 None => Ffn::Dense(Box::new(Mlp::new(ld, &p, c)?)),
                 Some(m) => Ffn::Experts(Box::new(Moe::new(ld, &p, c, m)?)),

@@ -1,11 +1,13 @@
 //! `Mlp`: a block's gated feed-forward, `down(act(gate(x)) · up(x))` with SiLU or
-//! the tanh GELU.
+//! the tanh GELU, or gpt-oss's clamped SwiGLU (each projection with its bias there).
 
 use super::fused::FusedLinear;
 use super::{sized, Loader};
 use crate::config::{Activation, ModelConfig};
 use crate::error::Result;
-use crate::kernels::activation::{gelu_mul, gelu_mul_rows, silu_mul, silu_mul_rows};
+use crate::kernels::activation::{
+    gelu_mul, gelu_mul_rows, silu_mul, silu_mul_rows, swiglu_oai_mul, swiglu_oai_mul_rows,
+};
 use crate::linear::{first_switch, Linear, Tokens};
 use crate::weights::WeightData;
 
@@ -61,16 +63,22 @@ impl Mlp {
     }
 
     /// One expert's feed-forward from its gate, up (`[ffn, hidden]`) and down
-    /// (`[hidden, ffn]`) weights.
+    /// (`[hidden, ffn]`) weights, and their biases where it has them (already counted
+    /// as held).
     pub(super) fn from_weights(
         ld: &mut Loader,
         [gate, up, down]: [WeightData; 3],
+        biases: Option<[Vec<f32>; 3]>,
         (h, ffn): (usize, usize),
         activation: Activation,
     ) -> Self {
+        let (gate_up_b, down_b) = match biases {
+            Some([g, u, d]) => (vec![g, u], Some(d)),
+            None => (Vec::new(), None),
+        };
         Mlp {
-            gate_up: FusedLinear::from_weights(ld, vec![gate, up], vec![ffn, ffn], h, Vec::new()),
-            down: ld.new_linear(down, h, ffn, None),
+            gate_up: FusedLinear::from_weights(ld, vec![gate, up], vec![ffn, ffn], h, gate_up_b),
+            down: ld.new_linear(down, h, ffn, down_b),
             activation,
         }
     }
@@ -93,6 +101,9 @@ impl Mlp {
             match self.activation {
                 Activation::Silu => silu_mul_rows(both, ffn, h),
                 Activation::GeluTanh => gelu_mul_rows(both, ffn, h),
+                Activation::SwigluOai { alpha, limit } => {
+                    swiglu_oai_mul_rows(both, ffn, h, alpha, limit)
+                }
             }
             return self.down.forward(h, t, out);
         }
@@ -104,6 +115,7 @@ impl Mlp {
         match self.activation {
             Activation::Silu => silu_mul(gate, up),
             Activation::GeluTanh => gelu_mul(gate, up),
+            Activation::SwigluOai { alpha, limit } => swiglu_oai_mul(gate, up, alpha, limit),
         }
         self.down.forward(gate, t, out);
     }

@@ -4,7 +4,8 @@
 //! expert runs once over the rows routed to it, so a step reads only the experts its
 //! tokens chose; a token's output is its experts' outputs weighted and summed in the
 //! order of its choices, whatever else is in the batch. Qwen2-MoE adds a shared
-//! expert scaled by `sigmoid(gate · x)`.
+//! expert scaled by `sigmoid(gate · x)`; gpt-oss biases the router and every expert
+//! matrix and weighs the chosen experts by a softmax over their logits alone.
 
 use super::mlp::{Mlp, MlpScratch};
 use super::{sized, Loader};
@@ -55,9 +56,20 @@ impl Moe {
         cfg: MoeConfig,
     ) -> Result<Self> {
         let (h, n, ffn) = (c.hidden_size, cfg.experts, cfg.ffn);
-        let router = ld.linear(&format!("{prefix}.ffn_gate_inp"), n, h, false)?;
+        let biased = cfg.rules.biases;
+        let router = ld.linear(&format!("{prefix}.ffn_gate_inp"), n, h, biased)?;
         let name = |part: &str| format!("{prefix}.ffn_{part}_exps.weight");
         let (gate, up, down) = (name("gate"), name("up"), name("down"));
+        let bias = |part: &str| format!("{prefix}.ffn_{part}_exps.bias");
+        // Each expert's gate, up and down biases (gpt-oss), `[experts, width]` each.
+        let mut biases = match biased {
+            true => Some([
+                ld.stacked_vectors(&bias("gate"), n, ffn)?.into_iter(),
+                ld.stacked_vectors(&bias("up"), n, ffn)?.into_iter(),
+                ld.stacked_vectors(&bias("down"), n, h)?.into_iter(),
+            ]),
+            false => None,
+        };
         let experts = (0..n)
             .map(|e| {
                 let w = [
@@ -65,7 +77,11 @@ impl Moe {
                     ld.expert(&up, e, n, ffn, h)?,
                     ld.expert(&down, e, n, h, ffn)?,
                 ];
-                Ok(Mlp::from_weights(ld, w, (h, ffn), c.activation))
+                let b = biases.as_mut().map(|[g, u, d]| {
+                    let next = |i: &mut std::vec::IntoIter<Vec<f32>>| i.next().expect("n biases");
+                    [next(g), next(u), next(d)]
+                });
+                Ok(Mlp::from_weights(ld, w, b, (h, ffn), c.activation))
             })
             .collect::<Result<Vec<_>>>()?;
         let shared = match cfg.shared_ffn {
@@ -151,17 +167,10 @@ impl Moe {
     /// experts and their weights, appended to `chosen` in descending order.
     fn route(&self, row: &mut [f32], chosen: &mut Vec<(u32, f32)>) {
         match self.cfg.rules.gating {
-            Gating::Softmax => {
-                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0f64;
-                for v in row.iter_mut() {
-                    *v = (*v - max).exp();
-                    sum += *v as f64;
-                }
-                let inv = (1.0 / sum) as f32;
-                row.iter_mut().for_each(|v| *v *= inv);
-            }
+            Gating::Softmax => softmax(row),
             Gating::Sigmoid => row.iter_mut().for_each(|v| *v = 1.0 / (1.0 + (-*v).exp())),
+            // Chosen on the logits; the softmax is over the chosen ones, below.
+            Gating::SoftmaxChosen => {}
         }
         let start = chosen.len();
         for _ in 0..self.cfg.used {
@@ -177,6 +186,13 @@ impl Moe {
             chosen.push((e as u32, p));
         }
         let mine = &mut chosen[start..];
+        if self.cfg.rules.gating == Gating::SoftmaxChosen {
+            let mut w: [f32; MAX_USED] = [0.0; MAX_USED];
+            let w = &mut w[..mine.len()];
+            w.iter_mut().zip(mine.iter()).for_each(|(w, c)| *w = c.1);
+            softmax(w);
+            mine.iter_mut().zip(w.iter()).for_each(|(c, w)| c.1 = *w);
+        }
         if self.cfg.rules.norm_weights {
             // llama.cpp clamps the sum to f16's smallest normal.
             let sum: f32 = mine.iter().map(|c| c.1).sum::<f32>().max(6.103_515_6e-5);
@@ -208,4 +224,21 @@ impl Moe {
             s.next[e as usize] += 1;
         }
     }
+}
+
+/// The most experts a token may use under `Gating::SoftmaxChosen` (checked at load:
+/// `MoeConfig`); the weights' softmax runs on the stack.
+pub(crate) const MAX_USED: usize = 64;
+
+/// `row` becomes its softmax, as ggml's `soft_max` (the sum in f64, then one f32
+/// reciprocal multiplied in).
+fn softmax(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for v in row.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    row.iter_mut().for_each(|v| *v *= inv);
 }

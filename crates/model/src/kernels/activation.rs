@@ -1,7 +1,8 @@
 //! The gated activations of the feed-forward, element-wise (over the pool when large):
-//! `silu_mul` (SwiGLU) and `gelu_mul` (GEGLU with the tanh GELU, rounded through f16
-//! exactly as llama.cpp's CPU backend computes it), in place over two matrices or
-//! (`_rows`) from one stacked gate/up matrix into a third.
+//! `silu_mul` (SwiGLU), `gelu_mul` (GEGLU with the tanh GELU, rounded through f16
+//! exactly as llama.cpp's CPU backend computes it) and `swiglu_oai_mul` (gpt-oss's
+//! clamped SwiGLU), in place over two matrices or (`_rows`) from one stacked gate/up
+//! matrix into a third.
 
 use std::sync::OnceLock;
 
@@ -153,9 +154,58 @@ pub fn gelu_mul_rows(gate_up: &[f32], width: usize, out: &mut [f32]) {
     });
 }
 
+/// ggml's `swiglu_oai` of one pair: `g = min(gate, limit)`, `u = clamp(up, -limit,
+/// limit)`, `g / (1 + e^(-alpha·g)) · (u + 1)`, with libm's `expf` as there.
+#[inline]
+pub fn swiglu_oai_one(gate: f32, up: f32, alpha: f32, limit: f32) -> f32 {
+    let x = gate.min(limit);
+    let y = up.clamp(-limit, limit);
+    x / (1.0 + (alpha * -x).exp()) * (y + 1.0)
+}
+
+/// `gate[i] = swiglu_oai(gate[i], up[i])`.
+pub fn swiglu_oai_mul(gate: &mut [f32], up: &[f32], alpha: f32, limit: f32) {
+    zip_map(gate, up, |g, u| swiglu_oai_one(g, u, alpha, limit));
+}
+
+/// `out[r] = swiglu_oai(gate_r, up_r)` for each row of `gate_up`, as `silu_mul_rows`.
+pub fn swiglu_oai_mul_rows(gate_up: &[f32], width: usize, out: &mut [f32], alpha: f32, limit: f32) {
+    gated_rows(gate_up, width, out, &|o, g, u| {
+        for ((o, g), u) in o.iter_mut().zip(g).zip(u) {
+            *o = swiglu_oai_one(*g, *u, alpha, limit);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The clamps: the gate only from above, the up from both sides, and (up + 1).
+    #[test]
+    fn swiglu_oai_clamps_as_ggml() {
+        let f = |g, u| swiglu_oai_one(g, u, 1.702, 7.0);
+        let sig = |x: f32| 1.0 / (1.0 + (-1.702 * x).exp());
+        assert_eq!(f(0.0, 3.0), 0.0);
+        assert_eq!(f(2.0, 0.5), 2.0 / (1.0 + (1.702f32 * -2.0).exp()) * 1.5);
+        assert_eq!(f(9.0, 1.0), f(7.0, 1.0));
+        assert!((f(9.0, 1.0) - 7.0 * sig(7.0) * 2.0).abs() < 1e-5);
+        assert_eq!(f(1.0, 20.0), f(1.0, 7.0));
+        assert_eq!(f(1.0, -20.0), f(1.0, -7.0));
+        // A negative gate is not clamped from below.
+        assert!((f(-3.0, 0.0) - -3.0 * sig(-3.0)).abs() < 1e-6);
+        let (rows, width) = (3, 37);
+        let gate_up: Vec<f32> = (0..rows * 2 * width)
+            .map(|i| (i % 41) as f32 * 0.5 - 10.0)
+            .collect();
+        let mut out = vec![f32::NAN; rows * width];
+        swiglu_oai_mul_rows(&gate_up, width, &mut out, 1.702, 7.0);
+        for r in 0..rows {
+            let mut g = gate_up[2 * r * width..][..width].to_vec();
+            swiglu_oai_mul(&mut g, &gate_up[(2 * r + 1) * width..][..width], 1.702, 7.0);
+            assert_eq!(g, out[r * width..][..width]);
+        }
+    }
 
     /// The vector path against the scalar one over the range a gate takes (and
     /// past exp's ends), with a tail that is not a whole vector.

@@ -1,6 +1,7 @@
 //! Paged causal attention with grouped-query heads: each new token of each sequence
 //! attends over that sequence's own cached tokens (all of them, or the last `window`
-//! on sliding-window layers), read through its block table.
+//! on sliding-window layers), read through its block table; with attention sinks
+//! (gpt-oss), each head's learned logit joins its softmax's denominator.
 
 use std::cell::RefCell;
 
@@ -79,6 +80,8 @@ pub(super) struct Task<'a, T> {
     /// With AVX-512 BF16: this KV head's values from position 0 as bf16 pairs, when
     /// its sequence has several tokens in the step and no sliding window.
     pub(super) paired: Option<Paired<'a>>,
+    /// The sink logit of each query head of the task (attention sinks).
+    pub(super) sinks: Option<&'a [f32]>,
 }
 
 /// Row offsets of positions `first..n` through block `table` (blocks of
@@ -113,11 +116,31 @@ pub fn paged_attention(
     shape: AttnShape,
     out: &mut [f32],
 ) {
-    match (&cache.keys[layer], &cache.values[layer]) {
-        (KvData::F32(k), KvData::F32(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
-        (KvData::F16(k), KvData::F16(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
+    paged_attention_sinks(batch, token_seq, q, cache, layer, shape, None, out)
+}
+
+/// `paged_attention`, with one sink logit per query head (`[num_heads]`) in each
+/// softmax's denominator, as ggml's `soft_max_ext` with sinks: the maximum taken over
+/// the scores and the sink, `e^(sink - max)` added to the sum.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_sinks(
+    batch: &Batch,
+    token_seq: &[u32],
+    q: &[f32],
+    cache: &KvCache,
+    layer: usize,
+    shape: AttnShape,
+    sinks: Option<&[f32]>,
+    out: &mut [f32],
+) {
+    let kv = match (&cache.keys[layer], &cache.values[layer]) {
+        (KvData::F32(k), KvData::F32(v)) => {
+            return run(batch, token_seq, q, cache, (k, v), (shape, sinks), out)
+        }
+        (KvData::F16(k), KvData::F16(v)) => (&k[..], &v[..]),
         _ => unreachable!("keys and values share one element type"),
-    }
+    };
+    run(batch, token_seq, q, cache, kv, (shape, sinks), out)
 }
 
 fn run<T: KvElem>(
@@ -126,7 +149,7 @@ fn run<T: KvElem>(
     q: &[f32],
     cache: &KvCache,
     (keys, values): (&[T], &[T]),
-    shape: AttnShape,
+    (shape, sinks): (AttnShape, Option<&[f32]>),
     out: &mut [f32],
 ) where
     for<'a> Task<'a, T>: Attend,
@@ -182,6 +205,7 @@ fn run<T: KvElem>(
                     head_dim,
                     scale,
                     paired,
+                    sinks: sinks.map(|s| &s[kvh * group..][..group]),
                 };
                 SCORES.with(|cell| task.attend(&mut cell.borrow_mut(), o));
             });
@@ -274,7 +298,7 @@ fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
             scores[g * n + j] = dot(qh, kj) * task.scale;
         }
     }
-    softmax_rows(scores, n);
+    softmax_rows(scores, n, task.sinks);
     out.fill(0.0);
     for j in 0..n {
         let vj = &task.values[task.rows[j]..][..hd];
@@ -287,15 +311,21 @@ fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
     }
 }
 
-/// Each row of `n` scores becomes its softmax.
+/// Each row of `n` scores becomes its softmax (row `g`'s denominator with
+/// `e^sinks[g]` in it, where there are sinks).
 #[inline(always)]
-fn softmax_rows(scores: &mut [f32], n: usize) {
-    for sg in scores.chunks_exact_mut(n) {
+fn softmax_rows(scores: &mut [f32], n: usize, sinks: Option<&[f32]>) {
+    for (g, sg) in scores.chunks_exact_mut(n).enumerate() {
+        let sink = sinks.map(|s| s[g]);
         let max = sg.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+        let max = sink.map_or(max, |s| max.max(s));
         let mut sum = 0f32;
         for x in sg.iter_mut() {
             *x = (*x - max).exp();
             sum += *x;
+        }
+        if let Some(s) = sink {
+            sum += (s - max).exp();
         }
         let inv = 1.0 / sum;
         for x in sg.iter_mut() {
@@ -371,8 +401,8 @@ mod tests {
     }
 
     /// Softmax attention computed directly from the generators, in f64, over the
-    /// last `window` positions.
-    fn reference(q: &[f32], window: usize) -> Vec<f32> {
+    /// last `window` positions (with each head's sink in the denominator).
+    fn reference(q: &[f32], window: usize, sinks: Option<&[f32]>) -> Vec<f32> {
         let mut out = vec![0f32; 4 * QW];
         for (t, (s, pos)) in [(0, 7), (0, 8), (0, 9), (1, 5)].into_iter().enumerate() {
             for h in 0..6 {
@@ -386,7 +416,10 @@ mod tests {
                     })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::MIN, f64::max);
-                let sum: f64 = scores.iter().map(|x| (x - max).exp()).sum();
+                let sink = sinks.map_or(f64::NEG_INFINITY, |s| f64::from(s[h]));
+                let max = max.max(sink);
+                let sum: f64 =
+                    scores.iter().map(|x| (x - max).exp()).sum::<f64>() + (sink - max).exp();
                 for i in 0..HD {
                     let o: f64 = (first..=pos)
                         .map(|j| {
@@ -409,7 +442,30 @@ mod tests {
                 let mut out = vec![f32::NAN; 4 * QW];
                 let shape = AttnShape { window, ..SHAPE };
                 paged_attention(&batch, &token_seq, &q, &cache, 0, shape, &mut out);
-                let want = reference(&q, window.unwrap_or(usize::MAX));
+                let want = reference(&q, window.unwrap_or(usize::MAX), None);
+                for (i, (a, b)) in out.iter().zip(want).enumerate() {
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "{dtype:?} {window:?} [{i}]: {a} vs {b}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Sinks: each head's logit joins its denominator (one larger than every score,
+    /// so the maximum is the sink's), windowed or not, f32 and f16 caches.
+    #[test]
+    fn sinks_join_each_heads_denominator() {
+        let sinks = [0.5f32, -1.0, 2.0, 0.0, 9.0, -0.3];
+        for (dtype, tol) in [(KvDtype::F32, 1e-5), (KvDtype::F16, 2e-3)] {
+            for window in [None, Some(3)] {
+                let (batch, token_seq, q, cache) = setup(dtype);
+                let mut out = vec![f32::NAN; 4 * QW];
+                let shape = AttnShape { window, ..SHAPE };
+                let s = Some(&sinks[..]);
+                paged_attention_sinks(&batch, &token_seq, &q, &cache, 0, shape, s, &mut out);
+                let want = reference(&q, window.unwrap_or(usize::MAX), s);
                 for (i, (a, b)) in out.iter().zip(want).enumerate() {
                     assert!(
                         (a - b).abs() <= tol,
@@ -453,6 +509,7 @@ mod tests {
                 head_dim: HD,
                 scale: 0.25,
                 paired,
+                sinks: None,
             };
             let mut scores = Vec::new();
             let mut alone = vec![f32::NAN; 6 * HD];
@@ -477,7 +534,12 @@ mod tests {
         // Groups of 1-8 query heads (each register tile height, and groups split
         // into two tiles); 7 keys (three pairs and one left over) and 6.
         let q: Vec<f32> = (0..MAX_GROUP * HD).map(|i| val(i, 91)).collect();
-        for first in [3, 4] {
+        // Without sinks, and with one per head (the first above every score).
+        let sink_logits: Vec<f32> = (0..MAX_GROUP).map(|h| [9.0, -1.0, 0.5][h % 3]).collect();
+        for (first, sinks) in [3, 4]
+            .into_iter()
+            .flat_map(|f| [(f, None), (f, Some(&sink_logits[..]))])
+        {
             let mut rows = Vec::new();
             row_offsets(batch.block_table(s), (BS, KV, HD), (first, 10), &mut rows);
             let task = |group| Task {
@@ -488,6 +550,7 @@ mod tests {
                 head_dim: HD,
                 scale: 0.25,
                 paired: None,
+                sinks: sinks.map(|s| &s[..group]),
             };
             let mut scores = Vec::new();
             // Each head alone, the reference for the head inside any group.
@@ -495,6 +558,7 @@ mod tests {
                 .map(|h| {
                     let one = Task {
                         q: &q[h * HD..][..HD],
+                        sinks: sinks.map(|s| &s[h..h + 1]),
                         ..task(1)
                     };
                     let mut o = vec![f32::NAN; HD];

@@ -74,7 +74,10 @@ pub(super) unsafe fn attend_f16_avx2(task: &Task<f16>, scores: &mut Vec<f32>, ou
     }
     let mut inv = [0f32; MAX_GROUP];
     for (g, inv) in inv.iter_mut().enumerate().take(group) {
-        *inv = exp_row(&mut scores[g * stride..][..stride]);
+        *inv = exp_row(
+            &mut scores[g * stride..][..stride],
+            task.sinks.map(|s| s[g]),
+        );
     }
     if attention_bf16::applies(hd, group) {
         // SAFETY: the CPU has AVX-512 BF16; head_dim, group and stride as it needs.
@@ -104,10 +107,12 @@ unsafe fn prefetch(p: *const f16, lines: usize) {
 }
 
 /// `row[j] = exp(row[j] - max)` over a row of whole vectors; returns 1 / the sum.
+/// With a `sink` logit (attention sinks), the maximum is over the row and the sink,
+/// and `e^(sink - max)` is in the sum (ggml's `soft_max_ext` with sinks).
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn exp_row(row: &mut [f32]) -> f32 {
+unsafe fn exp_row(row: &mut [f32], sink: Option<f32>) -> f32 {
     use super::cpu::hsum256;
     use super::exp::exp256;
     use std::arch::x86_64::*;
@@ -118,14 +123,16 @@ unsafe fn exp_row(row: &mut [f32]) -> f32 {
     }
     let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    let m = _mm256_set1_ps(_mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1))));
+    let max = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
+    let max = sink.map_or(max, |s| max.max(s));
+    let m = _mm256_set1_ps(max);
     let mut sum = _mm256_setzero_ps();
     for c in (0..row.len()).step_by(8) {
         let e = exp256(_mm256_sub_ps(_mm256_loadu_ps(p.add(c)), m));
         _mm256_storeu_ps(p.add(c), e);
         sum = _mm256_add_ps(sum, e);
     }
-    1.0 / hsum256(sum)
+    1.0 / (hsum256(sum) + sink.map_or(0.0, |s| (s - max).exp()))
 }
 
 /// `scores[g, j] = q_g · k_j · scale` for heads `g0..g0 + R` (rows `stride` apart),

@@ -16,6 +16,11 @@ const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|
 /// Qwen3.5's: Qwen2's with combining marks kept in words.
 const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// GPT-4o's (o200k: gpt-oss, Llama 4), as llama.cpp rewrites tokenizer.json's: a word is
+/// letters other than a-z then letters other than A-Z (or the reverse), with an optional
+/// contraction; numbers in threes; punctuation runs take trailing newlines and slashes.
+const GPT4O: &str = r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// DeepSeek LLM's letters: Latin, Greek, Cyrillic, Armenian, Georgian and other cased
 /// scripts, as its tokenizer.json lists them (escaped: some of these characters change
 /// under Unicode normalization, which an editor may apply).
@@ -156,6 +161,10 @@ const FAMILIES: &[(&[&str], PreTokenizer)] = &[
     ),
     (&["qwen35"], pre(&[QWEN35], false)),
     (
+        &["gpt-4o", "llama4", "kanana2", "talkie"],
+        pre(&[GPT4O], false),
+    ),
+    (
         &["default"],
         pre(
             &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
@@ -204,5 +213,44 @@ mod tests {
             }
         }
         assert!(for_name("no-such-split").is_none());
+    }
+
+    /// GPT-4o's split: case changes start words, contractions stay on, digits go in
+    /// threes, a lone space before a word joins it and one before a number stands alone.
+    #[test]
+    fn gpt4o_splits_words_by_case_and_digits_in_threes() {
+        use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+        let split = tokenizers::pre_tokenizers::split::Split::new(
+            tokenizers::pre_tokenizers::split::SplitPattern::Regex(GPT4O.into()),
+            tokenizers::SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .unwrap();
+        let text = "Hello World's CamelCase 12345 ok\n\n  x HTTPServer.";
+        let mut pts = PreTokenizedString::from(text);
+        split.pre_tokenize(&mut pts).unwrap();
+        let pieces: Vec<&str> = pts
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(s, _, _)| s)
+            .collect();
+        assert_eq!(
+            pieces,
+            [
+                "Hello",
+                " World's",
+                " Camel",
+                "Case",
+                " ",
+                "123",
+                "45",
+                " ok",
+                "\n\n",
+                " ",
+                " x",
+                " HTTPServer",
+                "."
+            ]
+        );
     }
 }
