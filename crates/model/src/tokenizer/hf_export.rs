@@ -118,8 +118,13 @@ impl HfTokenizer {
         if let Some(len) = context_length(content) {
             config.insert("model_max_length".into(), len.into());
         }
-        if let Some(t) = string(content, "tokenizer.chat_template")? {
-            config.insert("chat_template".into(), t.into());
+        match string(content, "tokenizer.chat_template")? {
+            Some(t) => {
+                config.insert("chat_template".into(), t.into());
+            }
+            None => notes.push(
+                "the GGUF has no tokenizer.chat_template, so tokenizer_config.json has none".into(),
+            ),
         }
         Ok(HfTokenizer {
             tokenizer,
@@ -485,8 +490,8 @@ fn wordpiece(content: &Content, tok: &Tokenizer, notes: &mut Vec<String>) -> Res
         .and_then(|id| tok.token_str(id))
         .unwrap_or("[UNK]");
     let bert_tokens = tokens(tok).map(|t| {
-        if t.starts_with(SPACE) {
-            t[SPACE.len()..].to_string()
+        if let Some(word) = t.strip_prefix(SPACE) {
+            word.to_string()
         } else if t.starts_with('[') && t.ends_with(']') {
             t
         } else {
