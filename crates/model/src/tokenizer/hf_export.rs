@@ -73,12 +73,14 @@ impl HfTokenizer {
                 )))
             }
         };
-        notes.push(
-            "special tokens are matched leftmost-longest in one pass (llama.cpp: longest token \
-             first over the whole text); they differ only where two special-token texts overlap"
-                .into(),
-        );
         let added = added_tokens(&tok, pipeline.added_types, pipeline.rstrip);
+        let overlaps = overlapping_ends(added.iter().filter_map(|a| a["content"].as_str()));
+        if overlaps > 0 {
+            notes.push(format!(
+                "{overlaps} added tokens end with the start of another: where such a pair \
+                 overlaps in a text, tokenizers takes the leftmost, llama.cpp the longest"
+            ));
+        }
         let tokenizer = json!({
             "version": "1.0",
             "truncation": null,
@@ -225,6 +227,32 @@ fn added_tokens(tok: &Tokenizer, types: &[i32], rstrip: fn(&str) -> bool) -> Vec
             })
         })
         .collect()
+}
+
+/// How many of `texts` end with a proper prefix of one of them: the only case where
+/// cutting them out leftmost-longest (tokenizers) can differ from longest text first over
+/// the whole text (llama.cpp). Runs of one character against runs of the same character
+/// (Gemma's whitespace tokens) are left out: both ways cut a run greedily from the left.
+/// An upper bound otherwise: a text overlapping only itself counts too.
+fn overlapping_ends<'a>(texts: impl Iterator<Item = &'a str> + Clone) -> usize {
+    let is_run = |t: &str| {
+        let mut chars = t.chars();
+        chars.next().is_some_and(|c| chars.all(|d| d == c))
+    };
+    let prefixes = |only_non_runs: bool| -> std::collections::HashSet<&'a str> {
+        texts
+            .clone()
+            .filter(|t| !(only_non_runs && is_run(t)))
+            .flat_map(|t| t.char_indices().skip(1).map(move |(i, _)| &t[..i]))
+            .collect()
+    };
+    let (all, of_non_runs) = (prefixes(false), prefixes(true));
+    texts
+        .filter(|t| {
+            let set = if is_run(t) { &of_non_runs } else { &all };
+            t.char_indices().skip(1).any(|(i, _)| set.contains(&t[i..]))
+        })
+        .count()
 }
 
 /// BOS first (if `add_bos_token`), EOS last (if `add_eos_token`), then WordPiece's SEP.
