@@ -3,7 +3,8 @@ library (pinned in tests/python/requirements-tokenizer.txt): for every llama.cpp
 vocabulary in crates/model/tests/data/vocab, the folder is exported, loaded with
 `tokenizers.Tokenizer.from_file` and each test text encoded (no special tokens added,
 control-token texts as plain text, as the `.out` ids were made) and compared with the
-ids in its `.out` file (which sloserve matches exactly: crates/model/tests/llamacpp_vocab.rs).
+ids in its `.out` file (which sloserve matches exactly: crates/model/tests/llamacpp_vocab.rs),
+and the `.out` ids decoded back to the text (not for WordPiece, which is lossy).
 For the real models in models/, the ids come from `sloserve serve`'s /tokenize: every
 test text of every vocabulary and 400 paragraphs of README.md and docs/*.md, as plain
 text, and a few prompts with special tokens parsed and BOS added. With --transformers, `transformers.AutoTokenizer.from_pretrained`
@@ -196,11 +197,19 @@ def main():
             failures = []
             ok = compare(name, pairs, lambda t: plain_ids(tok, t), failures, args.show)
             total_bad += len(pairs) - ok
+            # The ids decode back to the text (WordPiece loses case, accents and spacing).
+            decoded = "decode not checked"
+            if not name.startswith("bert"):
+                dec_ok = compare(name + " (decode)", [(ids, t) for t, ids in pairs],
+                                 lambda ids: tok.decode(ids, skip_special_tokens=False),
+                                 failures, args.show)
+                total_bad += len(pairs) - dec_ok
+                decoded = f"decode {dec_ok}/{len(pairs)}"
             extra = ""
             if args.transformers:
                 note, bad = check_transformers(out, tok, [t for t, _ in pairs])
                 extra, total_bad = "; " + note, total_bad + bad
-            print(f"{name:<16} {ok:>3}/{len(pairs)} lines match (export {secs:.1f}s){extra}",
+            print(f"{name:<16} {ok:>3}/{len(pairs)} lines match, {decoded} (export {secs:.1f}s){extra}",
                   flush=True)
             for f in failures:
                 print("  " + f.replace("\n", "\n  "))

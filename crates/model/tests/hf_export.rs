@@ -154,3 +154,20 @@ fn a_file_without_a_tokenizer_is_an_error() {
         .to_string();
     assert!(err.contains("tokenizer.ggml.tokens"), "{err}");
 }
+
+/// The export says where tokenizers may differ from llama.cpp, and only there.
+#[test]
+fn notes_name_what_applies_to_the_file() {
+    let notes = |name: &str| {
+        HfTokenizer::from_content(&content(name))
+            .unwrap()
+            .notes
+            .join("\n")
+    };
+    assert!(notes("falcon").contains("12 added tokens end with the start of another"));
+    assert!(notes("llama-spm").contains("1 scores are each shared"));
+    assert!(notes("bert-bge").contains("NFD"));
+    let qwen2 = notes("qwen2");
+    assert!(!qwen2.contains("added tokens end with"), "{qwen2}");
+    assert!(qwen2.contains("Oniguruma"), "{qwen2}");
+}
