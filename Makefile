@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-structured test-browser slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
+.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
 
 all: build
 
@@ -140,6 +140,19 @@ test-structured: model-qwen0.5b $(VENV)/.requirements-installed
 test-batch-large: model $(VENV)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_batch_api.py --large --bin "$(TARGET_DIR)/debug/sloserve"
+
+# `sloserve inspect --export-tokenizer` (docs/benchmarking.md) checked with Hugging Face's
+# tokenizers and transformers' AutoTokenizer (their own venv): every llama.cpp test
+# vocabulary and the three real models encode to sloserve's ids.
+VENV_TOK := .venv-tok
+$(VENV_TOK)/.requirements-installed: tests/python/requirements-tokenizer.txt
+	python3 -m venv $(VENV_TOK)
+	$(VENV_TOK)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements-tokenizer.txt
+	touch $@
+
+test-export-tokenizer: model model-gemma3 model-qwen0.5b $(VENV_TOK)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV_TOK)/bin/python tests/python/test_export_tokenizer.py --transformers --bin "$(TARGET_DIR)/debug/sloserve"
 
 # deploy/kubernetes rendered and validated offline (kubernetes-validate, the CRDs'
 # schemas, the pieces' contract; each fleet's TOML loaded by the binary).

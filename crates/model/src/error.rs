@@ -56,6 +56,12 @@ pub enum ModelError {
         available_mb: u64,
         fit_mb: u64,
     },
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("tokenizer: {0}")]
     Tokenizer(String),
     #[error("chat template: {0}")]

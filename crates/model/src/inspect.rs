@@ -1,7 +1,7 @@
 //! `inspect`: a human-readable summary of a GGUF model file: architecture, sizes,
 //! tensor types, tokenizer, context length, special tokens, chat template, and whether
 //! sloserve can serve it (if not, why, with the supported architectures, tokenizers
-//! and tensor types).
+//! and tensor types); or the tokenizer exported as a Hugging Face tokenizer folder.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -12,6 +12,7 @@ use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::requantize::WeightPlan;
+use crate::tokenizer::hf_export::HfTokenizer;
 use crate::tokenizer::{Tokenizer, SUPPORTED_TOKENIZERS};
 
 /// The summary; a file sloserve cannot serve is described too, ending in
@@ -57,6 +58,23 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
         for p in &problems {
             let _ = writeln!(w, "  - {p}");
         }
+    }
+    Ok(s)
+}
+
+/// Writes `file`'s tokenizer into `dir` as a Hugging Face tokenizer folder
+/// (`tokenizer::hf_export`); returns what was written and where the export may encode
+/// differently from sloserve.
+pub fn export_tokenizer(file: &GgufFile, dir: &std::path::Path) -> Result<String> {
+    let hf = HfTokenizer::from_gguf(file)?;
+    let written = hf.write(dir)?;
+    let mut s = String::new();
+    let w = &mut s;
+    for path in &written {
+        let _ = writeln!(w, "wrote {}", path.display());
+    }
+    for note in &hf.notes {
+        let _ = writeln!(w, "note: {note}");
     }
     Ok(s)
 }

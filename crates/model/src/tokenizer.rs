@@ -4,6 +4,7 @@
 //! BPE over UTF-8 (`gemma4`, in `utf8_bpe`) or WordPiece (`bert`, in `wordpiece`), plus the
 //! id -> bytes table used for decoding.
 
+pub mod hf_export;
 mod merge;
 mod pretok;
 mod special;
@@ -600,6 +601,15 @@ impl Tokenizer {
             (Some(&a), Some(&b)) => &self.bytes[a..b],
             _ => &[],
         }
+    }
+    /// The GGUF `tokenizer.ggml.token_type` of `id` (1 normal, 2 unknown, 3 control,
+    /// 4 user-defined, 5 unused, 6 byte); `None` if out of range.
+    pub fn token_type(&self, id: u32) -> Option<i32> {
+        self.types.get(id as usize).copied()
+    }
+    /// WordPiece's separator (`[SEP]`), put last by `encode_prompt`; `None` for other kinds.
+    pub fn sep_id(&self) -> Option<u32> {
+        self.sep
     }
     /// True for control tokens (`<|im_start|>`, `<|endoftext|>`, ...).
     pub fn is_special(&self, id: u32) -> bool {

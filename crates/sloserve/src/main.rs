@@ -35,14 +35,22 @@ enum Command {
     Bench(sloserve_bench::BenchArgs),
     /// Measure the engine at a sequence of batch sizes under a bench workload; recommend interactive and batch configs.
     Tune(sloserve_tune::TuneArgs),
-    /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer.
+    /// Print a GGUF model's architecture, sizes, quantization mix and tokenizer, or export its tokenizer.
     Inspect {
         /// GGUF model file.
         #[arg(long, default_value = DEFAULT_MODEL)]
         model: PathBuf,
+        /// The GGUF model file, given without --model.
+        #[arg(value_name = "MODEL.gguf", conflicts_with = "model")]
+        model_file: Option<PathBuf>,
         /// Also show the weight types `--quantize TYPE` would give (q8_0, q4_0, q4_1, f16).
         #[arg(long)]
         quantize: Option<sloserve_model::WeightType>,
+        /// Write the model's tokenizer as a Hugging Face tokenizer folder (tokenizer.json,
+        /// tokenizer_config.json, special_tokens_map.json) into DIR, for benchmark clients
+        /// that take `--tokenizer DIR` (aiperf, guidellm, genai-perf, vllm bench serve).
+        #[arg(long, value_name = "DIR")]
+        export_tokenizer: Option<PathBuf>,
     },
 }
 
@@ -83,10 +91,18 @@ fn main() -> ExitCode {
         Command::Route(args) => sloserve_router::run(args),
         Command::Bench(args) => sloserve_bench::run_bench_blocking(args).map(|_| ()),
         Command::Tune(args) => sloserve_tune::run_tune_blocking(args).map(|_| ()),
-        Command::Inspect { model, quantize } => sloserve_model::GgufFile::open(&model)
-            .and_then(|mut f| {
-                f.set_quantize(quantize);
-                sloserve_model::inspect::inspect(&f)
+        Command::Inspect {
+            model,
+            model_file,
+            quantize,
+            export_tokenizer,
+        } => sloserve_model::GgufFile::open(model_file.unwrap_or(model))
+            .and_then(|mut f| match export_tokenizer {
+                Some(dir) => sloserve_model::inspect::export_tokenizer(&f, &dir),
+                None => {
+                    f.set_quantize(quantize);
+                    sloserve_model::inspect::inspect(&f)
+                }
             })
             .map(|s| print!("{s}"))
             .map_err(anyhow::Error::from),
