@@ -19,6 +19,7 @@ pub enum Endpoint {
     Model,
     Tokenize,
     Detokenize,
+    TokenizerFile,
     Files,
     File,
     FileContent,
@@ -179,6 +180,15 @@ pub const TABLE: &[Spec] = &[
         Some("DetokenizeRequest"),
         Runs::Tokenizer,
     ),
+    // The served model's tokenizer as a Hugging Face folder's files, for
+    // benchmark clients (aiperf, guidellm, vllm bench serve).
+    row(
+        E::TokenizerFile,
+        "/tokenizer/{file}",
+        GET,
+        None,
+        Runs::Tokenizer,
+    ),
     row(
         E::Files,
         "/v1/files",
@@ -319,6 +329,7 @@ mod tests {
             E::Model,
             E::Tokenize,
             E::Detokenize,
+            E::TokenizerFile,
             E::Files,
             E::File,
             E::FileContent,
@@ -345,6 +356,7 @@ mod tests {
                 | E::Model
                 | E::Tokenize
                 | E::Detokenize
+                | E::TokenizerFile
                 | E::Files
                 | E::File
                 | E::FileContent

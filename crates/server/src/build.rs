@@ -94,6 +94,7 @@ impl AppState {
             chat_template,
             model_name: name,
             model_aliases: aliases,
+            model_path: args.model.clone(),
             prompt_bound,
             max_body_bytes: args.max_body_bytes,
             shutdown_timeout: args.shutdown_timeout(),

@@ -149,6 +149,14 @@ fn tokenize() {}
 )]
 fn detokenize() {}
 
+#[utoipa::path(get, path = "/tokenizer/{file}", tag = "tokens",
+    params(("file" = String, Path, description = "`tokenizer.json`, `tokenizer_config.json` or `special_tokens_map.json`")),
+    responses(
+        (status = 200, description = "The served model's tokenizer as a Hugging Face tokenizer folder's file, built from the GGUF (as `sloserve inspect --export-tokenizer`); save the three into a folder and load it with `AutoTokenizer.from_pretrained`", content_type = "application/json"),
+        (status = 404, description = "Not one of the three files", body = ErrorBody),
+    ))]
+fn tokenizer_file() {}
+
 #[utoipa::path(get, path = "/health", tag = "probes", security(()),
     responses((status = 200, description = "Alive"), (status = 503, description = "The engine failed")))]
 fn health() {}
@@ -287,7 +295,7 @@ impl Modify for Keys {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
-    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, health, ready, metrics, openapi,
+    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, tokenizer_file, health, ready, metrics, openapi,
         upload_file, list_files, get_file, delete_file, file_content, create_batch, list_batches, get_batch, cancel_batch, slo_page, slo_script, slo_style, slo_status),
     modifiers(&Keys, &Table),
     security(("bearer" = []), ("x-api-key" = [])),

@@ -135,6 +135,33 @@ pub async fn detokenize(
     Ok(json_text(json))
 }
 
+/// `GET /tokenizer/{file}`: one file of the served model's tokenizer as a Hugging
+/// Face folder (`sloserve inspect --export-tokenizer`'s), built once on the
+/// blocking pool.
+pub async fn tokenizer_file(
+    State(state): State<Arc<AppState>>,
+    Path(file): Path<String>,
+) -> Result<Response, ServerError> {
+    let json = state
+        .blocking(move |st| {
+            let tok = st.hf_tokenizer()?;
+            let v = match file.as_str() {
+                "tokenizer.json" => &tok.tokenizer,
+                "tokenizer_config.json" => &tok.config,
+                "special_tokens_map.json" => &tok.special_tokens_map,
+                _ => {
+                    return Err(ApiError::not_found(format!(
+                        "no tokenizer file {file:?}: tokenizer.json, tokenizer_config.json or special_tokens_map.json"
+                    ))
+                    .into())
+                }
+            };
+            to_json(v)
+        })
+        .await??;
+    Ok(json_text(json))
+}
+
 /// Alive: 200 unless the engine died on its own.
 pub async fn health(State(state): State<Arc<AppState>>) -> Response {
     if state.engine.has_failed() {

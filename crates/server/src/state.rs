@@ -4,13 +4,15 @@
 //! encoding, token ids). Built from the flags in `build`; the engine request
 //! itself is built in `ingress`.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sloserve_api::ApiError;
 use sloserve_engine::EngineHandle;
 use sloserve_model::chat_template::ChatTemplate;
+use sloserve_model::tokenizer::hf_export::HfTokenizer;
 use sloserve_model::tokenizer::Tokenizer;
 
 use crate::error::ServerError;
@@ -28,6 +30,8 @@ pub struct AppState {
     pub model_name: String,
     /// Names accepted in `model`: the served name, the file stem and file name.
     pub model_aliases: Vec<String>,
+    /// The GGUF file served (its tokenizer is exported from it on demand).
+    pub model_path: PathBuf,
     pub max_model_len: usize,
     /// Refuses prompt texts too long in bytes before they are tokenized.
     pub prompt_bound: crate::prompt_bound::PromptBound,
@@ -51,6 +55,8 @@ pub struct AppState {
     pub structured: crate::structured::Structured,
     /// Bounds the CPU-heavy work running on the blocking pool at once.
     blocking_permits: tokio::sync::Semaphore,
+    /// The Hugging Face tokenizer built from `model_path` (on first ask).
+    hf_tokenizer: OnceLock<Result<HfTokenizer, String>>,
     draining: AtomicBool,
     inflight: AtomicUsize,
     next_id: AtomicU64,
@@ -63,6 +69,7 @@ pub struct StateParts {
     pub chat_template: Option<ChatTemplate>,
     pub model_name: String,
     pub model_aliases: Vec<String>,
+    pub model_path: PathBuf,
     pub prompt_bound: crate::prompt_bound::PromptBound,
     pub max_body_bytes: usize,
     pub shutdown_timeout: Duration,
@@ -91,6 +98,7 @@ impl AppState {
             chat_template,
             model_name,
             model_aliases,
+            model_path,
             prompt_bound,
             max_body_bytes,
             shutdown_timeout,
@@ -110,6 +118,7 @@ impl AppState {
             metrics: Metrics::new(&model_name),
             model_name,
             model_aliases,
+            model_path,
             prompt_bound,
             created: unix_now(),
             max_body_bytes,
@@ -125,10 +134,24 @@ impl AppState {
             blocking_permits: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             ),
+            hf_tokenizer: OnceLock::new(),
             draining: AtomicBool::new(false),
             inflight: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
         })
+    }
+
+    /// The served model's tokenizer as a Hugging Face folder (built from the
+    /// file's header once; blocking: call it on the blocking pool).
+    pub fn hf_tokenizer(&self) -> Result<&HfTokenizer, ServerError> {
+        self.hf_tokenizer
+            .get_or_init(|| {
+                sloserve_model::gguf::GgufFile::open(&self.model_path)
+                    .and_then(|f| HfTokenizer::from_gguf(&f))
+                    .map_err(|e| format!("{}: {e}", self.model_path.display()))
+            })
+            .as_ref()
+            .map_err(|e| ServerError::Internal(format!("cannot export the tokenizer: {e}")))
     }
 
     pub fn is_draining(&self) -> bool {

@@ -69,6 +69,7 @@ pub fn routes(app: &App) -> Router {
             | E::Model
             | E::Tokenize
             | E::Detokenize
+            | E::TokenizerFile
             | E::Files
             | E::File
             | E::FileContent

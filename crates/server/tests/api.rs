@@ -468,3 +468,26 @@ fn utf8_emoji_and_cjk_stream_whole_characters() {
         "no generated token was part of a character: nothing could be split"
     );
 }
+
+/// `GET /tokenizer/{file}`: the Hugging Face folder's three files, built from the
+/// served GGUF (the ids it encodes to are checked in the model crate's
+/// `hf_export` test and `tests/python/test_export_tokenizer.py`).
+#[test]
+fn the_tokenizer_files_are_served() {
+    let s = server();
+    let t = get(s.addr, "/tokenizer/tokenizer.json").json();
+    assert_eq!(t["model"]["type"], "BPE", "{}", t["model"]["type"]);
+    assert!(t["model"]["vocab"].as_object().unwrap().len() > 40_000);
+    let c = get(s.addr, "/tokenizer/tokenizer_config.json").json();
+    assert!(
+        c["chat_template"].as_str().unwrap().contains("im_start"),
+        "{c}"
+    );
+    let m = get(s.addr, "/tokenizer/special_tokens_map.json").json();
+    assert!(
+        m["eos_token"].is_string() || m["eos_token"].is_object(),
+        "{m}"
+    );
+    let e = get(s.addr, "/tokenizer/vocab.txt").openai_error(404);
+    assert!(e["message"].as_str().unwrap().contains("tokenizer.json"));
+}
