@@ -65,7 +65,7 @@ check-docs:
 # real-model engine checks under KV preemption and step skipping.
 test-slow: model model-gemma3 model-qwen0.5b
 	$(CARGO) test -p sloserve-model --test qwen_reference --test gemma3_reference \
-		--test forward_reference --test engine_real_model -- --ignored
+		--test forward_reference --test engine_real_model --test teacher_forced -- --ignored
 
 # The real `openai` Python SDK (pinned in tests/python/requirements.txt) and the README's
 # curl examples against `sloserve serve`.

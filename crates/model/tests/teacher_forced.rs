@@ -24,10 +24,15 @@ impl Error {
     }
 }
 
-fn ours(precision: Precision) -> Error {
+/// Every `every`-th record of `name` (1: all).
+fn records(name: &str, every: usize) -> Vec<GreedyRecord> {
+    read_records(name).into_iter().step_by(every).collect()
+}
+
+fn ours(precision: Precision, every: usize) -> Error {
     let mut runner = load_runner(precision);
     let (mut sum, mut equal, mut steps) = (0.0, 0, 0);
-    for rec in read_records("llamacpp-f32-greedy-smollm2.jsonl") {
+    for rec in records("llamacpp-f32-greedy-smollm2.jsonl", every) {
         for (j, top5) in rec.top5_logprobs_per_step.iter().enumerate() {
             let mut ctx = rec.prompt_token_ids.clone();
             ctx.extend_from_slice(&rec.greedy_token_ids[..j]);
@@ -46,9 +51,9 @@ fn ours(precision: Precision) -> Error {
 
 /// llama.cpp's fast path (its records on the Q4_1 file) against the exact records,
 /// on the steps before its greedy continuation leaves the exact one.
-fn llamacpp() -> Error {
-    let exact = read_records("llamacpp-f32-greedy-smollm2.jsonl");
-    let fast = read_records("llamacpp-greedy-smollm2-q4_1.jsonl");
+fn llamacpp(every: usize) -> Error {
+    let exact = records("llamacpp-f32-greedy-smollm2.jsonl", every);
+    let fast = records("llamacpp-greedy-smollm2-q4_1.jsonl", every);
     let (mut sum, mut equal, mut steps) = (0.0, 0, 0);
     for (e, f) in exact.iter().zip(&fast) {
         assert_eq!(e.prompt_token_ids, f.prompt_token_ids);
@@ -81,13 +86,13 @@ fn llamacpp() -> Error {
 
 /// Fast precision (llama.cpp's arithmetic: 8-bit activations for prompts and
 /// decode alike) is as accurate as llama.cpp's fast path within the 8-bit rounding
-/// noise: mean error within 10% and argmax agreement within 2 points.
-#[test]
-fn fast_precision_against_llamacpp_at_every_step() {
-    let theirs = llamacpp();
-    let fast = ours(Precision::Fast);
+/// noise: mean error within 10% and argmax agreement within 2 points. `every`:
+/// every record (1) or every other one (2).
+fn fast_against_llamacpp(every: usize, min_steps: usize) {
+    let theirs = llamacpp(every);
+    let fast = ours(Precision::Fast, every);
     println!("llama.cpp fast path: {theirs:?}\nfast: {fast:?}");
-    assert!(theirs.steps >= 100, "{theirs:?}");
+    assert!(theirs.steps >= min_steps, "{theirs:?}");
     assert!(
         fast.mean_top5 <= 1.1 * theirs.mean_top5,
         "{fast:?} vs {theirs:?}"
@@ -96,4 +101,17 @@ fn fast_precision_against_llamacpp_at_every_step() {
         fast.argmax_share() >= theirs.argmax_share() - 0.02,
         "{fast:?} vs {theirs:?}"
     );
+}
+
+/// Every other record (each step a whole prefill: `make test`'s share).
+#[test]
+fn fast_precision_against_llamacpp_at_every_step() {
+    fast_against_llamacpp(2, 50);
+}
+
+/// All 261 steps (`make test-slow`).
+#[test]
+#[ignore = "slow: make test-slow"]
+fn fast_precision_against_llamacpp_at_every_step_of_every_record() {
+    fast_against_llamacpp(1, 100);
 }
