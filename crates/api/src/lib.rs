@@ -10,6 +10,7 @@ pub mod completion;
 pub mod endpoints;
 pub mod error;
 pub mod parse;
+pub mod prompt_logprobs;
 pub mod responses;
 pub mod sampling;
 pub mod tokenize;
@@ -26,7 +27,7 @@ pub use common::{
 };
 pub use completion::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
-    Prompt, TopLogprobsMap,
+    Prompt, PromptLogprobsEntry, PromptTokenLogprob, TopLogprobsMap,
 };
 pub use endpoints::{Endpoint, Runs, Spec as EndpointSpec};
 pub use error::{ApiError, ErrorBody, ErrorDetail};

@@ -11,6 +11,7 @@ use sloserve_api::{
     ResponseMessage, Usage,
 };
 
+use crate::echo::{join_logprobs, prompt_part, PromptAsk};
 use crate::error::ServerError;
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs};
 use crate::generation::stop_automaton::StopAutomaton;
@@ -69,6 +70,11 @@ pub(crate) async fn start(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
+    let prompt_ask = PromptAsk {
+        echo: params.echo.then(|| prompt.clone()),
+        echo_logprobs: params.logprobs.filter(|_| params.echo),
+        prompt_logprobs: params.prompt_logprobs,
+    };
     let reasoning = match kind {
         Kind::Chat => crate::reasoning::splitter(&state, &prompt),
         Kind::Completion => None,
@@ -181,6 +187,7 @@ pub(crate) async fn start(
             _ => None,
         },
         reasoning,
+        prompt: prompt_ask,
     };
     Ok(Started { gens, first, out })
 }
@@ -194,6 +201,9 @@ pub(crate) struct Out {
     pub tools: Option<Vec<String>>,
     /// Split a thinking model's reasoning from its content (chat; `crate::reasoning`).
     pub reasoning: Option<sloserve_model::reasoning::ReasoningSplitter>,
+    /// Completions: what the choices carry of the prompt (`echo`,
+    /// `prompt_logprobs`).
+    pub prompt: PromptAsk,
 }
 
 /// The OpenAI `finish_reason` of an ended generation.
@@ -295,12 +305,20 @@ pub(crate) async fn collect_choice(
     let mut finish_reason = wire_finish_reason(&gen);
     let tok = gen.tokenizer();
     let choice = match out.kind {
-        Kind::Completion => WireChoice::Completion(CompletionChoice {
-            index,
-            logprobs: want_lp.then(|| completion_logprobs(tok, &lps)),
-            text,
-            finish_reason,
-        }),
+        Kind::Completion => {
+            let ask = &out.prompt;
+            let ids = ask.echo.as_deref().unwrap_or(&[]);
+            let part = prompt_part(tok, ask, ids, gen.prompt_scores());
+            let shift = part.text.len();
+            let generated = want_lp.then(|| completion_logprobs(tok, &lps));
+            WireChoice::Completion(CompletionChoice {
+                index,
+                logprobs: join_logprobs(part.logprobs, generated, shift),
+                text: part.text + &text,
+                finish_reason,
+                prompt_logprobs: part.prompt_logprobs,
+            })
+        }
         Kind::Chat => {
             let (reasoning, text) = match &out.reasoning {
                 Some(s) => crate::reasoning::split_whole(s, text),

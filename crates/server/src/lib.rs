@@ -17,6 +17,7 @@ pub mod body;
 pub mod build;
 pub mod chat;
 pub mod completions;
+pub mod echo;
 pub mod engine_flags;
 pub mod error;
 pub mod generate;
