@@ -19,6 +19,7 @@ pub enum Endpoint {
     Model,
     Tokenize,
     Detokenize,
+    TokenizerInfo,
     Files,
     File,
     FileContent,
@@ -180,6 +181,13 @@ pub const TABLE: &[Spec] = &[
         Runs::Tokenizer,
     ),
     row(
+        E::TokenizerInfo,
+        "/tokenizer_info",
+        GET,
+        None,
+        Runs::Tokenizer,
+    ),
+    row(
         E::Files,
         "/v1/files",
         &[Method::Post, Method::Get],
@@ -319,6 +327,7 @@ mod tests {
             E::Model,
             E::Tokenize,
             E::Detokenize,
+            E::TokenizerInfo,
             E::Files,
             E::File,
             E::FileContent,
@@ -345,6 +354,7 @@ mod tests {
                 | E::Model
                 | E::Tokenize
                 | E::Detokenize
+                | E::TokenizerInfo
                 | E::Files
                 | E::File
                 | E::FileContent

@@ -40,6 +40,7 @@ pub use sampling::{Sampling, SamplingFields, MAX_CHOICES};
 pub use sloserve_slo::{Asked, SloClass};
 pub use tokenize::{
     DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
+    TokenizerInfo,
 };
 pub use tools::{
     FunctionCall, FunctionCallDelta, FunctionDef, Tool, ToolCall, ToolCallDelta, ToolChoice,

@@ -60,6 +60,7 @@ pub fn routes(svc: Arc<BatchService>) -> Router {
             | E::Model
             | E::Tokenize
             | E::Detokenize
+            | E::TokenizerInfo
             | E::Health
             | E::Ready
             | E::Metrics

@@ -83,6 +83,7 @@ impl Dispatch for HandlerDispatch {
                 | E::Model
                 | E::Tokenize
                 | E::Detokenize
+                | E::TokenizerInfo
                 | E::Files
                 | E::File
                 | E::FileContent

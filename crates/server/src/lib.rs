@@ -121,6 +121,7 @@ fn handler(e: Endpoint, m: MethodFilter) -> Option<MethodRouter<Arc<AppState>>> 
         E::Model => on(m, routes::model),
         E::Tokenize => on(m, routes::tokenize),
         E::Detokenize => on(m, routes::detokenize),
+        E::TokenizerInfo => on(m, routes::tokenizer_info),
         E::Health => on(m, routes::health),
         E::Ready => on(m, routes::ready),
         E::OpenApi => on(m, openapi::handle),

@@ -69,6 +69,7 @@ pub fn routes(app: &App) -> Router {
             | E::Model
             | E::Tokenize
             | E::Detokenize
+            | E::TokenizerInfo
             | E::Files
             | E::File
             | E::FileContent
