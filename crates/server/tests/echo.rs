@@ -218,3 +218,48 @@ fn bad_fields_are_named() {
         assert_eq!(e["param"], param, "{body}");
     }
 }
+
+#[test]
+fn tokenizer_info_serves_lm_evals_remote_tokenizer() {
+    let v = get(server().addr, "/tokenizer_info").json();
+    assert_eq!(v["tokenizer_class"], "gpt2");
+    let eos = v["eos_token"].as_str().unwrap();
+    assert_eq!(v["pad_token"], eos);
+    assert!(v["chat_template"].as_str().unwrap().contains("im_start"));
+    assert_eq!(v["model_max_length"], 1024);
+    // lm-eval reads the EOS id by tokenizing its text.
+    let ids = post(
+        server().addr,
+        "/tokenize",
+        &json!({"prompt": eos, "add_special_tokens": false}),
+    )
+    .json();
+    assert_eq!(ids["tokens"].as_array().unwrap().len(), 1);
+}
+
+/// Fast precision: a scoring chunk of 3+ rows always takes the dequantized GEMM,
+/// so a long prompt's scores do not change beside other requests either (sent
+/// while three generations run; the overlap is likely, not forced).
+#[test]
+fn fast_precision_scores_do_not_depend_on_companions() {
+    static S: OnceLock<TestServer> = OnceLock::new();
+    let s = S.get_or_init(|| TestServer::start(test_args()));
+    let body = json!({"prompt": PROMPT.repeat(3), "echo": true, "logprobs": 1, "max_tokens": 0});
+    let lp = |v: Value| v["choices"][0]["logprobs"]["token_logprobs"].clone();
+    let alone = lp(post(s.addr, "/v1/completions", &body).json());
+    let addr = s.addr;
+    let companions: Vec<_> = (0..3)
+        .map(|i| {
+            std::thread::spawn(move || {
+                let b =
+                    json!({"prompt": format!("Story {i}:"), "max_tokens": 32, "ignore_eos": true});
+                post(addr, "/v1/completions", &b)
+            })
+        })
+        .collect();
+    let beside = lp(post(s.addr, "/v1/completions", &body).json());
+    for c in companions {
+        assert_eq!(c.join().unwrap().status, 200);
+    }
+    assert_eq!(beside, alone);
+}
