@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sloserve_api::{
     ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, GenParams,
-    ResponseMessage, Usage,
+    PromptLogprobsEntry, ResponseMessage, Usage,
 };
 
 use crate::echo::{join_logprobs, prompt_part, PromptAsk};
@@ -242,25 +242,36 @@ async fn collect(
                 .into_iter()
                 .filter_map(|(c, _)| match c {
                     WireChoice::Completion(c) => Some(c),
-                    WireChoice::Chat(_) => None,
+                    WireChoice::Chat(..) => None,
                 })
                 .collect(),
             usage,
         }),
-        Kind::Chat => serde_json::to_string(&ChatCompletionResponse {
-            id,
-            object: "chat.completion".into(),
-            created: out.created,
-            model: out.model,
-            choices: choices
+        Kind::Chat => {
+            // vLLM's chat answer carries the prompt's logprobs once, at the top.
+            let mut prompt_logprobs = None;
+            let choices = choices
                 .into_iter()
                 .filter_map(|(c, _)| match c {
-                    WireChoice::Chat(c) => Some(c),
+                    WireChoice::Chat(c, p) => {
+                        if prompt_logprobs.is_none() {
+                            prompt_logprobs = p;
+                        }
+                        Some(c)
+                    }
                     WireChoice::Completion(_) => None,
                 })
-                .collect(),
-            usage,
-        }),
+                .collect();
+            serde_json::to_string(&ChatCompletionResponse {
+                id,
+                object: "chat.completion".into(),
+                created: out.created,
+                model: out.model,
+                choices,
+                usage,
+                prompt_logprobs,
+            })
+        }
     };
     let body = body.map_err(|e| ServerError::Internal(format!("cannot serialize: {e}")))?;
     Ok((
@@ -274,10 +285,11 @@ async fn collect(
         .into_response())
 }
 
-/// One choice of a JSON answer, in the endpoint's shape.
+/// One choice of a JSON answer, in the endpoint's shape (a chat choice with
+/// vLLM's `prompt_logprobs` when asked, which the answer carries at its top).
 pub(crate) enum WireChoice {
     Completion(CompletionChoice),
-    Chat(ChatChoice),
+    Chat(ChatChoice, Option<Vec<Option<PromptLogprobsEntry>>>),
 }
 
 /// Runs one choice to its end: its answer (tool calls parsed per choice) and usage.
@@ -331,18 +343,26 @@ pub(crate) async fn collect_choice(
             } else {
                 (Some(text), None)
             };
-            WireChoice::Chat(ChatChoice {
-                index,
-                message: ResponseMessage {
-                    role: "assistant".into(),
-                    content,
-                    reasoning_content: reasoning.clone(),
-                    reasoning,
-                    tool_calls,
+            let prompt = out
+                .prompt
+                .any()
+                .then(|| prompt_part(tok, &out.prompt, &[], gen.prompt_scores()).prompt_logprobs)
+                .flatten();
+            WireChoice::Chat(
+                ChatChoice {
+                    index,
+                    message: ResponseMessage {
+                        role: "assistant".into(),
+                        content,
+                        reasoning_content: reasoning.clone(),
+                        reasoning,
+                        tool_calls,
+                    },
+                    logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),
+                    finish_reason,
                 },
-                logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),
-                finish_reason,
-            })
+                prompt,
+            )
         }
     };
     Ok((choice, usage))

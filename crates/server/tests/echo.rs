@@ -263,3 +263,24 @@ fn fast_precision_scores_do_not_depend_on_companions() {
     }
     assert_eq!(beside, alone);
 }
+
+#[test]
+fn chat_prompt_logprobs_cover_the_rendered_prompt() {
+    let body = json!({"messages": [{"role": "user", "content": "Name a colour."}],
+                      "prompt_logprobs": 1, "max_tokens": 2});
+    let r = post(server().addr, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let pl = v["prompt_logprobs"].as_array().unwrap();
+    assert_eq!(
+        pl.len() as u64,
+        v["usage"]["prompt_tokens"].as_u64().unwrap()
+    );
+    assert!(pl[0].is_null() && pl[1..].iter().all(Value::is_object));
+    let body = json!({"messages": [{"role": "user", "content": "Hi"}], "prompt_logprobs": 30});
+    let e = post(server().addr, "/v1/chat/completions", &body).openai_error(400);
+    assert_eq!(e["param"], "prompt_logprobs");
+    let plain = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1});
+    let v = post(server().addr, "/v1/chat/completions", &plain).json();
+    assert!(v.get("prompt_logprobs").is_none());
+}
