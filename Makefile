@@ -129,7 +129,7 @@ slo-screenshot: model browser-deps $(VENV_BROWSER)/.requirements-installed
 # lm-eval 0.4.13 end to end (docs/benchmarking.md, "lm-eval"): its local-completions model (echo +
 # logprobs, the server's tokenizer through /tokenizer_info) on the local multiple-choice task in
 # tests/data/lmeval against `sloserve serve --precision exact`; its accuracy must equal the one
-# llama.cpp's F32 logits give (llama-server, LLAMA_BIN). ~3 min (not in `make test-python`).
+# llama.cpp's F32 logits give (llama-server, LLAMA_BIN). 3-5 min (not in `make test-python`).
 VENV_LMEVAL := .venv-lmeval
 LLAMA_BIN ?= $(HOME)/.cache/sloserve-peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin
 export LLAMA_BIN
