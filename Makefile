@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
+.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
 
 all: build
 
@@ -132,6 +132,22 @@ test-browser: model browser-deps $(VENV_BROWSER)/.requirements-installed
 slo-screenshot: model browser-deps $(VENV_BROWSER)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV_BROWSER)/bin/python tests/python/test_slo_page.py --bin "$(TARGET_DIR)/debug/sloserve" --screenshot docs/images/slo-page.png
+
+# lm-eval 0.4.13 end to end (docs/benchmarking.md, "lm-eval"): its local-completions model (echo +
+# logprobs, the server's tokenizer through /tokenizer_info) on the local multiple-choice task in
+# tests/data/lmeval against `sloserve serve --precision exact`; its accuracy must equal the one
+# llama.cpp's F32 logits give (llama-server, LLAMA_BIN). 3-5 min (not in `make test-python`).
+VENV_LMEVAL := .venv-lmeval
+LLAMA_BIN ?= $(HOME)/.cache/sloserve-peers/llama_cpp_python-0.3.36/vendor/llama.cpp/build/bin
+export LLAMA_BIN
+$(VENV_LMEVAL)/.requirements-installed: tests/python/requirements-lmeval.txt
+	python3 -m venv $(VENV_LMEVAL)
+	$(VENV_LMEVAL)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements-lmeval.txt
+	touch $@
+
+test-lmeval: model $(VENV_LMEVAL)/.requirements-installed
+	$(CARGO) build -p sloserve
+	$(VENV_LMEVAL)/bin/python tests/python/test_lmeval.py --bin "$(TARGET_DIR)/debug/sloserve"
 
 # Structured output on every schema of crates/grammar/tests/schemas (Qwen2.5-Coder 0.5B; minutes).
 test-structured: model-qwen0.5b $(VENV)/.requirements-installed

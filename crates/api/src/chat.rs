@@ -77,6 +77,10 @@ pub struct ChatCompletionRequest {
     pub logprobs: Option<bool>,
     #[serde(default)]
     pub top_logprobs: Option<i64>,
+    /// vLLM's: each prompt token's logprob with this many alternatives (0-20), as
+    /// the answer's `prompt_logprobs` (JSON answers; a stream leaves it out).
+    #[serde(default)]
+    pub prompt_logprobs: Option<i64>,
     /// Append the assistant header to the rendered prompt (default true).
     #[serde(default)]
     pub add_generation_prompt: Option<bool>,
@@ -105,6 +109,10 @@ impl ChatCompletionRequest {
             (None, m) => (m, "max_tokens"),
         };
         let mut params = f.params(&self.sampling, max_tokens, logprobs)?;
+        params.prompt_logprobs = self
+            .prompt_logprobs
+            .map(|n| check_logprobs("prompt_logprobs", n))
+            .transpose()?;
         params.tools = self.tool_fields.validate()?;
         let forced = params
             .tools
@@ -239,6 +247,10 @@ pub struct ChatCompletionResponse {
     pub model: String,
     pub choices: Vec<ChatChoice>,
     pub usage: Usage,
+    /// vLLM's `prompt_logprobs` (when asked): one entry per token of the rendered
+    /// prompt, `null` first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<crate::PromptLogprobsEntry>>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

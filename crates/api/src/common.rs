@@ -158,6 +158,12 @@ pub struct GenParams {
     pub max_tokens: Option<u32>,
     /// `Some(n)`: return each token's logprob and its `n` best alternatives.
     pub logprobs: Option<usize>,
+    /// Completions' `echo`: the prompt's text (with `logprobs`, its tokens'
+    /// scores too) comes before the completion.
+    pub echo: bool,
+    /// vLLM's `prompt_logprobs`: each prompt token's logprob with this many
+    /// alternatives, as a list per prompt position.
+    pub prompt_logprobs: Option<usize>,
     /// The body's side of the SLO contract (class and targets, validated); the
     /// server adds the headers' side (`sloserve_slo::Asked::read`).
     pub slo: Asked,
@@ -172,6 +178,21 @@ pub struct GenParams {
     /// Chat only: the tools the model may call and how (`None`: no tools, or
     /// `tool_choice: "none"`), from [`crate::tools::ToolFields`].
     pub tools: Option<crate::tools::ToolParams>,
+}
+
+impl GenParams {
+    /// The alternatives per prompt position the engine scores the prompt with
+    /// (`sloserve_engine::Request::prompt_logprobs`): the most of `echo`'s
+    /// `logprobs` and `prompt_logprobs`; `Some(0)` for an echo that generates
+    /// nothing (`max_tokens` 0); `None`: the prompt is not scored.
+    pub fn prompt_scoring(&self) -> Option<usize> {
+        let echo = self.logprobs.filter(|_| self.echo);
+        let scoring_only = (self.echo && self.max_tokens == Some(0)).then_some(0);
+        [echo, self.prompt_logprobs, scoring_only]
+            .into_iter()
+            .flatten()
+            .max()
+    }
 }
 
 impl RequestFields {
@@ -213,6 +234,8 @@ impl RequestFields {
             sampling,
             max_tokens,
             logprobs,
+            echo: false,
+            prompt_logprobs: None,
             slo,
             stream,
             include_usage: stream

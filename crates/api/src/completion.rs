@@ -7,6 +7,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::common::{check_logprobs, GenParams, RequestFields, Usage};
 use crate::error::ApiError;
+pub use crate::prompt_logprobs::{PromptLogprobsEntry, PromptTokenLogprob};
 use crate::sampling::SamplingFields;
 
 /// `prompt`: a string or a list of token ids (a list holding one string or one
@@ -85,8 +86,14 @@ pub struct CompletionRequest {
     /// Number of alternatives per token (0-20); `null`: no logprobs.
     #[serde(default)]
     pub logprobs: Option<i64>,
+    /// The prompt's text before the completion; with `logprobs`, the prompt
+    /// tokens' logprobs before the completion's (the first token's `null`).
     #[serde(default)]
     pub echo: Option<bool>,
+    /// vLLM's: each prompt token's logprob with this many alternatives (0-20), as
+    /// `choices[].prompt_logprobs` (`null` first).
+    #[serde(default)]
+    pub prompt_logprobs: Option<i64>,
     #[serde(default)]
     pub suffix: Option<String>,
     /// Control-token texts in a text prompt (`<|im_start|>`) are tokenized as plain
@@ -109,9 +116,11 @@ impl CompletionRequest {
                 format!("prompt: one prompt per request is supported, got a list of {n}"),
             ));
         }
-        if self.echo == Some(true) {
-            return Err(ApiError::invalid("echo", "echo is not supported"));
-        }
+        let echo = self.echo == Some(true);
+        let prompt_logprobs = self
+            .prompt_logprobs
+            .map(|n| check_logprobs("prompt_logprobs", n))
+            .transpose()?;
         if self.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::invalid("suffix", "suffix is not supported"));
         }
@@ -125,7 +134,26 @@ impl CompletionRequest {
             (None, Some(m)) => (Some(m), "max_completion_tokens"),
             (None, None) => (Some(DEFAULT_COMPLETION_MAX_TOKENS as i64), "max_tokens"),
         };
-        f.params(&self.sampling, max_tokens, logprobs)
+        // Scoring the prompt alone (echo, prompt_logprobs) may generate nothing.
+        let scoring_only = max_tokens.0 == Some(0) && (echo || prompt_logprobs.is_some());
+        let checked = if scoring_only {
+            (Some(1), max_tokens.1)
+        } else {
+            max_tokens
+        };
+        let mut p = f.params(&self.sampling, checked, logprobs)?;
+        if scoring_only {
+            if p.sampling.n > 1 {
+                return Err(ApiError::invalid(
+                    "n",
+                    "n must be 1 when max_tokens is 0 (the prompt is only scored)",
+                ));
+            }
+            p.max_tokens = Some(0);
+        }
+        p.echo = echo;
+        p.prompt_logprobs = prompt_logprobs;
+        Ok(p)
     }
 }
 
@@ -169,13 +197,14 @@ impl utoipa::PartialSchema for TopLogprobsMap {
 }
 impl utoipa::ToSchema for TopLogprobsMap {}
 
-/// Legacy completions logprobs, one entry per generated token.
+/// Legacy completions logprobs, one entry per token: the generated ones, after
+/// the prompt's with `echo` (whose first token has `null`: nothing before it).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    pub top_logprobs: Vec<TopLogprobsMap>,
-    /// Offset of each token's text in the completion text.
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<TopLogprobsMap>>,
+    /// Offset of each token's text in the choice's text.
     pub text_offset: Vec<usize>,
 }
 
@@ -191,6 +220,10 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<String>,
+    /// vLLM's `prompt_logprobs` (when asked): one entry per prompt token, `null`
+    /// first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<PromptLogprobsEntry>>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -289,7 +322,8 @@ mod tests {
             (r#"{"prompt":"a","logprobs":21}"#, "logprobs"),
             (r#"{"prompt":"a","stop":["a",""]}"#, "stop"),
             (r#"{"prompt":"a","ttft_slo_ms":0}"#, "ttft_slo_ms"),
-            (r#"{"prompt":"a","echo":true}"#, "echo"),
+            (r#"{"prompt":"a","prompt_logprobs":21}"#, "prompt_logprobs"),
+            (r#"{"prompt":"a","max_tokens":0,"echo":true,"n":2}"#, "n"),
         ] {
             let e = req(body).params().unwrap_err();
             assert_eq!(e.status, 400);
@@ -321,13 +355,38 @@ mod tests {
     fn top_logprobs_serialize_as_ordered_object() {
         let lp = CompletionLogprobs {
             tokens: vec!["b".into()],
-            token_logprobs: vec![-0.5],
-            top_logprobs: vec![TopLogprobsMap(vec![("b".into(), -0.5), ("a".into(), -1.0)])],
+            token_logprobs: vec![Some(-0.5)],
+            top_logprobs: vec![Some(TopLogprobsMap(vec![
+                ("b".into(), -0.5),
+                ("a".into(), -1.0),
+            ]))],
             text_offset: vec![0],
         };
         let s = serde_json::to_string(&lp).unwrap();
         assert!(s.contains(r#""top_logprobs":[{"b":-0.5,"a":-1.0}]"#), "{s}");
         let back: CompletionLogprobs = serde_json::from_str(&s).unwrap();
-        assert_eq!(back.top_logprobs[0].0.len(), 2);
+        assert_eq!(back.top_logprobs[0].as_ref().unwrap().0.len(), 2);
+    }
+
+    #[test]
+    fn echo_and_prompt_logprobs_allow_scoring_only() {
+        let p = req(r#"{"prompt":"a","echo":true,"logprobs":1,"max_tokens":0}"#)
+            .params()
+            .unwrap();
+        assert!(p.echo && p.max_tokens == Some(0));
+        assert_eq!(p.prompt_scoring(), Some(1));
+        let p = req(r#"{"prompt":"a","prompt_logprobs":3,"max_tokens":0}"#)
+            .params()
+            .unwrap();
+        assert_eq!((p.prompt_logprobs, p.prompt_scoring()), (Some(3), Some(3)));
+        let p = req(r#"{"prompt":"a","echo":true,"max_tokens":0}"#)
+            .params()
+            .unwrap();
+        assert_eq!(p.prompt_scoring(), Some(0));
+        // Echo of a generating request without logprobs scores nothing.
+        let p = req(r#"{"prompt":"a","echo":true}"#).params().unwrap();
+        assert_eq!(p.prompt_scoring(), None);
+        let p = req(r#"{"prompt":"a","logprobs":2}"#).params().unwrap();
+        assert_eq!(p.prompt_scoring(), None);
     }
 }

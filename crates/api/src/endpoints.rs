@@ -20,6 +20,7 @@ pub enum Endpoint {
     Tokenize,
     Detokenize,
     TokenizerFile,
+    TokenizerInfo,
     Files,
     File,
     FileContent,
@@ -190,6 +191,13 @@ pub const TABLE: &[Spec] = &[
         Runs::Tokenizer,
     ),
     row(
+        E::TokenizerInfo,
+        "/tokenizer_info",
+        GET,
+        None,
+        Runs::Tokenizer,
+    ),
+    row(
         E::Files,
         "/v1/files",
         &[Method::Post, Method::Get],
@@ -330,6 +338,7 @@ mod tests {
             E::Tokenize,
             E::Detokenize,
             E::TokenizerFile,
+            E::TokenizerInfo,
             E::Files,
             E::File,
             E::FileContent,
@@ -357,6 +366,7 @@ mod tests {
                 | E::Tokenize
                 | E::Detokenize
                 | E::TokenizerFile
+                | E::TokenizerInfo
                 | E::Files
                 | E::File
                 | E::FileContent

@@ -11,6 +11,7 @@ pub mod endpoints;
 pub mod error;
 pub mod parse;
 pub mod prom;
+pub mod prompt_logprobs;
 pub mod responses;
 pub mod sampling;
 pub mod tokenize;
@@ -27,7 +28,7 @@ pub use common::{
 };
 pub use completion::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
-    Prompt, TopLogprobsMap,
+    Prompt, PromptLogprobsEntry, PromptTokenLogprob, TopLogprobsMap,
 };
 pub use endpoints::{Endpoint, Runs, Spec as EndpointSpec};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
@@ -40,6 +41,7 @@ pub use sampling::{Sampling, SamplingFields, MAX_CHOICES};
 pub use sloserve_slo::{Asked, SloClass};
 pub use tokenize::{
     DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList, TokenizeRequest, TokenizeResponse,
+    TokenizerInfo,
 };
 pub use tools::{
     FunctionCall, FunctionCallDelta, FunctionDef, Tool, ToolCall, ToolCallDelta, ToolChoice,

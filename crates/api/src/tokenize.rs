@@ -64,6 +64,22 @@ pub struct DetokenizeResponse {
     pub prompt: String,
 }
 
+/// vLLM's `GET /tokenizer_info`: what a client needs to tokenize as the server
+/// does through `/tokenize` and `/detokenize` (lm-eval's `tokenizer_backend=remote`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TokenizerInfo {
+    /// The GGUF's tokenizer model (`gpt2`, `llama`, `bert`, ...).
+    pub tokenizer_class: String,
+    pub bos_token: Option<String>,
+    pub eos_token: Option<String>,
+    /// The EOS text (the model has no padding token of its own).
+    pub pad_token: Option<String>,
+    /// The chat template's Jinja source, when the model has one.
+    pub chat_template: Option<String>,
+    pub model_max_length: usize,
+    pub vocab_size: usize,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ModelCard {
     pub id: String,

@@ -61,6 +61,7 @@ pub fn routes(svc: Arc<BatchService>) -> Router {
             | E::Tokenize
             | E::Detokenize
             | E::TokenizerFile
+            | E::TokenizerInfo
             | E::Health
             | E::Ready
             | E::Metrics

@@ -54,6 +54,7 @@ impl RequestLimits {
         }
         let room = self.max_model_len - len;
         let max_tokens = match req.stop.max_tokens {
+            Some(0) if req.prompt_logprobs.is_some() => 0,
             Some(0) => return Err(EngineError::ZeroMaxTokens),
             Some(m) if m > room => {
                 return Err(EngineError::ContextLengthExceeded {

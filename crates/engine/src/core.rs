@@ -157,6 +157,7 @@ impl EngineCore {
             .with_prompt(&req.prompt)
             .with_constraint(req.constraint.map(|c| c.matcher()));
         let (salt, deadline, flow) = (req.cache_salt, req.deadline, req.fairness);
+        let scoring = req.prompt_logprobs;
         Sequence::new(
             id,
             admitted.class,
@@ -173,6 +174,7 @@ impl EngineCore {
         .with_deadline(deadline)
         .with_refuse_ttft_ms(admitted.refuse_ttft_ms)
         .with_flow(flow)
+        .with_prompt_scoring(scoring)
     }
 
     pub fn add(&mut self, seq: Sequence) {

@@ -205,7 +205,8 @@ impl EngineHandle {
         let admitted = inner.limits.decide(&inner.cfg, &req)?;
         let class = admitted.class;
         let prompt_len = req.prompt.len();
-        let cached = match inner.cfg.enable_prefix_cache {
+        // A scoring request reads no cached prefix (`Request::prompt_logprobs`).
+        let cached = match inner.cfg.enable_prefix_cache && req.prompt_logprobs.is_none() {
             true => {
                 sh.cached
                     .cached_prefix_tokens(req.cache_salt, &req.prompt, inner.info.block_size)

@@ -21,8 +21,25 @@ pub enum Event {
         top_logprobs: Vec<(u32, f32)>,
         time: Instant,
     },
+    /// Scores of prompt tokens (only when the request asked: `prompt_logprobs`),
+    /// in prompt order from the second token on, sent as each prefill chunk
+    /// comes back and all before the first `Token`.
+    PromptLogprobs(Vec<PromptLogprob>),
     /// The last event of every stream.
     Finished(FinishInfo),
+}
+
+/// One prompt token's score under the model given the tokens before it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptLogprob {
+    /// The prompt token.
+    pub id: u32,
+    /// Its log-softmax of the raw logits.
+    pub logprob: f32,
+    /// 1 + how many tokens have a strictly larger logit (vLLM's `rank`).
+    pub rank: u32,
+    /// The asked-for best alternatives, best first.
+    pub top_logprobs: Vec<(u32, f32)>,
 }
 
 /// Why a request ended.
@@ -254,6 +271,8 @@ pub struct Completion {
     pub tokens: Vec<u32>,
     /// One per token when logprobs were asked, else empty.
     pub logprobs: Vec<f32>,
+    /// The prompt's scores when they were asked (`prompt_logprobs`), else empty.
+    pub prompt_logprobs: Vec<PromptLogprob>,
     pub finish: FinishInfo,
 }
 
@@ -288,16 +307,19 @@ impl RequestStream {
     pub fn collect_blocking(mut self) -> Completion {
         let mut tokens = Vec::new();
         let mut logprobs = Vec::new();
+        let mut prompt_logprobs = Vec::new();
         while let Some(ev) = self.rx.blocking_recv() {
             match ev {
                 Event::Token { id, logprob, .. } => {
                     tokens.push(id);
                     logprobs.extend(logprob);
                 }
+                Event::PromptLogprobs(scores) => prompt_logprobs.extend(scores),
                 Event::Finished(finish) => {
                     return Completion {
                         tokens,
                         logprobs,
+                        prompt_logprobs,
                         finish,
                     };
                 }
@@ -307,6 +329,7 @@ impl RequestStream {
         Completion {
             tokens,
             logprobs,
+            prompt_logprobs,
             finish: FinishInfo {
                 reason: FinishReason::Error("engine stopped without finishing the request".into()),
                 prompt_tokens: 0,

@@ -45,10 +45,13 @@ pub use config::{AdmissionConfig, ClassLimits, EngineConfig, StepBudgetPolicy};
 pub use engine::{Engine, EngineHandle, Reserved};
 pub use error::EngineError;
 pub use event::{
-    Completion, Event, FinishInfo, FinishReason, RequestStream, RequestTimings, SloReport,
+    Completion, Event, FinishInfo, FinishReason, PromptLogprob, RequestStream, RequestTimings,
+    SloReport,
 };
 pub use prefix_cache::PrefixCache;
 pub use profile::{Profile, BUILTIN_PROFILES};
-pub use request::{Admitted, Asked, Request, SloClass, SloTargets, StopConditions};
+pub use request::{
+    Admitted, Asked, Request, SloClass, SloTargets, StopConditions, PROMPT_SCORING_CHUNK,
+};
 pub use stats::{Counters, EngineStats, ForcedCounters, PerClass, SloAttainment, SpecCounters};
 pub use step_cost::{StepCostFigures, StepCostModel, StepShape};

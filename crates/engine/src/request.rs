@@ -76,7 +76,21 @@ pub struct Request {
     pub fairness: Option<String>,
     /// Constrained decoding: a compiled grammar; each sequence gets a fresh matcher.
     pub constraint: Option<crate::sampler::constraint::SharedConstraint>,
+    /// Score the prompt: `Some(k)` sends the logprob (and rank) of every prompt
+    /// token after the first, with its `k` best alternatives (capped at
+    /// `MAX_TOP_LOGPROBS`), as [`crate::Event::PromptLogprobs`] events before the
+    /// first generated token. Such a request computes logits for every prompt
+    /// position (in chunks of at most [`PROMPT_SCORING_CHUNK`] tokens) and does not
+    /// read the prefix cache (a cached prefix has no logits); with it,
+    /// `max_tokens` may be 0 (scoring only: no token is sampled, the request
+    /// finishes `Length`). `None`: the ordinary path, no extra rows.
+    pub prompt_logprobs: Option<usize>,
 }
+
+/// Most prompt positions of one scoring request (`Request::prompt_logprobs`) per
+/// step: bounds its logits rows (this many times the vocabulary, 4 bytes each:
+/// 39 MB for a 152k vocabulary).
+pub const PROMPT_SCORING_CHUNK: usize = 64;
 
 impl Request {
     /// A greedy request generating at most `max_tokens` tokens, default class.
@@ -90,6 +104,7 @@ impl Request {
             deadline: None,
             fairness: None,
             constraint: None,
+            prompt_logprobs: None,
         }
     }
 
@@ -110,6 +125,13 @@ impl Request {
 
     pub fn with_deadline(mut self, deadline: Duration) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Scores the prompt with `k` alternatives per position
+    /// ([`Request::prompt_logprobs`]).
+    pub fn with_prompt_logprobs(mut self, k: usize) -> Self {
+        self.prompt_logprobs = Some(k);
         self
     }
 

@@ -39,7 +39,8 @@ pub struct BatchSeq {
     /// How many of this sequence's last new tokens the runner returns logits
     /// for: 0 (a prefill chunk that samples nothing), 1 (the next token), or
     /// `num_tokens` for a speculative verification row (the newest token and its
-    /// draft: one row per position, so every draft token is checked in one step).
+    /// draft: one row per position, so every draft token is checked in one step)
+    /// and for a prompt-scoring prefill chunk (`Request::prompt_logprobs`).
     pub num_logits: usize,
 }
 
@@ -101,6 +102,12 @@ impl Batch {
             block_table,
             usize::from(want_logits),
         );
+    }
+
+    /// Appends a prompt-scoring prefill chunk: a logits row for every one of its
+    /// tokens (position `p`'s row scores the prompt token at `p + 1`).
+    pub fn push_scored(&mut self, tokens: &[u32], num_cached: usize, block_table: &[u32]) {
+        self.push_rows(tokens, &[], num_cached, block_table, tokens.len());
     }
 
     /// Appends a speculative verification row: the sequence's newest token

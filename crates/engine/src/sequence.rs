@@ -78,6 +78,8 @@ pub(crate) struct Sequence {
     forced: usize,
     /// How often its drafts are accepted.
     acceptance: Acceptance,
+    /// Its prompt's scoring, when the request asked (`Request::prompt_logprobs`).
+    scoring: Option<scoring::PromptScoring>,
 }
 
 /// A sequence's lifecycle:
@@ -169,6 +171,7 @@ impl Sequence {
             draft: Vec::new(),
             forced: 0,
             acceptance: Acceptance::default(),
+            scoring: None,
         }
     }
 
@@ -464,7 +467,12 @@ impl Sequence {
     /// Takes references on the longest prefix of its tokens that `cache` holds
     /// (leaving at least one token to compute) as its leading blocks, computed and
     /// already offered to the cache; returns the matched token count.
+    /// A sequence still scoring its prompt reads nothing from the cache (a cached
+    /// prefix has no logits): 0.
     pub fn lock_cached_prefix(&mut self, cache: &mut PrefixCache, block_size: usize) -> usize {
+        if self.scores_prompt() {
+            return 0;
+        }
         let len = self.tokens.len();
         let blocks = cache.match_prefix_salted(self.cache_salt, &self.tokens[..len - 1]);
         cache.lock(&blocks, &mut self.blocks);
@@ -544,6 +552,11 @@ impl Sequence {
     /// or a closed stream. A draw at which its constraint failed is not sent: it
     /// finishes `Constraint`. Returns whether it goes on.
     pub fn emit(&mut self, row: &[f32], t: Instant, c: &mut Counters) -> bool {
+        if self.max_tokens() == 0 {
+            // A scoring-only request (`max_tokens` 0): nothing is sampled.
+            self.finish(FinishReason::Length);
+            return false;
+        }
         let sampled = self.sampler.sample_lean(row);
         if let Some(d) = self.sampler.last_mask_time() {
             c.mask_times.observe(d);
@@ -603,6 +616,7 @@ impl Sequence {
 }
 
 mod draft;
+mod scoring;
 
 #[cfg(test)]
 mod tests;

@@ -84,6 +84,7 @@ impl Dispatch for HandlerDispatch {
                 | E::Tokenize
                 | E::Detokenize
                 | E::TokenizerFile
+                | E::TokenizerInfo
                 | E::Files
                 | E::File
                 | E::FileContent

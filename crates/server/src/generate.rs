@@ -8,9 +8,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sloserve_api::{
     ChatChoice, ChatCompletionResponse, CompletionChoice, CompletionResponse, GenParams,
-    ResponseMessage, Usage,
+    PromptLogprobsEntry, ResponseMessage, Usage,
 };
 
+use crate::echo::{join_logprobs, prompt_part, PromptAsk};
 use crate::error::ServerError;
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs};
 use crate::generation::stop_automaton::StopAutomaton;
@@ -69,6 +70,11 @@ pub(crate) async fn start(
         Kind::Chat => "messages",
     };
     let prompt_len = prompt.len();
+    let prompt_ask = PromptAsk {
+        echo: params.echo.then(|| prompt.clone()),
+        echo_logprobs: params.logprobs.filter(|_| params.echo),
+        prompt_logprobs: params.prompt_logprobs,
+    };
     let reasoning = match kind {
         Kind::Chat => crate::reasoning::splitter(&state, &prompt),
         Kind::Completion => None,
@@ -181,6 +187,7 @@ pub(crate) async fn start(
             _ => None,
         },
         reasoning,
+        prompt: prompt_ask,
     };
     Ok(Started { gens, first, out })
 }
@@ -194,6 +201,9 @@ pub(crate) struct Out {
     pub tools: Option<Vec<String>>,
     /// Split a thinking model's reasoning from its content (chat; `crate::reasoning`).
     pub reasoning: Option<sloserve_model::reasoning::ReasoningSplitter>,
+    /// Completions: what the choices carry of the prompt (`echo`,
+    /// `prompt_logprobs`).
+    pub prompt: PromptAsk,
 }
 
 /// The OpenAI `finish_reason` of an ended generation.
@@ -232,25 +242,36 @@ async fn collect(
                 .into_iter()
                 .filter_map(|(c, _)| match c {
                     WireChoice::Completion(c) => Some(c),
-                    WireChoice::Chat(_) => None,
+                    WireChoice::Chat(..) => None,
                 })
                 .collect(),
             usage,
         }),
-        Kind::Chat => serde_json::to_string(&ChatCompletionResponse {
-            id,
-            object: "chat.completion".into(),
-            created: out.created,
-            model: out.model,
-            choices: choices
+        Kind::Chat => {
+            // vLLM's chat answer carries the prompt's logprobs once, at the top.
+            let mut prompt_logprobs = None;
+            let choices = choices
                 .into_iter()
                 .filter_map(|(c, _)| match c {
-                    WireChoice::Chat(c) => Some(c),
+                    WireChoice::Chat(c, p) => {
+                        if prompt_logprobs.is_none() {
+                            prompt_logprobs = p;
+                        }
+                        Some(c)
+                    }
                     WireChoice::Completion(_) => None,
                 })
-                .collect(),
-            usage,
-        }),
+                .collect();
+            serde_json::to_string(&ChatCompletionResponse {
+                id,
+                object: "chat.completion".into(),
+                created: out.created,
+                model: out.model,
+                choices,
+                usage,
+                prompt_logprobs,
+            })
+        }
     };
     let body = body.map_err(|e| ServerError::Internal(format!("cannot serialize: {e}")))?;
     Ok((
@@ -264,10 +285,11 @@ async fn collect(
         .into_response())
 }
 
-/// One choice of a JSON answer, in the endpoint's shape.
+/// One choice of a JSON answer, in the endpoint's shape (a chat choice with
+/// vLLM's `prompt_logprobs` when asked, which the answer carries at its top).
 pub(crate) enum WireChoice {
     Completion(CompletionChoice),
-    Chat(ChatChoice),
+    Chat(ChatChoice, Option<Vec<Option<PromptLogprobsEntry>>>),
 }
 
 /// Runs one choice to its end: its answer (tool calls parsed per choice) and usage.
@@ -295,12 +317,20 @@ pub(crate) async fn collect_choice(
     let mut finish_reason = wire_finish_reason(&gen);
     let tok = gen.tokenizer();
     let choice = match out.kind {
-        Kind::Completion => WireChoice::Completion(CompletionChoice {
-            index,
-            logprobs: want_lp.then(|| completion_logprobs(tok, &lps)),
-            text,
-            finish_reason,
-        }),
+        Kind::Completion => {
+            let ask = &out.prompt;
+            let ids = ask.echo.as_deref().unwrap_or(&[]);
+            let part = prompt_part(tok, ask, ids, gen.prompt_scores());
+            let shift = part.text.len();
+            let generated = want_lp.then(|| completion_logprobs(tok, &lps));
+            WireChoice::Completion(CompletionChoice {
+                index,
+                logprobs: join_logprobs(part.logprobs, generated, shift),
+                text: part.text + &text,
+                finish_reason,
+                prompt_logprobs: part.prompt_logprobs,
+            })
+        }
         Kind::Chat => {
             let (reasoning, text) = match &out.reasoning {
                 Some(s) => crate::reasoning::split_whole(s, text),
@@ -313,18 +343,26 @@ pub(crate) async fn collect_choice(
             } else {
                 (Some(text), None)
             };
-            WireChoice::Chat(ChatChoice {
-                index,
-                message: ResponseMessage {
-                    role: "assistant".into(),
-                    content,
-                    reasoning_content: reasoning.clone(),
-                    reasoning,
-                    tool_calls,
+            let prompt = out
+                .prompt
+                .any()
+                .then(|| prompt_part(tok, &out.prompt, &[], gen.prompt_scores()).prompt_logprobs)
+                .flatten();
+            WireChoice::Chat(
+                ChatChoice {
+                    index,
+                    message: ResponseMessage {
+                        role: "assistant".into(),
+                        content,
+                        reasoning_content: reasoning.clone(),
+                        reasoning,
+                        tool_calls,
+                    },
+                    logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),
+                    finish_reason,
                 },
-                logprobs: want_lp.then(|| chat_logprobs(tok, &lps)),
-                finish_reason,
-            })
+                prompt,
+            )
         }
     };
     Ok((choice, usage))

@@ -86,6 +86,7 @@ pub fn build(
         deadline,
         fairness,
         constraint,
+        prompt_logprobs: params.prompt_scoring(),
     };
     let timeout = match (deadline, state.request_timeout) {
         (Some(own), Some(server)) => Some(own.min(server)),

@@ -18,6 +18,7 @@ pub mod body;
 pub mod build;
 pub mod chat;
 pub mod completions;
+pub mod echo;
 pub mod engine_flags;
 pub mod error;
 pub mod generate;
@@ -123,6 +124,7 @@ fn handler(e: Endpoint, m: MethodFilter) -> Option<MethodRouter<Arc<AppState>>> 
         E::Tokenize => on(m, routes::tokenize),
         E::Detokenize => on(m, routes::detokenize),
         E::TokenizerFile => on(m, routes::tokenizer_file),
+        E::TokenizerInfo => on(m, routes::tokenizer_info),
         E::Health => on(m, routes::health),
         E::Ready => on(m, routes::ready),
         E::OpenApi => on(m, openapi::handle),

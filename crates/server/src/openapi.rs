@@ -10,7 +10,7 @@ use serde_json::json;
 use sloserve_api::{
     ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse,
     DetokenizeRequest, DetokenizeResponse, ErrorBody, ModelCard, ModelList, ResponseObject,
-    ResponsesRequest, TokenizeRequest, TokenizeResponse,
+    ResponsesRequest, TokenizeRequest, TokenizeResponse, TokenizerInfo,
 };
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -157,6 +157,15 @@ fn detokenize() {}
     ))]
 fn tokenizer_file() {}
 
+#[utoipa::path(
+    get, path = "/tokenizer_info", tag = "tokens",
+    responses(
+        (status = 200, description = "The tokenizer's kind, special tokens and chat template", body = TokenizerInfo),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+    )
+)]
+fn tokenizer_info() {}
+
 #[utoipa::path(get, path = "/health", tag = "probes", security(()),
     responses((status = 200, description = "Alive"), (status = 503, description = "The engine failed")))]
 fn health() {}
@@ -295,7 +304,7 @@ impl Modify for Keys {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
-    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, tokenizer_file, health, ready, metrics, openapi,
+    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, tokenizer_file, tokenizer_info, health, ready, metrics, openapi,
         upload_file, list_files, get_file, delete_file, file_content, create_batch, list_batches, get_batch, cancel_batch, slo_page, slo_script, slo_style, slo_status),
     modifiers(&Keys, &Table),
     security(("bearer" = []), ("x-api-key" = [])),
@@ -370,6 +379,7 @@ mod tests {
             "/v1/chat/completions/render",
             "/tokenize",
             "/detokenize",
+            "/tokenizer_info",
             "/v1/models",
         ] {
             assert!(v["paths"][p].is_object(), "{p}");

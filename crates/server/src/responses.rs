@@ -143,7 +143,7 @@ async fn answer(
     out: crate::generate::Out,
 ) -> Result<Response, ServerError> {
     let (choice, usage) = collect_choice(gen, 0, first, &out).await?;
-    let WireChoice::Chat(choice) = choice else {
+    let WireChoice::Chat(choice, _) = choice else {
         return Err(ServerError::Internal("a chat choice was expected".into()));
     };
     let status = match choice.finish_reason.as_deref() {

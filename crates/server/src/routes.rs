@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::json;
 use sloserve_api::{
     parse_json, ApiError, DetokenizeRequest, DetokenizeResponse, ModelCard, ModelList,
-    TokenizeRequest, TokenizeResponse,
+    TokenizeRequest, TokenizeResponse, TokenizerInfo,
 };
 
 use crate::chat::encode_messages;
@@ -160,6 +160,25 @@ pub async fn tokenizer_file(
         })
         .await??;
     Ok(json_text(json))
+}
+
+/// vLLM's `GET /tokenizer_info`: the tokenizer's kind, special-token texts and
+/// chat template (lm-eval's `tokenizer_backend=remote` reads it, then tokenizes
+/// through `/tokenize`).
+pub async fn tokenizer_info(State(state): State<Arc<AppState>>) -> Result<Response, ServerError> {
+    let tok = &state.tokenizer;
+    let text = |id: Option<u32>| id.and_then(|i| tok.token_str(i)).map(str::to_string);
+    let eos = text(tok.eos_id());
+    to_json(&TokenizerInfo {
+        tokenizer_class: tok.model().to_string(),
+        bos_token: text(tok.bos_id()),
+        pad_token: eos.clone(),
+        eos_token: eos,
+        chat_template: state.chat_template.as_ref().map(|t| t.source().to_string()),
+        model_max_length: state.max_model_len,
+        vocab_size: tok.vocab_size(),
+    })
+    .map(json_text)
 }
 
 /// Alive: 200 unless the engine died on its own.

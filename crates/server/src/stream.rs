@@ -24,6 +24,7 @@ use sloserve_api::{
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::SendTimeoutError;
 
+use crate::echo::prompt_part;
 use crate::error::ServerError;
 use crate::generate::{wire_finish_reason, Kind, Out};
 use crate::generation::logprobs::{chat_logprobs, completion_logprobs, TokenLogprob};
@@ -45,6 +46,41 @@ struct Choice {
     reasoning: Option<ReasoningSplitter>,
     /// Its finish chunk was made.
     done: bool,
+    /// Completions with `echo` or `prompt_logprobs`: its prompt chunk was made;
+    /// the echoed text's length shifts its tokens' `text_offset`.
+    prompt_sent: bool,
+    shift: usize,
+}
+
+/// A completion choice's prompt chunk (`echo`'s text and logprobs, vLLM's
+/// `prompt_logprobs`), once, before its first output: the prompt's scores came
+/// before its first token (vLLM streams the echoed prompt first too).
+fn prompt_frame(out: &Out, c: &mut Choice) -> Option<String> {
+    if c.prompt_sent || out.kind != Kind::Completion || !out.prompt.any() {
+        return None;
+    }
+    c.prompt_sent = true;
+    let ids = out.prompt.echo.as_deref().unwrap_or(&[]);
+    let part = prompt_part(c.gen.tokenizer(), &out.prompt, ids, c.gen.prompt_scores());
+    c.shift = part.text.len();
+    let json = serde_json::to_string(&CompletionChunk {
+        id: c.gen.id().to_string(),
+        object: "text_completion".into(),
+        created: out.created,
+        model: out.model.clone(),
+        choices: vec![CompletionChoice {
+            index: c.index,
+            text: part.text,
+            logprobs: part.logprobs,
+            finish_reason: None,
+            prompt_logprobs: part.prompt_logprobs,
+        }],
+        usage: None,
+    });
+    Some(format!(
+        "data: {}\n\n",
+        json.unwrap_or_else(|_| "{}".into())
+    ))
 }
 
 /// One chunk of choice `c`: text (or a chat role / finish), its logprobs, finish
@@ -71,9 +107,13 @@ fn chunk(
             choices: vec![CompletionChoice {
                 index: c.index,
                 text: text.unwrap_or_default(),
-                logprobs: lp_present
-                    .then(|| completion_logprobs(gen.tokenizer(), lps.as_deref().unwrap_or(&[]))),
+                logprobs: lp_present.then(|| {
+                    let mut l = completion_logprobs(gen.tokenizer(), lps.as_deref().unwrap_or(&[]));
+                    l.text_offset.iter_mut().for_each(|o| *o += c.shift);
+                    l
+                }),
                 finish_reason: finish,
+                prompt_logprobs: None,
             }],
             usage: None,
         }),
@@ -285,6 +325,7 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
             Phase::Tokens => match next_output(&mut s.choices).await {
                 (_, Some(d)) if d.text.is_empty() && d.logprobs.is_empty() => continue,
                 (i, Some(d)) => {
+                    s.pending.extend(prompt_frame(&s.out, &mut s.choices[i]));
                     let frames = token_frames(&s.out, &mut s.choices[i], Some(d));
                     s.pending.extend(frames);
                     continue;
@@ -299,6 +340,7 @@ async fn next_frame(s: &mut SseState) -> Option<String> {
                         format!("data: {}\n\n", e.to_api().0.to_json())
                     }
                     None => {
+                        s.pending.extend(prompt_frame(&s.out, &mut s.choices[i]));
                         let c = &mut s.choices[i];
                         c.done = true;
                         let mut reason = wire_finish_reason(&c.gen);
@@ -454,6 +496,8 @@ pub(crate) async fn sse_response(
             tools: out.tools.clone().map(ToolOutput::new),
             reasoning: out.reasoning.clone(),
             done: false,
+            prompt_sent: false,
+            shift: 0,
         })
         .collect();
     let st = SseState {

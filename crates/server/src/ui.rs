@@ -70,6 +70,7 @@ pub fn routes(app: &App) -> Router {
             | E::Tokenize
             | E::Detokenize
             | E::TokenizerFile
+            | E::TokenizerInfo
             | E::Files
             | E::File
             | E::FileContent

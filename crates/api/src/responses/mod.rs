@@ -411,6 +411,7 @@ impl ResponsesRequest {
             },
             logprobs: None,
             top_logprobs: None,
+            prompt_logprobs: None,
             add_generation_prompt: None,
             chat_template_kwargs: None,
         };

@@ -527,6 +527,7 @@ mod draw;
 use draw::Bufs;
 mod kernels;
 use kernels::*;
+pub mod score;
 
 #[cfg(test)]
 mod bench_tests;

@@ -69,7 +69,7 @@ impl Scheduler {
             let matched = self.lock_cached_prefix(&mut s);
             let mut n = s
                 .num_uncomputed()
-                .min(self.cfg.max_prefill_chunk)
+                .min(s.prefill_chunk_cap(self.cfg.max_prefill_chunk))
                 .min(budget.remaining());
             if rank == SloClass::Batch {
                 // Not running yet: it competes as if last run when it arrived.

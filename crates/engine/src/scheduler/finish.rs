@@ -32,7 +32,7 @@ impl Scheduler {
             let (entry, i) = (batch.seqs[k], self.step_seqs[k]);
             let s = &mut self.running[i];
             s.clear_scheduled();
-            if entry.num_logits > 1 {
+            if entry.num_logits > 1 && !s.draft().is_empty() {
                 out.decode_tokens += 1;
                 self.verify(i, logits, row, t);
                 row += entry.num_logits;
@@ -44,11 +44,22 @@ impl Scheduler {
             } else {
                 out.prefill_tokens += entry.num_tokens;
             }
+            let start = s.num_computed();
             s.advance_computed(entry.num_tokens);
             self.cache_full_blocks(i);
-            if entry.want_logits() {
-                self.running[i].emit(logits.row(row), t, &mut self.counters);
-                row += 1;
+            let rows = entry.num_logits.min(entry.num_tokens);
+            if rows > 0 {
+                let s = &mut self.running[i];
+                let end = start + entry.num_tokens;
+                if s.scores_prompt() {
+                    // A scoring prefill chunk: a row per position (the last one
+                    // also samples when the chunk ends the sequence).
+                    s.send_prompt_scores(logits, row, end - rows, rows);
+                }
+                if end == s.tokens().len() && s.finish_reason().is_none() {
+                    s.emit(logits.row(row + rows - 1), t, &mut self.counters);
+                }
+                row += rows;
             }
         }
         self.counters.prefill_tokens += out.prefill_tokens as u64;

@@ -246,7 +246,9 @@ impl Scheduler {
             let start = s.num_computed();
             let end = start + s.scheduled();
             debug_assert!(s.blocks().is_writable(start), "writing a shared KV block");
-            if s.draft().is_empty() {
+            if s.scores_prompt() {
+                batch.push_scored(&s.tokens()[start..end], start, s.blocks().ids());
+            } else if s.draft().is_empty() {
                 batch.push(
                     &s.tokens()[start..end],
                     start,

@@ -187,7 +187,7 @@ impl Scheduler {
             }
             let n = s
                 .num_uncomputed()
-                .min(self.cfg.max_prefill_chunk)
+                .min(s.prefill_chunk_cap(self.cfg.max_prefill_chunk))
                 .min(budget.remaining());
             let (cached, last) = (s.num_computed(), s.last_run_step());
             let n = match rank {

@@ -11,6 +11,7 @@ mod fast_forward_tests;
 mod invariants;
 mod policy_tests;
 mod preemption_tests;
+mod prompt_scoring_tests;
 mod slo_steps_tests;
 mod speculation_tests;
 mod supervise_tests;
@@ -91,6 +92,7 @@ impl Client {
                     assert!(self.finish.is_none(), "token after Finished");
                     self.tokens.push(id);
                 }
+                Event::PromptLogprobs(_) => {}
                 Event::Finished(f) => {
                     assert!(self.finish.is_none(), "two Finished events");
                     self.finish = Some(f);

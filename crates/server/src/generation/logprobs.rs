@@ -44,7 +44,7 @@ impl LogprobBuffer {
 }
 
 /// The text of one token (lossy UTF-8).
-fn token_text(tok: &Tokenizer, id: u32) -> String {
+pub fn token_text(tok: &Tokenizer, id: u32) -> String {
     String::from_utf8_lossy(tok.token_bytes_ref(id)).into_owned()
 }
 
@@ -52,16 +52,16 @@ fn token_text(tok: &Tokenizer, id: u32) -> String {
 pub fn completion_logprobs(tok: &Tokenizer, lps: &[TokenLogprob]) -> CompletionLogprobs {
     CompletionLogprobs {
         tokens: lps.iter().map(|t| token_text(tok, t.id)).collect(),
-        token_logprobs: lps.iter().map(|t| t.logprob).collect(),
+        token_logprobs: lps.iter().map(|t| Some(t.logprob)).collect(),
         top_logprobs: lps
             .iter()
             .map(|t| {
-                TopLogprobsMap(
+                Some(TopLogprobsMap(
                     t.top
                         .iter()
                         .map(|&(id, lp)| (token_text(tok, id), lp))
                         .collect(),
-                )
+                ))
             })
             .collect(),
         text_offset: lps.iter().map(|t| t.offset).collect(),

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sloserve_api::Usage;
-use sloserve_engine::{Event, FinishInfo, FinishReason, RequestStream, SloClass};
+use sloserve_engine::{Event, FinishInfo, FinishReason, PromptLogprob, RequestStream, SloClass};
 use sloserve_model::detokenizer::StreamDecoder;
 use sloserve_model::tokenizer::Tokenizer;
 
@@ -72,6 +72,8 @@ pub struct Generation {
     stop: StopMatcher,
     /// `Some` when the request asked for logprobs.
     logprobs: Option<LogprobBuffer>,
+    /// The prompt's scores, when the request asked the engine for them.
+    prompt_scores: Vec<PromptLogprob>,
     acct: Accounting,
     /// A stop string matched: the engine was told, later tokens are dropped.
     stopped: bool,
@@ -110,6 +112,7 @@ impl Generation {
             decoder: TextDecoder::new(),
             stop: StopMatcher::shared(stops),
             logprobs: want_logprobs.then(LogprobBuffer::default),
+            prompt_scores: Vec::new(),
             acct: Accounting::new(class, prompt_tokens),
             stopped: false,
             reason: None,
@@ -188,6 +191,12 @@ impl Generation {
 
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.state.tokenizer
+    }
+
+    /// The prompt's scores received so far (all of them once the first token
+    /// came or the request ended; none unless asked).
+    pub fn prompt_scores(&self) -> &[PromptLogprob] {
+        &self.prompt_scores
     }
 
     pub fn wants_logprobs(&self) -> bool {
@@ -284,6 +293,7 @@ impl Generation {
                         return Some(Delta::default());
                     }
                 }
+                Some(Event::PromptLogprobs(scores)) => self.prompt_scores.extend(scores),
                 Some(Event::Finished(info)) => {
                     self.stream = None;
                     return self.finished(info);
