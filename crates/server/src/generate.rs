@@ -177,7 +177,10 @@ pub(crate) async fn start(
         created: unix_now(),
         model: state.model_name.clone(),
         tools: match (kind, &params.tools) {
-            (Kind::Chat, Some(t)) => Some(crate::tools::function_names(t)),
+            (Kind::Chat, Some(t)) => Some(crate::tools::functions(
+                crate::tools::call_format(&state),
+                t,
+            )),
             _ => None,
         },
         reasoning,
@@ -191,7 +194,7 @@ pub(crate) struct Out {
     pub created: u64,
     pub model: String,
     /// Parse the model's tool calls out of its text (the request's functions).
-    pub tools: Option<Vec<String>>,
+    pub tools: Option<crate::tool_parser::Functions>,
     /// Split a thinking model's reasoning from its content (chat; `crate::reasoning`).
     pub reasoning: Option<sloserve_model::reasoning::ReasoningSplitter>,
 }
