@@ -129,6 +129,19 @@ impl ToolCallFormat {
         )
     }
 
+    /// The markers that are control tokens in the model's vocabulary (Llama 3's
+    /// `<|python_tag|>`, Mistral's): decoded into the answer's text where other control
+    /// tokens are dropped, so the parser sees them (llama.cpp's preserved tokens).
+    /// Hermes's tags are plain added tokens, decoded anyway.
+    pub fn rendered_markers(self) -> &'static [&'static str] {
+        match self {
+            ToolCallFormat::Hermes | ToolCallFormat::Qwen3CoderXml => &[],
+            ToolCallFormat::Llama3Json => &[PYTHON_TAG],
+            ToolCallFormat::MistralArray => &[MISTRAL_CALLS],
+            ToolCallFormat::MistralArgs => &[MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID],
+        }
+    }
+
     /// One call as the model writes it (the grammar's form; arguments a JSON object's
     /// text). For tests, documentation and templates that lack the format.
     pub fn write_call(self, name: &str, arguments: &serde_json::Value) -> String {

@@ -114,3 +114,48 @@ fn templates_write_calls_as_the_format_spells_them() {
         );
     }
 }
+
+/// Llama 3's vocabulary (llama.cpp's `ggml-vocab-llama-bpe.gguf`, see
+/// `tests/data/vocab/README.md`).
+fn llama3_tokenizer() -> sloserve_model::tokenizer::Tokenizer {
+    use std::io::Read;
+    let path = format!(
+        "{}/tests/data/vocab/ggml-vocab-llama-bpe.gguf.gz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let gz = std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let mut gguf = Vec::new();
+    flate2::read::GzDecoder::new(&gz[..])
+        .read_to_end(&mut gguf)
+        .unwrap();
+    let content =
+        candle_core::quantized::gguf_file::Content::read(&mut std::io::Cursor::new(gguf)).unwrap();
+    sloserve_model::tokenizer::Tokenizer::from_gguf(&content).unwrap()
+}
+
+#[test]
+fn a_kept_marker_is_decoded_where_control_tokens_are_dropped() {
+    use sloserve_model::detokenizer::StreamDecoder;
+    let tok = llama3_tokenizer();
+    // This vocabulary (Llama 3.0) predates `<|python_tag|>`: there the marker is plain
+    // text, so the server keeps nothing; a control token it has stands in for it.
+    assert!(tok
+        .encode(ToolCallFormat::Llama3Json.rendered_markers()[0], true)
+        .unwrap()
+        .iter()
+        .all(|&id| !tok.is_special(id)));
+    let ids = tok.encode("<|eot_id|>", true).unwrap();
+    assert_eq!(ids.len(), 1);
+    assert!(tok.is_special(ids[0]), "a control token");
+    let text = tok.encode("{\"name\": \"f\"}", false).unwrap();
+    let all: Vec<u32> = ids.iter().chain(&text).copied().collect();
+    let run = |keep: Vec<u32>| {
+        let mut d = StreamDecoder::new(true);
+        d.keep(keep);
+        let mut s: String = all.iter().map(|&id| d.push(&tok, id).to_string()).collect();
+        s.push_str(&d.flush());
+        s
+    };
+    assert_eq!(run(Vec::new()), "{\"name\": \"f\"}");
+    assert_eq!(run(ids.clone()), "<|eot_id|>{\"name\": \"f\"}");
+}

@@ -118,6 +118,13 @@ pub(crate) async fn start(
     });
     // Built once: the choices share it.
     let stops = StopAutomaton::new(params.sampling.stop.as_slice()).map(Arc::new);
+    // A tool-using chat answer keeps its format's control-token markers in its text.
+    let kept = match (kind, &params.tools) {
+        (Kind::Chat, Some(_)) => {
+            crate::tools::marker_ids(&state, crate::tools::call_format(&state))
+        }
+        _ => Vec::new(),
+    };
     let mut choice = |i: u32, stream: RequestStream| -> Generation {
         let class = stream.admitted().class;
         let gen = Generation::new(
@@ -131,6 +138,7 @@ pub(crate) async fn start(
         )
         .with_timeout(ingress.timeout)
         .with_choice(i)
+        .with_kept_tokens(&kept)
         .with_constraint_param(constraint_param);
         // The later choices hold the extra counts (the first is the request's).
         match if i > 0 { slots.pop() } else { None } {

@@ -140,6 +140,19 @@ pub fn call_format(state: &AppState) -> ToolCallFormat {
         .map_or(ToolCallFormat::Hermes, |t| t.tool_call_format())
 }
 
+/// The ids of `format`'s markers that are control tokens of the model's vocabulary
+/// (decoded into a tool-using chat answer's text for the parser).
+pub fn marker_ids(state: &AppState, format: ToolCallFormat) -> Vec<u32> {
+    format
+        .rendered_markers()
+        .iter()
+        .filter_map(|m| match state.tokenizer.encode(m, true).ok()?.as_slice() {
+            &[id] if state.tokenizer.is_special(id) => Some(id),
+            _ => None,
+        })
+        .collect()
+}
+
 /// What the parser needs of a request's functions: the model's format, their names (a
 /// bare JSON call must name one) and their string parameters (raw in Qwen3-Coder's XML).
 pub fn functions(format: ToolCallFormat, tools: &ToolParams) -> Functions {
