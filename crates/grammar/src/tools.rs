@@ -162,11 +162,11 @@ fn auto_grammar(
     let more = if parallel { " | next rest tail" } else { "" };
     format!(
         "start: TEXT? | pre rest tail | bare tail\n\
-         TEXT: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/ & ~/{head}/\n\
-         TAIL: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/\n\
-         pre[lazy]: TEXT? \"<tool_call>\\n\"\n\
-         next[lazy]: TAIL? \"<tool_call>\\n\"\n\
-         rest: body \"\\n</tool_call>\"\n\
+         TEXT: /(?s:.+)/ & ~/(?s:.*{TOOL_CALL_OPEN}.*)/ & ~/{head}/\n\
+         TAIL: /(?s:.+)/ & ~/(?s:.*{TOOL_CALL_OPEN}.*)/\n\
+         pre[lazy]: TEXT? \"{TOOL_CALL_OPEN}\\n\"\n\
+         next[lazy]: TAIL? \"{TOOL_CALL_OPEN}\\n\"\n\
+         rest: body \"\\n{TOOL_CALL_CLOSE}\"\n\
          bare: {}\n\
          tail: (TAIL{more})?\n\
          body: %json {body}\n{args}",
