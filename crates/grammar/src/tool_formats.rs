@@ -21,6 +21,15 @@ fn lit(s: &str) -> String {
     serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
+/// A marker: its control token (`<[id]>`) where the vocabulary has it as one, else its
+/// text.
+fn marker(m: &str, markers: &[(&str, u32)]) -> String {
+    match markers.iter().find(|(t, _)| *t == m) {
+        Some((_, id)) => format!("<[{id}]>"),
+        None => lit(m),
+    }
+}
+
 /// `schema` with llguidance's JSON options.
 fn with_options(mut schema: Value) -> Value {
     if let Some(obj) = schema.as_object_mut() {
@@ -33,27 +42,29 @@ fn with_options(mut schema: Value) -> Value {
 /// `params`) in `format` (not Hermes, which `crate::tools` writes).
 pub(crate) fn grammar(
     format: ToolCallFormat,
+    markers: &[(&str, u32)],
     chosen: &[&ToolFunction],
     params: &[Value],
     parallel: bool,
 ) -> String {
     match format {
         ToolCallFormat::Hermes | ToolCallFormat::Llama3Json | ToolCallFormat::MistralArray => {
-            json_calls(format, chosen, params, parallel)
+            json_calls(format, markers, chosen, params, parallel)
         }
         ToolCallFormat::MistralArgs => {
             let mut g = format!(
                 "start: call{}\ncall: {} (",
                 if parallel { "+" } else { "" },
-                lit(MISTRAL_CALLS)
+                marker(MISTRAL_CALLS, markers)
             );
             let alts: Vec<String> = (0..chosen.len()).map(|i| format!("f{i}")).collect();
             g.push_str(&alts.join(" | "));
             g.push_str(")\n");
             for (i, (t, p)) in chosen.iter().zip(params).enumerate() {
                 g.push_str(&format!(
-                    "f{i}: {} args{i}\nargs{i}: %json {}\n",
-                    lit(&format!("{}{MISTRAL_ARGS}", t.name)),
+                    "f{i}: {} {} args{i}\nargs{i}: %json {}\n",
+                    lit(&t.name),
+                    marker(MISTRAL_ARGS, markers),
                     with_options(p.clone())
                 ));
             }
@@ -67,6 +78,7 @@ pub(crate) fn grammar(
 /// (Llama 3), or in Mistral's `[TOOL_CALLS][...]` array.
 fn json_calls(
     format: ToolCallFormat,
+    markers: &[(&str, u32)],
     chosen: &[&ToolFunction],
     params: &[Value],
     parallel: bool,
@@ -92,8 +104,8 @@ fn json_calls(
     if format == ToolCallFormat::MistralArray {
         let more = if parallel { " (\", \" call)*" } else { "" };
         format!(
-            "start: {} call{more} \"]\"\ncall: %json {schema}\n",
-            lit(&format!("{MISTRAL_CALLS}["))
+            "start: {} \"[\" call{more} \"]\"\ncall: %json {schema}\n",
+            marker(MISTRAL_CALLS, markers)
         )
     } else {
         let more = if parallel { " (\"\\n\" call)*" } else { "" };

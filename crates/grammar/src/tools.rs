@@ -40,13 +40,16 @@ pub fn tool_call_constraint(
     choice: &ToolChoice,
     parallel: bool,
 ) -> Result<Constraint, GrammarError> {
-    tool_call_constraint_in(ToolCallFormat::Hermes, tools, choice, parallel)
+    tool_call_constraint_in(ToolCallFormat::Hermes, &[], tools, choice, parallel)
 }
 
 /// [`tool_call_constraint`] in `format`: the calls as the model writes them. `auto`
-/// is constrained in the Hermes form only (an error in the others).
+/// is constrained in the Hermes form only (an error in the others). `markers`: the
+/// format's markers that are control tokens of the vocabulary, with their ids (the
+/// grammar then asks for the token, as the model writes it, not the marker's text).
 pub fn tool_call_constraint_in(
     format: ToolCallFormat,
+    markers: &[(&str, u32)],
     tools: &[ToolFunction],
     choice: &ToolChoice,
     parallel: bool,
@@ -87,7 +90,7 @@ pub fn tool_call_constraint_in(
             )));
         }
         return Ok(Constraint::Lark(crate::tool_formats::grammar(
-            format, &chosen, &params, parallel,
+            format, markers, &chosen, &params, parallel,
         )));
     }
     let alternatives: Vec<Value> = chosen

@@ -122,6 +122,9 @@ pub(crate) async fn start(
     let kept = match (kind, &params.tools) {
         (Kind::Chat, Some(_)) => {
             crate::tools::marker_ids(&state, crate::tools::call_format(&state))
+                .into_iter()
+                .map(|(_, id)| id)
+                .collect()
         }
         _ => Vec::new(),
     };

@@ -83,13 +83,19 @@ pub fn constraint(
             },
         })
         .collect();
-    let spec =
-        tool_call_constraint_in(format, &functions, &choice, tools.parallel).map_err(|e| {
-            ServerError::from(sloserve_api::ApiError::invalid(
-                "tool_choice",
-                format!("tool_choice: {e}"),
-            ))
-        })?;
+    let spec = tool_call_constraint_in(
+        format,
+        &marker_ids(state, format),
+        &functions,
+        &choice,
+        tools.parallel,
+    )
+    .map_err(|e| {
+        ServerError::from(sloserve_api::ApiError::invalid(
+            "tool_choice",
+            format!("tool_choice: {e}"),
+        ))
+    })?;
     let n_vocab = state.engine.info().vocab_size;
     state
         .structured
@@ -140,16 +146,19 @@ pub fn call_format(state: &AppState) -> ToolCallFormat {
         .map_or(ToolCallFormat::Hermes, |t| t.tool_call_format())
 }
 
-/// The ids of `format`'s markers that are control tokens of the model's vocabulary
-/// (decoded into a tool-using chat answer's text for the parser).
-pub fn marker_ids(state: &AppState, format: ToolCallFormat) -> Vec<u32> {
+/// `format`'s markers that are control tokens of the model's vocabulary, with their ids
+/// (decoded into a tool-using chat answer's text for the parser; asked for as tokens by
+/// the grammar).
+pub fn marker_ids(state: &AppState, format: ToolCallFormat) -> Vec<(&'static str, u32)> {
     format
         .rendered_markers()
         .iter()
-        .filter_map(|m| match state.tokenizer.encode(m, true).ok()?.as_slice() {
-            &[id] if state.tokenizer.is_special(id) => Some(id),
-            _ => None,
-        })
+        .filter_map(
+            |&m| match state.tokenizer.encode(m, true).ok()?.as_slice() {
+                &[id] if state.tokenizer.is_special(id) => Some((m, id)),
+                _ => None,
+            },
+        )
         .collect()
 }
 

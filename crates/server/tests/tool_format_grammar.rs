@@ -92,7 +92,7 @@ fn written_calls_are_accepted_and_parse_back() {
             (ToolChoice::Required, false, &one),
             (ToolChoice::Required, true, &two),
         ] {
-            let c = tool_call_constraint_in(format, &tools(), &choice, parallel).unwrap();
+            let c = tool_call_constraint_in(format, &[], &tools(), &choice, parallel).unwrap();
             let g = f.compile(&c).unwrap_or_else(|e| panic!("{format:?}: {e}"));
             let mut m = g.start();
             if matches!(choice, ToolChoice::Named(_)) {
@@ -134,8 +134,14 @@ fn random_walks_through_each_format_parse_back() {
         (seed % n as u64) as usize
     };
     for format in ALL {
-        let c = tool_call_constraint_in(format, &tools(), &ToolChoice::Named("add".into()), false)
-            .unwrap();
+        let c = tool_call_constraint_in(
+            format,
+            &[],
+            &tools(),
+            &ToolChoice::Named("add".into()),
+            false,
+        )
+        .unwrap();
         let g = f.compile(&c).unwrap();
         for walk in 0..8 {
             let mut m = g.start();
@@ -181,5 +187,43 @@ fn random_walks_through_each_format_parse_back() {
                 assert!(v <= 99, "{format:?} walk {walk}: {text:?}");
             }
         }
+    }
+}
+
+#[test]
+fn a_marker_that_is_a_control_token_is_asked_for_as_the_token() {
+    // Qwen's vocabulary has no `[TOOL_CALLS]`: a control token of it stands in.
+    let (tok, f) = factory();
+    let id = tok.encode("<|im_start|>", true).unwrap()[0];
+    assert!(tok.is_special(id));
+    let markers = [("[TOOL_CALLS]", id), ("[ARGS]", id)];
+    let args = json!({"a": 1, "b": 2});
+    for format in [ToolCallFormat::MistralArray, ToolCallFormat::MistralArgs] {
+        let c = tool_call_constraint_in(format, &markers, &tools(), &ToolChoice::Required, false)
+            .unwrap();
+        let g = f.compile(&c).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+        let mut m = g.start();
+        // The written call with its markers as the token.
+        let text = format.write_call("add", &args);
+        let mut ids = Vec::new();
+        for (k, piece) in text.split("[TOOL_CALLS]").enumerate() {
+            if k > 0 {
+                ids.push(id);
+            }
+            for (j, part) in piece.split("[ARGS]").enumerate() {
+                if j > 0 {
+                    ids.push(id);
+                }
+                ids.extend(tok.encode(part, false).unwrap());
+            }
+        }
+        for t in ids {
+            m.commit(t).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+        }
+        assert!(m.is_accepting() || m.is_finished(), "{format:?}");
+        // The marker's text is not a way in.
+        let mut m = g.start();
+        let first = tok.encode("[", false).unwrap()[0];
+        assert!(m.commit(first).is_err(), "{format:?}: text for the marker");
     }
 }
