@@ -190,3 +190,70 @@ fn written_calls_parse_back_in_every_format() {
         assert_eq!(all_splits(f, &text), [call("get_weather", PARIS)], "{f:?}");
     }
 }
+
+#[test]
+fn random_marker_soup_never_panics_and_loses_nothing() {
+    const PARTS: &[&str] = &[
+        "<tool_call>",
+        "</tool_call>",
+        "[TOOL_CALLS]",
+        "[ARGS]",
+        "[CALL_ID]",
+        "<|python_tag|>",
+        "{",
+        "}",
+        "[",
+        "]",
+        "\"name\"",
+        ": ",
+        "\"add\"",
+        "\"arguments\"",
+        "\"parameters\"",
+        ",",
+        " ",
+        "\n",
+        "<function=add>",
+        "<parameter=a>",
+        "</parameter>",
+        "</function>",
+        "1",
+        "é",
+        "x",
+        "add",
+        "<",
+        "<tool",
+        "[TOOL",
+    ];
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for _ in 0..400 {
+        let len = 1 + next(24);
+        let text: String = (0..len).map(|_| PARTS[next(PARTS.len())]).collect();
+        for f in sloserve_model::tool_format::ALL {
+            let whole = run(f, &[&text]);
+            let cuts: Vec<usize> = (0..=text.len())
+                .filter(|&i| text.is_char_boundary(i))
+                .collect();
+            let (i, j) = (cuts[next(cuts.len())], cuts[next(cuts.len())]);
+            let (i, j) = (i.min(j), i.max(j));
+            let three = [&text[..i], &text[i..j], &text[j..]];
+            assert_eq!(run(f, &three), whole, "{f:?} {text:?} at {i}, {j}");
+            // Without a call, the content is the text, byte for byte.
+            if !whole.iter().any(|e| matches!(e, ToolEvent::Call(_))) {
+                let content: String = whole
+                    .iter()
+                    .map(|e| match e {
+                        ToolEvent::Content(t) => t.as_str(),
+                        ToolEvent::Call(_) => "",
+                    })
+                    .collect();
+                assert_eq!(content, text, "{f:?}");
+            }
+        }
+    }
+}
