@@ -13,7 +13,7 @@
 
 use sloserve_model::tool_format::ToolCallFormat;
 
-use crate::tool_body::{calls_of, json_prefix, read_block, Body, Json};
+use crate::tool_body::{calls_of, json_prefix, read_block, Body, Json, MAX_CALL};
 pub use crate::tool_body::{parse_call, Functions, ParsedCall};
 
 /// How a bare call's object begins (after `{` and optional whitespace).
@@ -44,6 +44,9 @@ pub struct ToolCallParser {
     at_boundary: bool,
     /// The format and the request's functions (a bare call must name one).
     functions: Functions,
+    /// How much of `buf` an unfinished JSON call was last read to: it is read again
+    /// only when new text has a `}` or `]` (where JSON can end), not on every token.
+    scanned: usize,
 }
 
 /// Whether `text` begins (after whitespace) a bare call: `{"name"` (Mistral: `[{"name"`).
@@ -90,7 +93,21 @@ impl ToolCallParser {
             calls: 0,
             at_boundary: true,
             functions: functions.into(),
+            scanned: 0,
         }
+    }
+
+    /// Whether the text since the last read could end a JSON call (or the call is
+    /// over the length limit, where it becomes text). Hermes reads on every piece, as
+    /// it always has (a malformed bare call is released as soon as it is seen).
+    fn worth_reading(&mut self) -> bool {
+        if self.functions.format == ToolCallFormat::Hermes {
+            return true;
+        }
+        let new = self.buf.get(self.scanned..).unwrap_or(&self.buf);
+        let yes = new.contains(['}', ']']) || self.buf.len() > MAX_CALL;
+        self.scanned = self.buf.len();
+        yes
     }
 
     /// A call was read: counted and released.
@@ -110,6 +127,9 @@ impl ToolCallParser {
             Bare::Maybe => return None,
             Bare::Yes => {}
         }
+        if !self.worth_reading() {
+            return None;
+        }
         match json_prefix(&self.buf) {
             Json::Value(v, end) => {
                 let names = &self.functions.names;
@@ -119,6 +139,7 @@ impl ToolCallParser {
                     return Some(false);
                 };
                 self.buf.drain(..end);
+                self.scanned = 0;
                 for c in calls {
                     self.call(c, out);
                 }
@@ -152,10 +173,14 @@ impl ToolCallParser {
                 }
             }
             if self.in_block {
+                if self.functions.format.close().is_none() && !self.worth_reading() {
+                    break;
+                }
                 match read_block(&self.functions, &self.buf) {
                     Body::More => break,
                     Body::Calls(calls, n) => {
                         self.buf.drain(..n);
+                        self.scanned = 0;
                         self.in_block = false;
                         self.at_boundary = true;
                         for c in calls {
@@ -164,12 +189,14 @@ impl ToolCallParser {
                     }
                     Body::Bad(n) => {
                         let body: String = self.buf.drain(..n).collect();
+                        self.scanned = 0;
                         self.in_block = false;
                         self.content(&format!("{open}{body}"), &mut out);
                     }
                 }
             } else if let Some(i) = self.buf.find(open) {
                 let text: String = self.buf.drain(..i + open.len()).collect();
+                self.scanned = 0;
                 self.content(&text[..i], &mut out);
                 self.in_block = true;
             } else {
@@ -180,6 +207,7 @@ impl ToolCallParser {
                     .find(|&n| self.buf.ends_with(&open[..n]))
                     .unwrap_or(0);
                 let text: String = self.buf.drain(..self.buf.len() - keep).collect();
+                self.scanned = 0;
                 self.content(&text, &mut out);
                 break;
             }
