@@ -15,6 +15,7 @@ mod formats;
 mod matcher;
 mod pool;
 mod spec;
+mod tool_formats;
 mod tools;
 mod vocab;
 
@@ -22,5 +23,5 @@ pub use error::GrammarError;
 pub use factory::{compile_counts, CompileCounts, CompiledGrammar, GrammarFactory, GrammarLimits};
 pub use matcher::GrammarMatcher;
 pub use spec::{from_response_format, Constraint};
-pub use tools::{tool_call_constraint, ToolChoice, ToolFunction};
+pub use tools::{tool_call_constraint, tool_call_constraint_in, ToolChoice, ToolFunction};
 pub use vocab::Vocab;

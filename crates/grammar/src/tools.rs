@@ -1,9 +1,13 @@
-//! Tool-call grammars in the Qwen2.5 / Hermes native format:
-//! `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, for
-//! `tool_choice` `required` (any of the tools), a named function, or `auto` with
-//! strict functions (free text, or text then calls whose arguments are constrained).
+//! Tool-call grammars in the model's own format (`sloserve_model::tool_format`, which
+//! spells the markers and keys): Hermes / Qwen2.5
+//! `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, for `tool_choice`
+//! `required` (any of the tools), a named function, or `auto` with strict functions
+//! (free text, or text then calls whose arguments are constrained); Llama 3's JSON,
+//! Mistral's `[TOOL_CALLS]` forms and Qwen3-Coder's XML for `required` and named calls
+//! (`crate::tool_formats`; their `auto` is not constrained).
 
 use serde_json::{json, Value};
+use sloserve_model::tool_format::{ToolCallFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 
 use crate::{Constraint, GrammarError};
 
@@ -36,6 +40,20 @@ pub fn tool_call_constraint(
     choice: &ToolChoice,
     parallel: bool,
 ) -> Result<Constraint, GrammarError> {
+    tool_call_constraint_in(ToolCallFormat::Hermes, &[], tools, choice, parallel)
+}
+
+/// [`tool_call_constraint`] in `format`: the calls as the model writes them. `auto`
+/// is constrained in the Hermes form only (an error in the others). `markers`: the
+/// format's markers that are control tokens of the vocabulary, with their ids (the
+/// grammar then asks for the token, as the model writes it, not the marker's text).
+pub fn tool_call_constraint_in(
+    format: ToolCallFormat,
+    markers: &[(&str, u32)],
+    tools: &[ToolFunction],
+    choice: &ToolChoice,
+    parallel: bool,
+) -> Result<Constraint, GrammarError> {
     if tools.is_empty() {
         return Err(GrammarError::Invalid(
             "tool_choice needs at least one tool".into(),
@@ -64,6 +82,17 @@ pub fn tool_call_constraint(
             p
         })
         .collect();
+    if format != ToolCallFormat::Hermes {
+        if *choice == ToolChoice::Auto {
+            return Err(GrammarError::Invalid(format!(
+                "tool_choice auto with strict functions is constrained in the Hermes format only, not {}",
+                format.name()
+            )));
+        }
+        return Ok(Constraint::Lark(crate::tool_formats::grammar(
+            format, markers, &chosen, &params, parallel,
+        )));
+    }
     let alternatives: Vec<Value> = chosen
         .iter()
         .zip(&params)
@@ -89,7 +118,7 @@ pub fn tool_call_constraint(
         ToolChoice::Auto => auto_grammar(&chosen, &params, &schema, parallel),
         _ => format!(
             "start: call {repeat}\n\
-             call: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n\
+             call: \"{TOOL_CALL_OPEN}\\n\" body \"\\n{TOOL_CALL_CLOSE}\"\n\
              body: %json {schema}\n"
         ),
     }))
@@ -136,11 +165,11 @@ fn auto_grammar(
     let more = if parallel { " | next rest tail" } else { "" };
     format!(
         "start: TEXT? | pre rest tail | bare tail\n\
-         TEXT: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/ & ~/{head}/\n\
-         TAIL: /(?s:.+)/ & ~/(?s:.*<tool_call>.*)/\n\
-         pre[lazy]: TEXT? \"<tool_call>\\n\"\n\
-         next[lazy]: TAIL? \"<tool_call>\\n\"\n\
-         rest: body \"\\n</tool_call>\"\n\
+         TEXT: /(?s:.+)/ & ~/(?s:.*{TOOL_CALL_OPEN}.*)/ & ~/{head}/\n\
+         TAIL: /(?s:.+)/ & ~/(?s:.*{TOOL_CALL_OPEN}.*)/\n\
+         pre[lazy]: TEXT? \"{TOOL_CALL_OPEN}\\n\"\n\
+         next[lazy]: TAIL? \"{TOOL_CALL_OPEN}\\n\"\n\
+         rest: body \"\\n{TOOL_CALL_CLOSE}\"\n\
          bare: {}\n\
          tail: (TAIL{more})?\n\
          body: %json {body}\n{args}",
@@ -150,6 +179,6 @@ fn auto_grammar(
 
 /// How call JSON is written: the separators models are trained on, no free
 /// whitespace (llguidance's `x-guidance` options).
-fn json_options() -> Value {
+pub(crate) fn json_options() -> Value {
     json!({"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": false})
 }

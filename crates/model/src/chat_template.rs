@@ -235,6 +235,12 @@ impl ChatTemplate {
     pub fn reasoning_format(&self) -> crate::reasoning::ReasoningFormat {
         crate::reasoning::ReasoningFormat::detect(&self.source)
     }
+
+    /// How this template's model writes its tool calls (`crate::tool_format`): what
+    /// the template shows, else Hermes (the fallback preamble's format).
+    pub fn tool_call_format(&self) -> crate::tool_format::ToolCallFormat {
+        crate::tool_format::ToolCallFormat::for_model(None, Some(&self.source))
+    }
 }
 
 const MONTHS: [&str; 12] = [

@@ -18,6 +18,7 @@ use serde_json::{json, Value as Json};
 
 use crate::chat_message::ChatMessage;
 use crate::error::Result;
+use crate::tool_format::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 
 /// What a template renders natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +99,7 @@ pub fn tools_preamble(tools: &[Json]) -> String {
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
          You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{}\n</tools>\n\n\
          For each function call, return a json object with function name and arguments within \
-         <tool_call></tool_call> XML tags:\n<tool_call>\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>",
+         {TOOL_CALL_OPEN}{TOOL_CALL_CLOSE} XML tags:\n{TOOL_CALL_OPEN}\n{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n{TOOL_CALL_CLOSE}",
         list.join("\n")
     )
 }
@@ -130,7 +131,7 @@ fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
                 let body = json!({"name": f.get("name").cloned().unwrap_or_default(),
                     "arguments": f.get("arguments").cloned().unwrap_or_else(|| json!({}))});
                 parts.push(format!(
-                    "<tool_call>\n{}\n</tool_call>",
+                    "{TOOL_CALL_OPEN}\n{}\n{TOOL_CALL_CLOSE}",
                     python_json(&body, None)
                 ));
             }

@@ -9,6 +9,9 @@ use crate::tokenizer::Tokenizer;
 #[derive(Debug, Clone, Default)]
 pub struct StreamDecoder {
     skip_special: bool,
+    /// Control tokens decoded even when skipping: a tool-call format's markers
+    /// (`crate::tool_format::ToolCallFormat::rendered_markers`), as llama.cpp's preserved tokens.
+    kept: Vec<u32>,
     /// Bytes of a UTF-8 sequence not yet complete.
     pending: Vec<u8>,
     /// The text produced by the latest `push` (buffer reused between calls).
@@ -20,16 +23,22 @@ impl StreamDecoder {
     pub fn new(skip_special: bool) -> Self {
         Self {
             skip_special,
+            kept: Vec::new(),
             pending: Vec::with_capacity(16),
             out: String::with_capacity(64),
         }
+    }
+
+    /// Decodes the control tokens `ids` even when skipping the others.
+    pub fn keep(&mut self, ids: Vec<u32>) {
+        self.kept = ids;
     }
 
     /// Feeds one token and returns the text it completes (possibly empty). Ids outside the
     /// vocab contribute nothing. Invalid byte sequences become U+FFFD, as in `decode`.
     pub fn push(&mut self, tok: &Tokenizer, id: u32) -> &str {
         self.out.clear();
-        if self.skip_special && tok.is_special(id) {
+        if self.skip_special && tok.is_special(id) && !self.kept.contains(&id) {
             return &self.out;
         }
         self.pending.extend_from_slice(tok.token_bytes_ref(id));

@@ -1,9 +1,12 @@
 //! `Family`: what one GGUF architecture is, described once: how its RoPE pairs
 //! dimensions, its norms, activation, embedding scale, sliding-window pattern, where
 //! its feed-forward's experts are and how tokens are routed to them. The decoder
-//! (`crate::decoder`) and `ModelConfig` read these facts; adding an architecture is
+//! (`crate::decoder`) and `ModelConfig` read these facts, the tool-call format
+//! (`crate::tool_format`) starts from its default; adding an architecture is
 //! one entry in `FAMILIES` plus its tests. llama.cpp's `src/models/*.cpp` is the
 //! reference for each entry.
+
+use crate::tool_format::ToolCallFormat;
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,6 +115,8 @@ pub struct Family {
     /// names it so; it is not a post-norm there).
     pub ffn_norm: &'static str,
     pub ffn: FfnLayout,
+    /// The tool-call format when the chat template shows none (`ToolCallFormat::for_model`).
+    pub tool_format: ToolCallFormat,
 }
 
 const MIXTRAL: ExpertRules = ExpertRules {
@@ -140,6 +145,7 @@ const DENSE: Family = Family {
     attn_sinks: false,
     ffn_norm: "ffn_norm",
     ffn: FfnLayout::Dense,
+    tool_format: ToolCallFormat::Hermes,
 };
 
 /// Every architecture sloserve runs.

@@ -1,5 +1,5 @@
 //! `inspect`: a human-readable summary of a GGUF model file: architecture, sizes,
-//! tensor types, tokenizer, context length, special tokens, chat template, and whether
+//! tensor types, tokenizer, context length, special tokens, chat template, tool-call and reasoning formats, and whether
 //! sloserve can serve it (if not, why, with the supported architectures, tokenizers
 //! and tensor types); or the tokenizer exported as a Hugging Face tokenizer folder.
 
@@ -11,9 +11,11 @@ use candle_core::quantized::gguf_file::Value;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::gguf::GgufFile;
+use crate::reasoning::ReasoningFormat;
 use crate::requantize::WeightPlan;
 use crate::tokenizer::hf_export::HfTokenizer;
 use crate::tokenizer::{Tokenizer, SUPPORTED_TOKENIZERS};
+use crate::tool_format::ToolCallFormat;
 
 /// The summary; a file sloserve cannot serve is described too, ending in
 /// `supported: no` and the reasons.
@@ -51,6 +53,15 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
             let _ = writeln!(w, "chat template:   none (completions only)");
         }
     }
+    let template = file.get_str("tokenizer.chat_template").ok();
+    let family = file
+        .get_str("general.architecture")
+        .ok()
+        .and_then(|a| crate::family::family(&a));
+    let tools = ToolCallFormat::for_model(family, template.as_deref());
+    let reasoning = ReasoningFormat::detect(template.as_deref().unwrap_or(""));
+    let _ = writeln!(w, "tool calls:      {}", tools.name());
+    let _ = writeln!(w, "reasoning:       {}", reasoning.name());
     if problems.is_empty() {
         let _ = writeln!(w, "supported:       yes");
     } else {

@@ -27,6 +27,7 @@ pub mod requantize;
 pub mod rope;
 pub mod runner;
 pub mod tokenizer;
+pub mod tool_format;
 pub mod weights;
 
 /// The default model file, relative to the repository root (`make model` fetches it).

@@ -255,6 +255,8 @@ fn inspect_names_architecture_and_tokenizer() {
     for needle in [
         "architecture:    qwen2",
         "heads:           14 query, 2 key/value (head size 64)",
+        "tool calls:      hermes (<tool_call>{json}</tool_call>)",
+        "reasoning:       none",
         "supported:       yes",
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");

@@ -124,6 +124,16 @@ pub(crate) async fn start(
     });
     // Built once: the choices share it.
     let stops = StopAutomaton::new(params.sampling.stop.as_slice()).map(Arc::new);
+    // A tool-using chat answer keeps its format's control-token markers in its text.
+    let kept = match (kind, &params.tools) {
+        (Kind::Chat, Some(_)) => {
+            crate::tools::marker_ids(&state, crate::tools::call_format(&state))
+                .into_iter()
+                .map(|(_, id)| id)
+                .collect()
+        }
+        _ => Vec::new(),
+    };
     let mut choice = |i: u32, stream: RequestStream| -> Generation {
         let class = stream.admitted().class;
         let gen = Generation::new(
@@ -137,6 +147,7 @@ pub(crate) async fn start(
         )
         .with_timeout(ingress.timeout)
         .with_choice(i)
+        .with_kept_tokens(&kept)
         .with_constraint_param(constraint_param);
         // The later choices hold the extra counts (the first is the request's).
         match if i > 0 { slots.pop() } else { None } {
@@ -183,7 +194,10 @@ pub(crate) async fn start(
         created: unix_now(),
         model: state.model_name.clone(),
         tools: match (kind, &params.tools) {
-            (Kind::Chat, Some(t)) => Some(crate::tools::function_names(t)),
+            (Kind::Chat, Some(t)) => Some(crate::tools::functions(
+                crate::tools::call_format(&state),
+                t,
+            )),
             _ => None,
         },
         reasoning,
@@ -198,7 +212,7 @@ pub(crate) struct Out {
     pub created: u64,
     pub model: String,
     /// Parse the model's tool calls out of its text (the request's functions).
-    pub tools: Option<Vec<String>>,
+    pub tools: Option<crate::tool_parser::Functions>,
     /// Split a thinking model's reasoning from its content (chat; `crate::reasoning`).
     pub reasoning: Option<sloserve_model::reasoning::ReasoningSplitter>,
     /// Completions: what the choices carry of the prompt (`echo`,

@@ -45,6 +45,7 @@ pub mod state;
 pub mod stream;
 pub mod structured;
 pub mod tcp_progress;
+pub mod tool_body;
 pub mod tool_parser;
 pub mod tools;
 pub mod ui;

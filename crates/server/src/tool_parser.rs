@@ -1,29 +1,25 @@
-//! The model's native tool calls (Qwen / Hermes: `<tool_call>\n{"name": ...,
-//! "arguments": {...}}\n</tool_call>`) parsed out of its text as it streams.
-//! [`ToolCallParser`] turns text pieces into content and complete calls: text that
-//! could begin the opening tag is held back (as stop strings are), a block is held
-//! until its closing tag, then becomes a call if its JSON names a function, or
-//! stays content, verbatim, if it does not. Small models often leave the tags out:
-//! at the start of the output and right after a call, a bare JSON object
-//! `{"name": ..., "arguments": ...}` naming one of the request's tools is a call too
-//! (llama.cpp's Hermes parser takes these as well). Whitespace that only separates
-//! calls from each other or from the text is dropped.
+//! The model's native tool calls parsed out of its text as it streams, in the model's
+//! own format (`sloserve_model::tool_format`: Hermes / Qwen2.5 `<tool_call>\n{"name": ...,
+//! "arguments": {...}}\n</tool_call>`, Qwen3-Coder's XML, Llama 3's JSON after an optional
+//! `<|python_tag|>`, Mistral's `[TOOL_CALLS]`). [`ToolCallParser`] turns text pieces into
+//! content and complete calls: text that could begin the opening marker is held back
+//! (as stop strings are), a call is held until it is complete (its closing tag, or the
+//! end of its JSON; `crate::tool_body` reads it), then becomes a call, or stays content,
+//! verbatim, if it is not one. Small models often leave the markers out: at the start of
+//! the output and right after a call, a bare JSON call (`{"name": ..., "arguments": ...}`,
+//! or Mistral's array of them) naming the request's tools is a call too (llama.cpp's
+//! Hermes and Llama 3 parsers take these as well). Whitespace that only separates calls
+//! from each other or from the text is dropped.
 
-use serde_json::Value;
+use sloserve_model::tool_format::ToolCallFormat;
 
-const OPEN: &str = "<tool_call>";
-const CLOSE: &str = "</tool_call>";
-/// How a bare call begins (after `{` and optional whitespace).
+use crate::tool_body::{calls_of, json_prefix, read_block, Body, Json, MAX_CALL};
+pub use crate::tool_body::{parse_call, Functions, ParsedCall};
+
+/// How a bare call's object begins (after `{` and optional whitespace).
 const BARE_KEY: &str = "\"name\"";
-/// The longest bare call held back before it is taken as text.
-const MAX_BARE: usize = 64 * 1024;
-
-/// A complete call: the function's name and its arguments as JSON text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParsedCall {
-    pub name: String,
-    pub arguments: String,
-}
+/// Llama 3 models also begin with `"type": "function"` (llama.cpp's grammar allows it).
+const TYPE_KEY: &str = "\"type\"";
 
 /// What a piece of text releases, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +29,10 @@ pub enum ToolEvent {
 }
 
 /// Splits one generation's text into content and calls.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ToolCallParser {
-    /// Text not released yet: a possible start of the opening tag, or the body
-    /// of an open block.
+    /// Text not released yet: a possible start of the opening marker, or the body
+    /// of an open call.
     buf: String,
     in_block: bool,
     /// Trailing whitespace of the content so far (dropped if a call follows).
@@ -46,11 +42,14 @@ pub struct ToolCallParser {
     calls: usize,
     /// At the start of the output or right after a call: a bare call may begin.
     at_boundary: bool,
-    /// The request's functions (a bare call must name one).
-    names: Vec<String>,
+    /// The format and the request's functions (a bare call must name one).
+    functions: Functions,
+    /// How much of `buf` an unfinished JSON call was last read to: it is read again
+    /// only when new text has a `}` or `]` (where JSON can end), not on every token.
+    scanned: usize,
 }
 
-/// Whether `text` begins (after whitespace) a bare call: `{"name"`.
+/// Whether `text` begins (after whitespace) a bare call: `{"name"` (Mistral: `[{"name"`).
 #[derive(Debug, PartialEq)]
 enum Bare {
     No,
@@ -58,78 +57,96 @@ enum Bare {
     Yes,
 }
 
-fn bare_start(text: &str) -> Bare {
-    let t = text.trim_start();
+fn bare_start(format: ToolCallFormat, text: &str) -> Bare {
+    let mut t = text.trim_start();
+    if format == ToolCallFormat::MistralArray {
+        match t.strip_prefix('[') {
+            Some(r) => t = r.trim_start(),
+            None => return if t.is_empty() { Bare::Maybe } else { Bare::No },
+        }
+    }
     let Some(rest) = t.strip_prefix('{') else {
         return if t.is_empty() { Bare::Maybe } else { Bare::No };
     };
     let rest = rest.trim_start();
-    if rest.starts_with(BARE_KEY) {
+    let keys: &[&str] = match format {
+        ToolCallFormat::Llama3Json => &[BARE_KEY, TYPE_KEY],
+        _ => &[BARE_KEY],
+    };
+    if keys.iter().any(|k| rest.starts_with(k)) {
         Bare::Yes
-    } else if BARE_KEY.starts_with(rest) {
+    } else if keys.iter().any(|k| k.starts_with(rest)) {
         Bare::Maybe
     } else {
         Bare::No
     }
 }
 
-/// The call a block's body (between the tags) holds, if it is one.
-pub fn parse_call(body: &str) -> Option<ParsedCall> {
-    let v: Value = serde_json::from_str(body.trim()).ok()?;
-    let obj = v.as_object()?;
-    let name = obj.get("name")?.as_str()?;
-    if name.is_empty() {
-        return None;
-    }
-    let arguments = match obj.get("arguments").or_else(|| obj.get("parameters")) {
-        None | Some(Value::Null) => "{}".to_string(),
-        Some(Value::String(s)) => s.clone(),
-        Some(a @ Value::Object(_)) => a.to_string(),
-        Some(_) => return None,
-    };
-    Some(ParsedCall {
-        name: name.to_string(),
-        arguments,
-    })
-}
-
 impl ToolCallParser {
-    /// A parser for a request whose tools are `names`.
-    pub fn new(names: Vec<String>) -> Self {
+    /// A parser for a request's functions (a `Vec` of names: Hermes calls to them).
+    pub fn new(functions: impl Into<Functions>) -> Self {
         ToolCallParser {
+            buf: String::new(),
+            in_block: false,
+            held_ws: String::new(),
+            after_call: false,
+            calls: 0,
             at_boundary: true,
-            names,
-            ..Self::default()
+            functions: functions.into(),
+            scanned: 0,
         }
+    }
+
+    /// Whether the text since the last read could end a JSON call (or the call is
+    /// over the length limit, where it becomes text). Hermes reads on every piece, as
+    /// it always has (a malformed bare call is released as soon as it is seen).
+    fn worth_reading(&mut self) -> bool {
+        if self.functions.format == ToolCallFormat::Hermes {
+            return true;
+        }
+        let new = self.buf.get(self.scanned..).unwrap_or(&self.buf);
+        let yes = new.contains(['}', ']']) || self.buf.len() > MAX_CALL;
+        self.scanned = self.buf.len();
+        yes
+    }
+
+    /// A call was read: counted and released.
+    fn call(&mut self, call: ParsedCall, out: &mut Vec<ToolEvent>) {
+        self.calls += 1;
+        self.held_ws.clear();
+        self.after_call = true;
+        out.push(ToolEvent::Call(call));
     }
 
     /// At a boundary: takes a bare call off the front of the buffer. `Some(true)`:
     /// took one; `Some(false)`: not one (text); `None`: wait for more.
     fn bare_call(&mut self, out: &mut Vec<ToolEvent>) -> Option<bool> {
-        match bare_start(&self.buf) {
+        let format = self.functions.format;
+        match bare_start(format, &self.buf) {
             Bare::No => return Some(false),
             Bare::Maybe => return None,
             Bare::Yes => {}
         }
-        let start = self.buf.len() - self.buf.trim_start().len();
-        let mut it = serde_json::Deserializer::from_str(&self.buf[start..]).into_iter::<Value>();
-        match it.next() {
-            Some(Ok(v)) => {
-                let end = start + it.byte_offset();
-                let Some(call) =
-                    parse_call(&v.to_string()).filter(|c| self.names.contains(&c.name))
+        if !self.worth_reading() {
+            return None;
+        }
+        match json_prefix(&self.buf) {
+            Json::Value(v, end) => {
+                let names = &self.functions.names;
+                let Some(calls) =
+                    calls_of(format, v).filter(|cs| cs.iter().all(|c| names.contains(&c.name)))
                 else {
                     return Some(false);
                 };
                 self.buf.drain(..end);
-                self.calls += 1;
-                self.held_ws.clear();
-                self.after_call = true;
-                out.push(ToolEvent::Call(call));
+                self.scanned = 0;
+                for c in calls {
+                    self.call(c, out);
+                }
                 Some(true)
             }
-            Some(Err(e)) if e.is_eof() && self.buf.len() <= MAX_BARE => None,
-            _ => Some(false),
+            Json::More => None,
+            Json::Bad => Some(false),
         }
     }
 
@@ -142,41 +159,55 @@ impl ToolCallParser {
     pub fn push(&mut self, piece: &str) -> Vec<ToolEvent> {
         let mut out = Vec::new();
         self.buf.push_str(piece);
+        let open = self.functions.format.open();
         loop {
             if self.at_boundary && !self.in_block {
-                match self.bare_call(&mut out) {
-                    Some(true) => continue,
-                    Some(false) => self.at_boundary = false,
-                    None => break,
+                if !self.functions.format.bare_calls() {
+                    self.at_boundary = false;
+                } else {
+                    match self.bare_call(&mut out) {
+                        Some(true) => continue,
+                        Some(false) => self.at_boundary = false,
+                        None => break,
+                    }
                 }
             }
             if self.in_block {
-                let Some(j) = self.buf.find(CLOSE) else { break };
-                let body: String = self.buf.drain(..j + CLOSE.len()).collect();
-                let body = &body[..j];
-                self.in_block = false;
-                match parse_call(body) {
-                    Some(call) => {
-                        self.calls += 1;
-                        self.held_ws.clear();
-                        self.after_call = true;
-                        self.at_boundary = true;
-                        out.push(ToolEvent::Call(call));
-                    }
-                    None => self.content(&format!("{OPEN}{body}{CLOSE}"), &mut out),
+                if self.functions.format.close().is_none() && !self.worth_reading() {
+                    break;
                 }
-            } else if let Some(i) = self.buf.find(OPEN) {
-                let text: String = self.buf.drain(..i + OPEN.len()).collect();
+                match read_block(&self.functions, &self.buf) {
+                    Body::More => break,
+                    Body::Calls(calls, n) => {
+                        self.buf.drain(..n);
+                        self.scanned = 0;
+                        self.in_block = false;
+                        self.at_boundary = true;
+                        for c in calls {
+                            self.call(c, &mut out);
+                        }
+                    }
+                    Body::Bad(n) => {
+                        let body: String = self.buf.drain(..n).collect();
+                        self.scanned = 0;
+                        self.in_block = false;
+                        self.content(&format!("{open}{body}"), &mut out);
+                    }
+                }
+            } else if let Some(i) = self.buf.find(open) {
+                let text: String = self.buf.drain(..i + open.len()).collect();
+                self.scanned = 0;
                 self.content(&text[..i], &mut out);
                 self.in_block = true;
             } else {
-                // Hold back the longest tail that could begin the tag (ASCII, so a
+                // Hold back the longest tail that could begin the marker (ASCII, so a
                 // char boundary).
-                let keep = (1..OPEN.len().min(self.buf.len() + 1))
+                let keep = (1..open.len().min(self.buf.len() + 1))
                     .rev()
-                    .find(|&n| self.buf.ends_with(&OPEN[..n]))
+                    .find(|&n| self.buf.ends_with(&open[..n]))
                     .unwrap_or(0);
                 let text: String = self.buf.drain(..self.buf.len() - keep).collect();
+                self.scanned = 0;
                 self.content(&text, &mut out);
                 break;
             }
@@ -191,7 +222,8 @@ impl ToolCallParser {
         let rest = std::mem::take(&mut self.buf);
         if self.in_block {
             self.in_block = false;
-            self.content(&format!("{OPEN}{rest}"), &mut out);
+            let open = self.functions.format.open();
+            self.content(&format!("{open}{rest}"), &mut out);
         } else {
             self.content(&rest, &mut out);
         }
@@ -225,3 +257,7 @@ impl ToolCallParser {
 #[cfg(test)]
 #[path = "tool_parser_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "tool_format_tests.rs"]
+mod format_tests;

@@ -1,5 +1,7 @@
 use super::*;
 
+const OPEN: &str = sloserve_model::tool_format::TOOL_CALL_OPEN;
+
 fn call(name: &str, arguments: &str) -> ToolEvent {
     ToolEvent::Call(ParsedCall {
         name: name.into(),

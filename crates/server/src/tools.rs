@@ -1,6 +1,6 @@
 //! Tool calling (issue #32 item 3): a request's `tools` given to the chat template,
 //! `tool_choice` `required` / named compiled into the grammar that makes the output
-//! one or more `<tool_call>` blocks (sloserve-grammar, arguments following each
+//! one or more calls in the model's format (`sloserve_model::tool_format`) (sloserve-grammar, arguments following each
 //! function's `parameters`; under `auto` only when a function is `strict`), and the model's calls parsed out of its text
 //! ([`crate::tool_parser`]) into OpenAI's `tool_calls`, with ids `call_<random>`
 //! and `finish_reason: "tool_calls"`.
@@ -13,11 +13,12 @@ use sloserve_api::{
     ChatDelta, FunctionCall, FunctionCallDelta, ToolCall, ToolCallDelta, ToolMode, ToolParams,
 };
 use sloserve_engine::sampler::constraint::SharedConstraint;
-use sloserve_grammar::{tool_call_constraint, ToolChoice, ToolFunction};
+use sloserve_grammar::{tool_call_constraint_in, ToolChoice, ToolFunction};
 
 use crate::error::ServerError;
 use crate::state::AppState;
-use crate::tool_parser::{ParsedCall, ToolCallParser, ToolEvent};
+use crate::tool_parser::{Functions, ParsedCall, ToolCallParser, ToolEvent};
+use sloserve_model::tool_format::ToolCallFormat;
 
 /// The tools as the template receives them: each `{"type": "function",
 /// "function": {...}}` as the client sent it.
@@ -57,8 +58,14 @@ pub fn constraint(
     state: &AppState,
     tools: &ToolParams,
 ) -> Result<Option<SharedConstraint>, ServerError> {
+    let format = call_format(state);
     let choice = match &tools.mode {
-        ToolMode::Auto if !tools.tools.iter().any(|t| t.function.strict == Some(true)) => {
+        // Strict functions under `auto` are constrained in the Hermes form only (its
+        // grammar of text-or-calls); other formats' calls are parsed unconstrained.
+        ToolMode::Auto
+            if format != ToolCallFormat::Hermes
+                || !tools.tools.iter().any(|t| t.function.strict == Some(true)) =>
+        {
             return Ok(None)
         }
         ToolMode::Auto => ToolChoice::Auto,
@@ -76,7 +83,14 @@ pub fn constraint(
             },
         })
         .collect();
-    let spec = tool_call_constraint(&functions, &choice, tools.parallel).map_err(|e| {
+    let spec = tool_call_constraint_in(
+        format,
+        &marker_ids(state, format),
+        &functions,
+        &choice,
+        tools.parallel,
+    )
+    .map_err(|e| {
         ServerError::from(sloserve_api::ApiError::invalid(
             "tool_choice",
             format!("tool_choice: {e}"),
@@ -123,19 +137,63 @@ pub struct ToolOutput {
     parser: ToolCallParser,
 }
 
-/// The names of a request's functions (a bare JSON call must name one).
-pub fn function_names(tools: &ToolParams) -> Vec<String> {
-    tools
-        .tools
+/// The model's tool-call format: its chat template's (`sloserve_model::tool_format`),
+/// Hermes without a template.
+pub fn call_format(state: &AppState) -> ToolCallFormat {
+    state
+        .chat_template
+        .as_ref()
+        .map_or(ToolCallFormat::Hermes, |t| t.tool_call_format())
+}
+
+/// `format`'s markers that are control tokens of the model's vocabulary, with their ids
+/// (decoded into a tool-using chat answer's text for the parser; asked for as tokens by
+/// the grammar).
+pub fn marker_ids(state: &AppState, format: ToolCallFormat) -> Vec<(&'static str, u32)> {
+    format
+        .rendered_markers()
         .iter()
-        .map(|t| t.function.name.clone())
+        .filter_map(
+            |&m| match state.tokenizer.encode(m, true).ok()?.as_slice() {
+                &[id] if state.tokenizer.is_special(id) => Some((m, id)),
+                _ => None,
+            },
+        )
         .collect()
 }
 
+/// What the parser needs of a request's functions: the model's format, their names (a
+/// bare JSON call must name one) and their string parameters (raw in Qwen3-Coder's XML).
+pub fn functions(format: ToolCallFormat, tools: &ToolParams) -> Functions {
+    let mut string_params = Vec::new();
+    for t in &tools.tools {
+        let props = t
+            .function
+            .parameters
+            .as_ref()
+            .and_then(|p| p.get("properties"))
+            .and_then(Value::as_object);
+        for (p, schema) in props.into_iter().flatten() {
+            if schema.get("type").and_then(Value::as_str) == Some("string") {
+                string_params.push((t.function.name.clone(), p.clone()));
+            }
+        }
+    }
+    Functions {
+        format,
+        names: tools
+            .tools
+            .iter()
+            .map(|t| t.function.name.clone())
+            .collect(),
+        string_params,
+    }
+}
+
 impl ToolOutput {
-    pub fn new(names: Vec<String>) -> Self {
+    pub fn new(functions: impl Into<Functions>) -> Self {
         ToolOutput {
-            parser: ToolCallParser::new(names),
+            parser: ToolCallParser::new(functions),
         }
     }
 
@@ -191,8 +249,8 @@ impl ToolOutput {
     }
 
     /// The whole text's content (`None` when the model only called tools) and calls.
-    pub fn message(names: Vec<String>, text: &str) -> (Option<String>, Vec<ToolCall>) {
-        let mut p = ToolCallParser::new(names);
+    pub fn message(functions: impl Into<Functions>, text: &str) -> (Option<String>, Vec<ToolCall>) {
+        let mut p = ToolCallParser::new(functions);
         let mut events = p.push(text);
         events.extend(p.finish());
         let mut content = String::new();

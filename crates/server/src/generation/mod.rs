@@ -133,6 +133,14 @@ impl Generation {
     }
 
     /// Its constraint came from `param` (`tools`; else `response_format`).
+    /// Decodes the control tokens `ids` into the text (a tool-call format's markers).
+    pub fn with_kept_tokens(mut self, ids: &[u32]) -> Self {
+        if !ids.is_empty() {
+            self.decoder.decoder.keep(ids.to_vec());
+        }
+        self
+    }
+
     pub fn with_constraint_param(mut self, param: &'static str) -> Self {
         self.constraint_param = param;
         self
