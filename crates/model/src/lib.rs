@@ -16,6 +16,7 @@ pub mod gguf_header;
 pub mod inspect;
 pub mod kernels;
 pub mod kv_cache;
+pub mod kv_quant;
 pub mod linear;
 pub mod loaded;
 pub mod memory_plan;

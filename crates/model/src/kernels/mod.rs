@@ -7,6 +7,7 @@ pub mod activation;
 pub mod attention;
 mod attention_bf16;
 mod attention_f16;
+mod attention_quant;
 pub mod block_scales;
 pub mod block_values;
 pub mod cpu;
