@@ -13,6 +13,7 @@ pub mod block_values;
 pub mod cpu;
 pub mod exp;
 pub mod gemm_f32;
+pub mod hadamard;
 pub mod half_rows;
 pub mod int8_gemm;
 pub mod int8_panels;
