@@ -107,16 +107,18 @@ pub(super) unsafe fn attend_quant_avx2<B: QuantRows>(
     let stride = n.next_multiple_of(8);
     scores.clear();
     scores.resize(group * stride, f32::NEG_INFINITY);
-    // SAFETY (all calls below): AVX2, FMA, F16C and the shapes as this function's
-    // contract; `scores` holds `group * stride` values, `out` `group * hd`.
     for (g0, rows) in row_tiles(group) {
+        // SAFETY: AVX2, FMA, F16C and the rows' extent as this function's contract;
+        // `scores` holds `group * stride` values and the tile's heads are < group.
         unsafe { by_rows!(rows, scores_tile::<B>(task, g0, stride, scores)) };
     }
     let mut inv = [0f32; MAX_GROUP];
     for (g, inv) in inv.iter_mut().enumerate().take(group) {
+        // SAFETY: AVX2 and FMA (the contract); the row is whole vectors (stride % 8 == 0).
         *inv = unsafe { super::attention_f16::exp_row(&mut scores[g * stride..][..stride]) };
     }
     for (g0, rows) in row_tiles(group) {
+        // SAFETY: as for the scores; `out` holds `group * hd` values.
         unsafe { by_rows!(rows, values_tile::<B>(task, g0, stride, scores, &inv, out)) };
     }
 }
