@@ -83,6 +83,46 @@ impl std::str::FromStr for StepBudgetPolicy {
     }
 }
 
+/// What the paged KV cache holds per value (llama.cpp's `-ctk`/`-ctv` names):
+/// `f16` (the default; f32 in exact precision), or blocks of 32 values along the
+/// head dimension with one f16 scale, `q8_0` (8-bit values, 34 bytes a block: 0.53x
+/// f16's memory) or `q4_0` (4-bit, 18 bytes: 0.28x).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum KvCacheType {
+    #[default]
+    #[serde(rename = "f16")]
+    F16,
+    #[serde(rename = "q8_0")]
+    Q8_0,
+    #[serde(rename = "q4_0")]
+    Q4_0,
+}
+
+impl KvCacheType {
+    /// The flag's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvCacheType::F16 => "f16",
+            KvCacheType::Q8_0 => "q8_0",
+            KvCacheType::Q4_0 => "q4_0",
+        }
+    }
+}
+
+impl std::str::FromStr for KvCacheType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "f16" => Ok(KvCacheType::F16),
+            "q8_0" => Ok(KvCacheType::Q8_0),
+            "q4_0" => Ok(KvCacheType::Q4_0),
+            other => Err(format!(
+                "unknown KV cache type '{other}' (expected 'f16', 'q8_0' or 'q4_0')"
+            )),
+        }
+    }
+}
+
 crate::knobs! {
 /// The engine's configuration, declared once: each field's doc is its `serve`
 /// flag's help and its row in docs/serving.md. Missing TOML keys take the
@@ -99,6 +139,12 @@ pub struct EngineConfig {
     /// 8 GiB (docs/serving.md, "KV cache memory").
     [flag "kv-cache-memory" bytes]
     pub kv_cache_memory: Option<u64> = None,
+    /// What the KV cache holds: `f16` (f32 in exact precision), `q8_0` or `q4_0`
+    /// (llama.cpp's block types: 32 values along the head dimension and one f16
+    /// scale; 0.53x and 0.28x f16's bytes per token, so as many more tokens fit the
+    /// same `kv_cache_memory`). Needs a head dimension that is a multiple of 32.
+    [flag "kv-cache-type"]
+    pub kv_cache_type: KvCacheType = KvCacheType::F16,
     /// Exact number of KV blocks, overriding the memory budget (at most what it holds).
     [flag "num-kv-blocks"]
     pub num_kv_blocks: Option<usize> = None,

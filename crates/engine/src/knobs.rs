@@ -216,6 +216,13 @@ impl KnobType for crate::config::StepBudgetPolicy {
     };
 }
 
+impl KnobType for crate::config::KvCacheType {
+    const VALUE: KnobValue = KnobValue::Parse {
+        parse: text::<Self>,
+        name: "f16|q8_0|q4_0",
+    };
+}
+
 /// The byte-count reading of a `u64` knob (`[flag "..." bytes]`).
 pub const BYTES: KnobValue = KnobValue::Parse {
     parse: bytes,
@@ -382,6 +389,11 @@ mod tests {
         let c = EngineConfig::default().with_overrides(t).unwrap();
         assert_eq!(c.admission.interactive.max_waiting_requests, 3);
         assert_eq!(c.admission.batch.max_waiting_requests, 3);
+        assert_eq!(
+            find("kv-cache-type").parse(Some("q8_0")).unwrap().as_str(),
+            Some("q8_0")
+        );
+        assert!(find("kv-cache-type").parse(Some("q5_1")).is_err());
         assert!(parse_bytes("12x").is_err());
         assert!(parse_bytes("99999999999G").is_err());
     }

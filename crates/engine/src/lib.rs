@@ -41,7 +41,7 @@ pub use sampler::{SampledToken, Sampler, SamplingParams};
 
 pub use admission::RequestLimits;
 pub use block_pool::{BlockPool, BlockTable};
-pub use config::{AdmissionConfig, ClassLimits, EngineConfig, StepBudgetPolicy};
+pub use config::{AdmissionConfig, ClassLimits, EngineConfig, KvCacheType, StepBudgetPolicy};
 pub use engine::{Engine, EngineHandle, Reserved};
 pub use error::EngineError;
 pub use event::{

@@ -6,7 +6,8 @@
 //! bytes of cache read per second. Flags: `--batch B`, `--context N`, `--layers L`, `--runs R`;
 //! `--qwen` for Qwen2.5 1.5B's shape (12 query heads, 2 KV heads of 128); `--prefill T`
 //! for one sequence's prompt chunk of T tokens ending at position N instead of a
-//! decode step (then also GFLOP/s).
+//! decode step (then also GFLOP/s); `--kv f16,q8_0,q4_0` the cache types to compare
+//! (default f16), their runs interleaved, bytes read counted in each type's bytes.
 
 use std::time::Instant;
 
@@ -65,7 +66,23 @@ fn main() {
     };
     let kv = shape.num_kv_heads * shape.head_dim;
     let per_seq = n.div_ceil(BLOCK);
-    let mut cache = KvCache::new(layers, kv, BLOCK, b * per_seq, KvDtype::F16);
+    let types: Vec<KvDtype> = args
+        .iter()
+        .position(|a| a == "--kv")
+        .and_then(|i| args.get(i + 1))
+        .map_or("f16", String::as_str)
+        .split(',')
+        .map(|t| match t {
+            "f16" => KvDtype::F16,
+            "q8_0" => KvDtype::Q8_0,
+            "q4_0" => KvDtype::Q4_0,
+            other => panic!("--kv: unknown type {other}"),
+        })
+        .collect();
+    let mut caches: Vec<KvCache> = types
+        .iter()
+        .map(|&t| KvCache::new(layers, kv, BLOCK, b * per_seq, t))
+        .collect();
     let mut batch = Batch::default();
     let mut x = 0.37f32;
     let mut next = || {
@@ -79,8 +96,10 @@ fn main() {
             for pos in 0..n {
                 let k: Vec<f32> = (0..kv).map(|_| next()).collect();
                 let v: Vec<f32> = (0..kv).map(|_| next()).collect();
-                let slot = cache.slot(&table, pos);
-                cache.write(layer, slot, &k, &v);
+                for cache in &mut caches {
+                    let slot = cache.slot(&table, pos);
+                    cache.write(layer, slot, &k, &v);
+                }
             }
         }
         batch.push(&vec![1; tokens], n - tokens, &table, true);
@@ -89,34 +108,44 @@ fn main() {
     let qw = shape.num_heads * shape.head_dim;
     let q: Vec<f32> = (0..b * tokens * qw).map(|_| next()).collect();
     let mut out = vec![0f32; b * tokens * qw];
-    let mut step = || {
+    let mut step = |cache: &KvCache| {
         let t0 = Instant::now();
         for layer in 0..layers {
-            paged_attention(&batch, &token_seq, &q, &cache, layer, shape, &mut out);
+            paged_attention(&batch, &token_seq, &q, cache, layer, shape, &mut out);
         }
         t0.elapsed().as_secs_f64() / layers as f64
     };
-    step();
-    let per_layer: Vec<f64> = (0..runs).map(|_| step()).collect();
-    let us = median(&per_layer) * 1e6;
-    let bytes = (b * n * kv * 2 * 2) as f64;
-    println!(
-        "attention: batch {b}, context {n}, {} threads, load {}: {us:.1} µs per layer \
-         ({:.1} GB/s of cache), {:.2} ms per step of {layers} layers",
-        rayon::current_num_threads(),
-        load_avg(),
-        bytes / (us * 1e-6) / 1e9,
-        us * layers as f64 / 1e3
-    );
-    if prefill > 0 {
-        // Two passes (scores, values) of a multiply-add per head dimension per
-        // (token, query head, attended key).
-        let keys: usize = (n - tokens + 1..=n).sum();
-        let flops = 4.0 * (shape.num_heads * shape.head_dim * keys) as f64;
+    let mut per_layer = vec![Vec::new(); types.len()];
+    for (i, cache) in caches.iter().enumerate() {
+        step(cache);
+        per_layer[i].push(step(cache));
+    }
+    for _ in 1..runs {
+        for (i, cache) in caches.iter().enumerate() {
+            per_layer[i].push(step(cache));
+        }
+    }
+    for (t, per_layer) in types.iter().zip(&per_layer) {
+        let us = median(per_layer) * 1e6;
+        let bytes = (b * n * 2 * t.row_bytes(kv)) as f64;
         println!(
-            "  prompt chunk of {tokens}: {:.1} GFLOP/s",
-            flops / (us * 1e-6) / 1e9
+            "attention {t:?}: batch {b}, context {n}, {} threads, load {}: {us:.1} µs per layer \
+             ({:.1} GB/s of cache), {:.2} ms per step of {layers} layers",
+            rayon::current_num_threads(),
+            load_avg(),
+            bytes / (us * 1e-6) / 1e9,
+            us * layers as f64 / 1e3
         );
+        if prefill > 0 {
+            // Two passes (scores, values) of a multiply-add per head dimension per
+            // (token, query head, attended key).
+            let keys: usize = (n - tokens + 1..=n).sum();
+            let flops = 4.0 * (shape.num_heads * shape.head_dim * keys) as f64;
+            println!(
+                "  prompt chunk of {tokens}: {:.1} GFLOP/s",
+                flops / (us * 1e-6) / 1e9
+            );
+        }
     }
     std::hint::black_box(&out);
 }

@@ -14,12 +14,14 @@
 //! `models/gemma-3-270m-q4_k_m.gguf`; results go to `forward-<file stem>.json`),
 //! `--quantize q8_0|q4_0|q4_1|f16` (re-quantize the weights at load; the JSON name
 //! gets `-<type>`), `--decode CONTEXT:STEPS` (another decode shape, e.g. `128:64`,
-//! llama-batched-bench's `-npp 128 -ntg 64`).
+//! llama-batched-bench's `-npp 128 -ntg 64`), `--kv-cache-type f16,q8_0` (KV cache
+//! types compared in one sitting: fast precision, decode only, one runner per type
+//! prefilled once, their timed runs interleaved; the JSON name gets `-kv`).
 
 use std::path::Path;
 use std::time::Instant;
 
-use sloserve_engine::{Batch, Logits, ModelRunner};
+use sloserve_engine::{Batch, KvCacheType, Logits, ModelRunner};
 use sloserve_model::{LlamaRunner, Precision, RunnerOptions, WeightType};
 
 #[path = "common.rs"]
@@ -246,6 +248,57 @@ fn run_precision(
     cases
 }
 
+/// Decode at batch `b` for each KV cache type, the types' timed runs interleaved
+/// (run 1 of each, then run 2 of each, ...) so that a change in the machine's load
+/// falls on all of them alike.
+fn run_kv_types(types: &[KvCacheType], runs: usize, b: usize, path: &Path, d: Decode) -> Vec<Case> {
+    let (mut batch, mut out) = (Batch::default(), Logits::default());
+    let tables = decode_tables(b, d);
+    let mut runners: Vec<LlamaRunner> = types
+        .iter()
+        .map(|&kv| {
+            let opts = RunnerOptions {
+                precision: Precision::Fast,
+                block_size: BLOCK,
+                kv_cache_memory: Some((b * (d.context + d.steps + BLOCK) * 65_536).max(256 << 20)),
+                kv_cache_type: kv,
+                ..Default::default()
+            };
+            let mut r = LlamaRunner::load(path, &opts)
+                .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
+            let t0 = Instant::now();
+            decode_setup(&mut r, &tables, d, &mut batch, &mut out);
+            eprintln!(
+                "[{}] {} bytes per token; prefilled {b} x {} tokens in {:.1?}",
+                kv.name(),
+                r.info().kv_bytes_per_token,
+                d.context,
+                t0.elapsed()
+            );
+            decode_once(&mut r, &tables, d, &mut batch, &mut out);
+            r
+        })
+        .collect();
+    let mut tok_s = vec![Vec::new(); types.len()];
+    for run in 0..runs {
+        for (i, r) in runners.iter_mut().enumerate() {
+            tok_s[i].push(decode_once(r, &tables, d, &mut batch, &mut out));
+            eprintln!("run {run} {}: {:.2} tok/s", types[i].name(), tok_s[i][run]);
+        }
+    }
+    types
+        .iter()
+        .zip(tok_s)
+        .map(|(kv, tok_s)| Case {
+            precision: kv.name(),
+            name: format!("decode_b{b}"),
+            batch: b,
+            tokens_per_run: b * d.steps,
+            tok_s,
+        })
+        .collect()
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
@@ -294,16 +347,34 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick { ", --quick" } else { "" }
     );
-    let mut cases = run_precision(
-        Precision::Fast,
-        "fast",
-        fast_runs,
-        only,
-        &path,
-        quantize,
-        decode,
-    );
-    if !fast_only {
+    let kv_types: Option<Vec<KvCacheType>> =
+        args.iter().position(|a| a == "--kv-cache-type").map(|i| {
+            let list = args.get(i + 1).expect("--kv-cache-type needs types");
+            list.split(',')
+                .map(|t| t.parse().unwrap_or_else(|e| panic!("--kv-cache-type: {e}")))
+                .collect()
+        });
+    let mut cases = match &kv_types {
+        Some(types) => {
+            let b = only
+                .and_then(|o| o.strip_prefix("decode_b")?.parse().ok())
+                .unwrap_or(1);
+            run_kv_types(types, fast_runs, b, &path, decode)
+        }
+        None => Vec::new(),
+    };
+    if kv_types.is_none() {
+        cases = run_precision(
+            Precision::Fast,
+            "fast",
+            fast_runs,
+            only,
+            &path,
+            quantize,
+            decode,
+        );
+    }
+    if !fast_only && kv_types.is_none() {
         cases.extend(run_precision(
             Precision::Exact,
             "exact",
@@ -366,6 +437,9 @@ fn main() {
     }
     if let Some(t) = quantize {
         name += &format!("-{t}");
+    }
+    if kv_types.is_some() {
+        name += &format!("-kv-{}", decode.context);
     }
     if quick {
         name += "-quick";

@@ -356,4 +356,9 @@ impl ModelConfig {
     pub fn kv_bytes_per_token(&self, elem: usize) -> usize {
         2 * self.num_layers * self.kv_size() * elem
     }
+
+    /// Bytes of KV cache per token, all layers, keys and values, held as `dtype`.
+    pub fn kv_bytes_per_token_as(&self, dtype: crate::kv_cache::KvDtype) -> usize {
+        2 * self.num_layers * dtype.row_bytes(self.kv_size())
+    }
 }

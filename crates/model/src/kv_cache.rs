@@ -1,24 +1,49 @@
 //! `KvCache`: the paged key/value memory the runner owns: for each layer, keys and
 //! values of `num_blocks x block_size` token slots, addressed through block tables,
-//! stored as f32 (exact precision) or f16 (fast: half the memory and bandwidth, the
-//! element type llama.cpp's cache uses by default).
+//! stored as f32 (exact precision), f16 (fast: half the memory and bandwidth, the
+//! element type llama.cpp's cache uses by default), or, asked for with
+//! `--kv-cache-type`, llama.cpp's q8_0 or q4_0 blocks (`kv_quant`), quantized as each
+//! token's row is written.
 
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use half::vec::HalfBitsVecExt;
+
+use crate::kv_quant::{quantize_row, zeroed, BlockQ4_0, BlockQ8_0, QK};
 
 /// Element type of the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvDtype {
     F32,
     F16,
+    Q8_0,
+    Q4_0,
 }
 
 impl KvDtype {
-    pub fn size(self) -> usize {
+    /// Bytes one row of `kv_size` values takes (a whole number of blocks for the
+    /// quantized types).
+    pub fn row_bytes(self, kv_size: usize) -> usize {
         match self {
-            KvDtype::F32 => 4,
-            KvDtype::F16 => 2,
+            KvDtype::F32 => 4 * kv_size,
+            KvDtype::F16 => 2 * kv_size,
+            KvDtype::Q8_0 => kv_size / QK * std::mem::size_of::<BlockQ8_0>(),
+            KvDtype::Q4_0 => kv_size / QK * std::mem::size_of::<BlockQ4_0>(),
+        }
+    }
+
+    /// Whether rows are blocks of `QK` values (a head dimension must then be a
+    /// multiple of `QK`).
+    pub fn is_quantized(self) -> bool {
+        matches!(self, KvDtype::Q8_0 | KvDtype::Q4_0)
+    }
+
+    /// Values one element of the layer's storage holds (`QK` for a block).
+    pub fn values_per_elem(self) -> usize {
+        if self.is_quantized() {
+            QK
+        } else {
+            1
         }
     }
 }
@@ -27,6 +52,9 @@ impl KvDtype {
 pub enum KvData {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// `[num_slots, kv_size / QK]` blocks.
+    Q8_0(Vec<BlockQ8_0>),
+    Q4_0(Vec<BlockQ4_0>),
 }
 
 impl KvData {
@@ -36,13 +64,19 @@ impl KvData {
             // Zeroed u16s come from the allocator's zeroed pages (`vec![f16::ZERO; n]`
             // would write every one): the pool is resident only as it fills.
             KvDtype::F16 => KvData::F16(vec![0u16; len].reinterpret_into()),
+            KvDtype::Q8_0 => KvData::Q8_0(zeroed(len / QK)),
+            KvDtype::Q4_0 => KvData::Q4_0(zeroed(len / QK)),
         }
     }
 
+    /// Writes `src` at value offset `at` (for blocks, a multiple of `QK`, as is
+    /// `src.len()`).
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             KvData::F32(d) => d[at..at + src.len()].copy_from_slice(src),
             KvData::F16(d) => d[at..at + src.len()].convert_from_f32_slice(src),
+            KvData::Q8_0(d) => quantize_row(&mut d[at / QK..(at + src.len()) / QK], src),
+            KvData::Q4_0(d) => quantize_row(&mut d[at / QK..(at + src.len()) / QK], src),
         }
     }
 }
@@ -66,6 +100,10 @@ impl KvCache {
         num_blocks: usize,
         dtype: KvDtype,
     ) -> Self {
+        assert!(
+            !dtype.is_quantized() || kv_size.is_multiple_of(QK),
+            "{dtype:?} KV rows need whole blocks of {QK}"
+        );
         let slots = num_blocks * block_size * kv_size;
         KvCache {
             block_size,

@@ -18,6 +18,7 @@ pub mod harmony;
 pub mod inspect;
 pub mod kernels;
 pub mod kv_cache;
+pub mod kv_quant;
 pub mod linear;
 pub mod loaded;
 pub mod memory_plan;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use sloserve_engine::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
+use sloserve_engine::{Batch, KvCacheType, Logits, ModelRunner, RunnerError, RunnerInfo};
 
 use crate::config::ModelConfig;
 use crate::decoder::{Decoder, Scratch};
@@ -24,13 +24,16 @@ pub struct RunnerOptions {
     /// Bytes of KV cache to allocate (all layers, keys and values); `None`: the
     /// default rule of `memory_plan` (from the machine's available memory).
     pub kv_cache_memory: Option<usize>,
+    /// What the KV cache holds (`--kv-cache-type`; `f16` is f32 in exact precision).
+    pub kv_cache_type: KvCacheType,
     /// Cap on the context length (defaults to the model's own).
     pub max_model_len: Option<usize>,
     /// Re-quantize the weight matrices to this type at load (`--quantize`).
     pub quantize: Option<WeightType>,
     /// RoPE scaling over the file's (`--rope-scaling`, `--rope-scale`, `--yarn-orig-ctx`).
     pub rope: RopeOverride,
-    /// The KV cache's element type; `None`: f16 in fast precision, f32 in exact.
+    /// A test's override of the KV cache's element type (`None`: from
+    /// `kv_cache_type` and the precision).
     pub kv_dtype: Option<KvDtype>,
 }
 
@@ -40,6 +43,7 @@ impl Default for RunnerOptions {
             precision: Precision::Fast,
             block_size: 16,
             kv_cache_memory: Some(512 << 20),
+            kv_cache_type: KvCacheType::F16,
             max_model_len: None,
             quantize: None,
             rope: RopeOverride::default(),
@@ -65,11 +69,23 @@ impl LlamaRunner {
         let c = &ModelConfig::from_gguf_with(file, &opts.rope)?;
         let plan = MemoryPlan::new(file, opts.precision, opts.kv_cache_memory)?;
         let block_size = opts.block_size.max(1);
-        let dtype = opts.kv_dtype.unwrap_or(match opts.precision {
-            Precision::Exact => KvDtype::F32,
-            Precision::Fast => KvDtype::F16,
-        });
-        let kv_bytes_per_token = c.kv_bytes_per_token(dtype.size());
+        let dtype = match (opts.kv_dtype, opts.kv_cache_type, opts.precision) {
+            // A test's override (the f32 cache in fast precision, say).
+            (Some(d), _, _) => d,
+            (None, KvCacheType::F16, Precision::Exact) => KvDtype::F32,
+            (None, KvCacheType::F16, Precision::Fast) => KvDtype::F16,
+            (None, KvCacheType::Q8_0, _) => KvDtype::Q8_0,
+            (None, KvCacheType::Q4_0, _) => KvDtype::Q4_0,
+        };
+        if dtype.is_quantized() && !c.head_dim.is_multiple_of(crate::kv_quant::QK) {
+            return Err(crate::error::ModelError::Runtime(format!(
+                "--kv-cache-type {}: the head dimension {} is not a multiple of {}",
+                opts.kv_cache_type.name(),
+                c.head_dim,
+                crate::kv_quant::QK
+            )));
+        }
+        let kv_bytes_per_token = c.kv_bytes_per_token_as(dtype);
         let num_blocks =
             KvCache::blocks_for_budget(plan.kv as usize, kv_bytes_per_token, block_size).max(1);
         let max_model_len = opts
@@ -96,6 +112,7 @@ impl LlamaRunner {
             f32 = %mb(held.f32),
             total = %mb(held.total()),
             kv_cache = %mb(num_blocks * block_size * kv_bytes_per_token),
+            kv_cache_type = opts.kv_cache_type.name(),
             kv_budget = ?plan.kv_source,
             available = %plan.available.map_or("unknown".into(), |a| mb(a as usize)),
             "weights held"

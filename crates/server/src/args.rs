@@ -116,6 +116,7 @@ impl ServeArgs {
             precision: self.precision,
             block_size: cfg.block_size,
             kv_cache_memory: cfg.kv_cache_memory.map(|b| b as usize),
+            kv_cache_type: cfg.kv_cache_type,
             max_model_len: cfg.max_model_len,
             quantize: self.quantize,
             rope: RopeOverride {

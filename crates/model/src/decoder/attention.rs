@@ -1,13 +1,15 @@
 //! `Attention`: a block's self-attention: q/k/v projections, per-head q/k norms (where
-//! the model has them), RoPE, the write of new keys and values into the paged cache,
-//! paged attention (over a sliding window on local layers; with sinks where the model
-//! has them) and the output projection.
+//! the model has them), RoPE, the write of new keys and values into the paged cache
+//! (turned by a Hadamard rotation first when the cache is quantized), paged attention
+//! (over a sliding window on local layers; with sinks where the model has them) and
+//! the output projection.
 
 use super::fused::FusedLinear;
 use super::{sized, Loader, Step};
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::kernels::attention::{paged_attention_sinks, AttnShape};
+use crate::kernels::hadamard::{kv_rotation, rotate};
 use crate::kernels::norm::rms_norm_in_place;
 use crate::kernels::pool::{parallel_rows, ROWS_PER_TASK};
 use crate::kv_cache::KvCache;
@@ -126,6 +128,17 @@ impl Attention {
                 }
             });
         }
+        // A quantized cache holds keys and values turned by a Hadamard rotation (as
+        // llama.cpp's): the queries turn with the keys, the output turns back below.
+        let rotation = match cache.dtype.is_quantized() {
+            true => kv_rotation(self.shape.head_dim),
+            false => None,
+        };
+        if let Some((nk, nv)) = rotation {
+            rotate(q, nk);
+            rotate(k, nk);
+            rotate(v, nv);
+        }
         for seq in &step.batch.seqs {
             let table = step.batch.block_table(seq);
             for i in 0..seq.num_tokens {
@@ -145,6 +158,9 @@ impl Attention {
             self.sinks.as_deref(),
             attn,
         );
+        if let Some((_, nv)) = rotation {
+            rotate(attn, nv);
+        }
         self.output.forward(attn, step.tokens, out);
     }
 }

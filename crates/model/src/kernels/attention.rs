@@ -11,9 +11,11 @@ use sloserve_engine::Batch;
 
 use crate::kernels::attention_bf16::{self, pair_values, Line, Paired};
 use crate::kernels::attention_f16::{attend_f16_avx2, MAX_GROUP};
+use crate::kernels::attention_quant::{attend_quant_avx2, QuantRows};
 use crate::kernels::cpu::{has_avx2, OutPtr};
 use crate::kernels::pool::parallel_for;
 use crate::kv_cache::{KvCache, KvData};
+use crate::kv_quant::{BlockQ4_0, BlockQ8_0, KvBlock, QK};
 
 /// Shapes of one attention layer.
 #[derive(Clone, Copy)]
@@ -41,30 +43,92 @@ thread_local! {
 /// Where a (sequence, KV head)'s `Paired` lines start and how many pairs they hold.
 type PairedAt = Option<(usize, usize)>;
 
-/// A cache element the attention reads (f32 or f16).
+/// A cache element the attention reads: an f32 or f16 value, or a quantized block
+/// of `PER` values (`kv_quant`).
 pub trait KvElem: Copy + Send + Sync {
-    fn f32(self) -> f32;
+    /// Values one element holds.
+    const PER: usize = 1;
+    /// `Σ q[i] · row[i]` over the `q.len()` values of the row at element `at`.
+    fn dot(q: &[f32], rows: &[Self], at: usize) -> f32;
+    /// `out[i] += w · row[i]` over the `out.len()` values of the row at element `at`.
+    fn axpy(w: f32, rows: &[Self], at: usize, out: &mut [f32]);
     /// The rows as f16, where they are.
     fn as_f16(rows: &[Self]) -> Option<&[f16]> {
         let _ = rows;
         None
     }
 }
-impl KvElem for f32 {
+
+/// An element that is one value.
+trait Scalar: Copy {
+    fn f32(self) -> f32;
+}
+impl Scalar for f32 {
     #[inline(always)]
     fn f32(self) -> f32 {
         self
     }
 }
-impl KvElem for f16 {
+impl Scalar for f16 {
     #[inline(always)]
     fn f32(self) -> f32 {
         self.to_f32()
+    }
+}
+
+impl KvElem for f32 {
+    #[inline(always)]
+    fn dot(q: &[f32], rows: &[Self], at: usize) -> f32 {
+        dot(q, &rows[at..][..q.len()])
+    }
+    #[inline(always)]
+    fn axpy(w: f32, rows: &[Self], at: usize, out: &mut [f32]) {
+        axpy(w, &rows[at..][..out.len()], out)
+    }
+}
+impl KvElem for f16 {
+    #[inline(always)]
+    fn dot(q: &[f32], rows: &[Self], at: usize) -> f32 {
+        dot(q, &rows[at..][..q.len()])
+    }
+    #[inline(always)]
+    fn axpy(w: f32, rows: &[Self], at: usize, out: &mut [f32]) {
+        axpy(w, &rows[at..][..out.len()], out)
     }
     fn as_f16(rows: &[Self]) -> Option<&[f16]> {
         Some(rows)
     }
 }
+
+/// A quantized block: values read one at a time (the portable path, and the
+/// reference the AVX2 kernel is tested against).
+macro_rules! block_elem {
+    ($b:ty) => {
+        impl KvElem for $b {
+            const PER: usize = QK;
+            #[inline(always)]
+            fn dot(q: &[f32], rows: &[Self], at: usize) -> f32 {
+                let mut acc = [0f32; 8];
+                for (b, qb) in rows[at..].iter().zip(q.chunks_exact(QK)) {
+                    for (i, x) in qb.iter().enumerate() {
+                        acc[i % 8] += x * b.value(i);
+                    }
+                }
+                acc.iter().sum()
+            }
+            #[inline(always)]
+            fn axpy(w: f32, rows: &[Self], at: usize, out: &mut [f32]) {
+                for (b, ob) in rows[at..].iter().zip(out.chunks_exact_mut(QK)) {
+                    for (i, o) in ob.iter_mut().enumerate() {
+                        *o += w * b.value(i);
+                    }
+                }
+            }
+        }
+    };
+}
+block_elem!(BlockQ8_0);
+block_elem!(BlockQ4_0);
 
 /// One task's inputs: the query heads of one KV head at one token, and where that
 /// KV head's keys and values live.
@@ -72,8 +136,8 @@ pub(super) struct Task<'a, T> {
     pub(super) q: &'a [f32],
     pub(super) keys: &'a [T],
     pub(super) values: &'a [T],
-    /// Offset of each attended position's key (and value) row for this KV head, in
-    /// order (`row_offsets`).
+    /// Offset (in elements: blocks for a quantized cache) of each attended
+    /// position's key (and value) row for this KV head, in order (`row_offsets`).
     pub(super) rows: &'a [usize],
     pub(super) head_dim: usize,
     pub(super) scale: f32,
@@ -133,14 +197,14 @@ pub fn paged_attention_sinks(
     sinks: Option<&[f32]>,
     out: &mut [f32],
 ) {
-    let kv = match (&cache.keys[layer], &cache.values[layer]) {
-        (KvData::F32(k), KvData::F32(v)) => {
-            return run(batch, token_seq, q, cache, (k, v), (shape, sinks), out)
-        }
-        (KvData::F16(k), KvData::F16(v)) => (&k[..], &v[..]),
+    let shape = (shape, sinks);
+    match (&cache.keys[layer], &cache.values[layer]) {
+        (KvData::F32(k), KvData::F32(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
+        (KvData::F16(k), KvData::F16(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
+        (KvData::Q8_0(k), KvData::Q8_0(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
+        (KvData::Q4_0(k), KvData::Q4_0(v)) => run(batch, token_seq, q, cache, (k, v), shape, out),
         _ => unreachable!("keys and values share one element type"),
-    };
-    run(batch, token_seq, q, cache, kv, (shape, sinks), out)
+    }
 }
 
 fn run<T: KvElem>(
@@ -195,7 +259,11 @@ fn run<T: KvElem>(
             });
             ROWS.with(|rows| {
                 let rows = &mut *rows.borrow_mut();
-                let layout = (cache.block_size, cache.kv_size, kvh * head_dim);
+                let layout = (
+                    cache.block_size,
+                    cache.kv_size / T::PER,
+                    kvh * head_dim / T::PER,
+                );
                 row_offsets(batch.block_table(s), layout, (first, n), rows);
                 let task = Task {
                     q: &q[(t * num_heads + kvh * group) * head_dim..][..group * head_dim],
@@ -274,6 +342,26 @@ impl Attend for Task<'_, f16> {
     }
 }
 
+impl<B: KvBlock + KvElem> Attend for Task<'_, B>
+where
+    B: QuantRows,
+{
+    fn attend(&self, scores: &mut Vec<f32>, out: &mut [f32]) {
+        let group = self.q.len() / self.head_dim;
+        // Sinks (gpt-oss) take the portable path's softmax on a quantized cache.
+        if has_avx2()
+            && self.head_dim.is_multiple_of(QK)
+            && group <= MAX_GROUP
+            && self.sinks.is_none()
+        {
+            // SAFETY: the CPU has AVX2, FMA and F16C; the shapes were just checked.
+            unsafe { attend_quant_avx2(self, scores, out) }
+        } else {
+            attend(self, scores, out)
+        }
+    }
+}
+
 /// `attend` on f32 rows, compiled for AVX2 (the compiler vectorises its loops).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
@@ -293,21 +381,24 @@ fn attend<T: KvElem>(task: &Task<T>, scores: &mut Vec<f32>, out: &mut [f32]) {
     scores.clear();
     scores.resize(task.q.len() / hd * n, 0.0);
     for j in 0..n {
-        let kj = &task.keys[task.rows[j]..][..hd];
         for (g, qh) in task.q.chunks_exact(hd).enumerate() {
-            scores[g * n + j] = dot(qh, kj) * task.scale;
+            scores[g * n + j] = T::dot(qh, task.keys, task.rows[j]) * task.scale;
         }
     }
     softmax_rows(scores, n, task.sinks);
     out.fill(0.0);
     for j in 0..n {
-        let vj = &task.values[task.rows[j]..][..hd];
         for (g, o) in out.chunks_exact_mut(hd).enumerate() {
-            let w = scores[g * n + j];
-            for (oi, vi) in o.iter_mut().zip(vj) {
-                *oi += w * vi.f32();
-            }
+            T::axpy(scores[g * n + j], task.values, task.rows[j], o);
         }
+    }
+}
+
+/// `out[i] += w · v[i]`.
+#[inline(always)]
+fn axpy<T: Scalar>(w: f32, v: &[T], out: &mut [f32]) {
+    for (oi, vi) in out.iter_mut().zip(v) {
+        *oi += w * vi.f32();
     }
 }
 
@@ -335,7 +426,7 @@ fn softmax_rows(scores: &mut [f32], n: usize, sinks: Option<&[f32]>) {
 }
 
 #[inline(always)]
-fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
+fn dot<T: Scalar>(a: &[f32], b: &[T]) -> f32 {
     // Eight independent accumulators let the compiler vectorise.
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
@@ -356,7 +447,7 @@ fn dot<T: KvElem>(a: &[f32], b: &[T]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::cpu::has_avx512_bf16;
+    use crate::kernels::cpu::{has_avx512_bf16, require_test_isa};
     use crate::kv_cache::KvDtype;
 
     /// Head size: the f16 kernel's 32-dimension tiles.
@@ -382,6 +473,21 @@ mod tests {
         (0..KV).map(|i| val(i + 64 * j, seed + 10 * s)).collect()
     }
 
+    /// `x` as a quantized cache holds it (the quantizer's values, exactly); f32 and
+    /// f16 as given (f16's rounding is the tolerance's).
+    fn stored(dtype: KvDtype, x: Vec<f32>) -> Vec<f32> {
+        fn round<B: KvBlock>(x: &[f32]) -> Vec<f32> {
+            let mut b = crate::kv_quant::zeroed::<B>(x.len() / QK);
+            crate::kv_quant::quantize_row(&mut b, x);
+            (0..x.len()).map(|i| b[i / QK].value(i % QK)).collect()
+        }
+        match dtype {
+            KvDtype::Q8_0 => round::<BlockQ8_0>(&x),
+            KvDtype::Q4_0 => round::<BlockQ4_0>(&x),
+            _ => x,
+        }
+    }
+
     /// Sequence 0 prefills positions 7..10 over blocks [3, 0, 7]; sequence 1 decodes
     /// position 5 over blocks [5, 1].
     fn setup(dtype: KvDtype) -> (Batch, Vec<u32>, Vec<f32>, KvCache) {
@@ -401,8 +507,9 @@ mod tests {
     }
 
     /// Softmax attention computed directly from the generators, in f64, over the
-    /// last `window` positions (with each head's sink in the denominator).
-    fn reference(q: &[f32], window: usize, sinks: Option<&[f32]>) -> Vec<f32> {
+    /// last `window` positions.
+    fn reference(q: &[f32], window: usize, dtype: KvDtype, sinks: Option<&[f32]>) -> Vec<f32> {
+        let kv = |s, j, seed| stored(dtype, kv(s, j, seed));
         let mut out = vec![0f32; 4 * QW];
         for (t, (s, pos)) in [(0, 7), (0, 8), (0, 9), (1, 5)].into_iter().enumerate() {
             for h in 0..6 {
@@ -435,14 +542,20 @@ mod tests {
 
     #[test]
     fn paged_gqa_attention_matches_a_direct_softmax() {
-        for (dtype, tol) in [(KvDtype::F32, 1e-5), (KvDtype::F16, 2e-3)] {
+        let cases = [
+            (KvDtype::F32, 1e-5),
+            (KvDtype::F16, 2e-3),
+            (KvDtype::Q8_0, 1e-5),
+            (KvDtype::Q4_0, 1e-5),
+        ];
+        for (dtype, tol) in cases {
             // No window, and a window of 3 that cuts every token's context.
             for window in [None, Some(3)] {
                 let (batch, token_seq, q, cache) = setup(dtype);
                 let mut out = vec![f32::NAN; 4 * QW];
                 let shape = AttnShape { window, ..SHAPE };
                 paged_attention(&batch, &token_seq, &q, &cache, 0, shape, &mut out);
-                let want = reference(&q, window.unwrap_or(usize::MAX), None);
+                let want = reference(&q, window.unwrap_or(usize::MAX), dtype, None);
                 for (i, (a, b)) in out.iter().zip(want).enumerate() {
                     assert!(
                         (a - b).abs() <= tol,
@@ -454,18 +567,25 @@ mod tests {
     }
 
     /// Sinks: each head's logit joins its denominator (one larger than every score,
-    /// so the maximum is the sink's), windowed or not, f32 and f16 caches.
+    /// so the maximum is the sink's), windowed or not, every cache type (a quantized
+    /// cache's sinks take the portable softmax).
     #[test]
     fn sinks_join_each_heads_denominator() {
         let sinks = [0.5f32, -1.0, 2.0, 0.0, 9.0, -0.3];
-        for (dtype, tol) in [(KvDtype::F32, 1e-5), (KvDtype::F16, 2e-3)] {
+        let cases = [
+            (KvDtype::F32, 1e-5),
+            (KvDtype::F16, 2e-3),
+            (KvDtype::Q8_0, 1e-5),
+            (KvDtype::Q4_0, 1e-5),
+        ];
+        for (dtype, tol) in cases {
             for window in [None, Some(3)] {
                 let (batch, token_seq, q, cache) = setup(dtype);
                 let mut out = vec![f32::NAN; 4 * QW];
                 let shape = AttnShape { window, ..SHAPE };
                 let s = Some(&sinks[..]);
                 paged_attention_sinks(&batch, &token_seq, &q, &cache, 0, shape, s, &mut out);
-                let want = reference(&q, window.unwrap_or(usize::MAX), s);
+                let want = reference(&q, window.unwrap_or(usize::MAX), dtype, s);
                 for (i, (a, b)) in out.iter().zip(want).enumerate() {
                     assert!(
                         (a - b).abs() <= tol,
@@ -480,6 +600,7 @@ mod tests {
     /// bit what the token computes alone, at odd and even key counts.
     #[test]
     fn paired_values_equal_each_token_alone() {
+        require_test_isa();
         if !has_avx512_bf16() {
             return eprintln!("skipped: no AVX-512 BF16");
         }
@@ -526,6 +647,7 @@ mod tests {
 
     #[test]
     fn f16_kernel_equals_the_portable_path() {
+        require_test_isa();
         let (batch, _, _, cache) = setup(KvDtype::F16);
         let (KvData::F16(k), KvData::F16(v)) = (&cache.keys[0], &cache.values[0]) else {
             unreachable!()
@@ -590,5 +712,82 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The AVX2 kernel on q8_0 and q4_0 blocks equals the portable path (values read
+    /// one at a time) up to f32 summation order, and each head inside any group
+    /// equals, bit for bit, the head alone.
+    #[test]
+    fn quant_kernel_equals_the_portable_path() {
+        require_test_isa();
+        fn check<B: KvBlock + KvElem + QuantRows>(k: &[B], v: &[B], batch: &Batch)
+        where
+            for<'a> Task<'a, B>: Attend,
+        {
+            let s = &batch.seqs[0];
+            let q: Vec<f32> = (0..MAX_GROUP * HD).map(|i| val(i, 91)).collect();
+            for first in [3, 4] {
+                let mut rows = Vec::new();
+                // Block offsets: KV / QK blocks a slot, the second KV head's at HD / QK.
+                row_offsets(
+                    batch.block_table(s),
+                    (BS, KV / QK, HD / QK),
+                    (first, 10),
+                    &mut rows,
+                );
+                let task = |group| Task {
+                    q: &q[..group * HD],
+                    keys: k,
+                    values: v,
+                    rows: &rows,
+                    head_dim: HD,
+                    scale: 0.25,
+                    paired: None,
+                    sinks: None,
+                };
+                let mut scores = Vec::new();
+                let alone: Vec<Vec<f32>> = (0..MAX_GROUP)
+                    .map(|h| {
+                        let one = Task {
+                            q: &q[h * HD..][..HD],
+                            ..task(1)
+                        };
+                        let mut o = vec![f32::NAN; HD];
+                        one.attend(&mut scores, &mut o);
+                        o
+                    })
+                    .collect();
+                for group in 1..=MAX_GROUP {
+                    let task = task(group);
+                    let mut portable = vec![0f32; group * HD];
+                    attend(&task, &mut scores, &mut portable);
+                    let mut fast = vec![f32::NAN; group * HD];
+                    task.attend(&mut scores, &mut fast);
+                    for (a, b) in fast.iter().zip(&portable) {
+                        assert!((a - b).abs() <= 1e-5, "group {group}: {a} vs {b}");
+                    }
+                    for (h, head) in fast.chunks_exact(HD).enumerate() {
+                        let same = head
+                            .iter()
+                            .zip(&alone[h])
+                            .all(|(a, b)| a.to_bits() == b.to_bits());
+                        assert!(same, "head {h} of a group of {group} differs from alone");
+                    }
+                }
+            }
+        }
+        if !has_avx2() {
+            eprintln!("no AVX2: the portable path only");
+        }
+        let (batch, _, _, cache) = setup(KvDtype::Q8_0);
+        let (KvData::Q8_0(k), KvData::Q8_0(v)) = (&cache.keys[0], &cache.values[0]) else {
+            unreachable!()
+        };
+        check(k, v, &batch);
+        let (batch, _, _, cache) = setup(KvDtype::Q4_0);
+        let (KvData::Q4_0(k), KvData::Q4_0(v)) = (&cache.keys[0], &cache.values[0]) else {
+            unreachable!()
+        };
+        check(k, v, &batch);
     }
 }

@@ -112,7 +112,7 @@ unsafe fn prefetch(p: *const f16, lines: usize) {
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn exp_row(row: &mut [f32], sink: Option<f32>) -> f32 {
+pub(super) unsafe fn exp_row(row: &mut [f32], sink: Option<f32>) -> f32 {
     use super::cpu::hsum256;
     use super::exp::exp256;
     use std::arch::x86_64::*;

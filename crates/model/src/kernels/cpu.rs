@@ -125,6 +125,30 @@ pub unsafe fn hsum256(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)))
 }
 
+/// The environment variable a kernel test reads for the instruction set it must
+/// run (`avx2` or `avx512-bf16`): where the CPU lacks it the test fails instead of
+/// skipping, so a CI job meant to cover a route cannot pass without running it.
+pub const TEST_ISA_ENV: &str = "SLOSERVE_TEST_ISA";
+
+/// Panics when `SLOSERVE_TEST_ISA` names an instruction set this CPU (or the
+/// `SLOSERVE_ISA` cap) does not give the kernels, or an unknown one.
+pub fn require_test_isa() {
+    let Ok(want) = std::env::var(TEST_ISA_ENV) else {
+        return;
+    };
+    let have = match want.trim() {
+        "" => true,
+        "avx2" => has_avx2(),
+        "avx512-bf16" => has_avx512_bf16(),
+        other => panic!("{TEST_ISA_ENV}={other:?}: expected `avx2` or `avx512-bf16`"),
+    };
+    assert!(
+        have,
+        "{TEST_ISA_ENV}={want}: this CPU lacks it ({} here), so its kernels cannot be tested",
+        kernels_in_use()
+    );
+}
+
 /// Deterministic values in [-1, 1) for kernel tests and benches.
 pub fn test_data(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
