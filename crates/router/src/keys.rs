@@ -56,18 +56,6 @@ pub struct ApiKeys {
     pub metrics_require_key: bool,
 }
 
-/// Equal in time independent of where `a` and `b` differ (only of their lengths).
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len().max(b.len());
-    let mut diff = (a.len() != b.len()) as u8;
-    for i in 0..n {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= std::hint::black_box(x ^ y);
-    }
-    diff == 0
-}
-
 impl ApiKeys {
     pub fn enabled(&self) -> bool {
         !self.keys.is_empty()
@@ -92,16 +80,11 @@ impl ApiKeys {
             return Some(Caller::OPEN);
         }
         let given = presented_key(headers)?;
-        let mut found = None;
-        for (i, k) in self.keys.iter().enumerate() {
-            if ct_eq(k.key.as_bytes(), given) && found.is_none() {
-                found = Some(Caller {
-                    ceiling: k.ceiling,
-                    key_index: Some(i),
-                });
-            }
-        }
-        found
+        let i = sloserve_slo::match_key(&self.keys, given)?;
+        Some(Caller {
+            key_index: Some(i),
+            ceiling: self.keys[i].ceiling,
+        })
     }
 }
 

@@ -43,18 +43,6 @@ impl Caller {
     };
 }
 
-/// Equal in time independent of where `a` and `b` differ (only of their lengths).
-fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len().max(b.len());
-    let mut diff = (a.len() != b.len()) as u8;
-    for i in 0..n {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= std::hint::black_box(x ^ y);
-    }
-    diff == 0
-}
-
 impl ApiKeys {
     pub fn new(keys: Vec<ApiKeySpec>, metrics_require_key: bool) -> Self {
         ApiKeys {
@@ -111,16 +99,11 @@ impl ApiKeys {
             return Some(Caller::OPEN);
         }
         let given = presented_key(headers)?;
-        let mut found = None;
-        for (i, k) in self.keys.iter().enumerate() {
-            if ct_eq(k.key.as_bytes(), given) && found.is_none() {
-                found = Some(Caller {
-                    key_index: Some(i),
-                    ceiling: k.ceiling,
-                });
-            }
-        }
-        found
+        let i = sloserve_slo::match_key(&self.keys, given)?;
+        Some(Caller {
+            key_index: Some(i),
+            ceiling: self.keys[i].ceiling,
+        })
     }
 }
 
@@ -143,8 +126,6 @@ mod tests {
 
     #[test]
     fn keys_match_exactly_and_ceilings_apply() {
-        assert!(ct_eq(b"abc", b"abc"));
-        assert!(!ct_eq(b"abc", b"abd") && !ct_eq(b"abc", b"abcd") && !ct_eq(b"", b"a"));
         let keys = ApiKeys::new(
             vec!["k1".parse().unwrap(), "k2:batch".parse().unwrap()],
             false,

@@ -70,9 +70,47 @@ pub fn presented_key<'a>(
     x_api_key.map(|v| v.trim_ascii())
 }
 
+/// The index of the first of `keys` equal to `given`. Every key is compared in
+/// constant time and none ends the search early, so the answer's timing says
+/// nothing of which key, or how much of one, matched.
+pub fn match_key(keys: &[KeySpec], given: &[u8]) -> Option<usize> {
+    let mut found = None;
+    for (i, k) in keys.iter().enumerate() {
+        if ct_eq(k.key.as_bytes(), given) && found.is_none() {
+            found = Some(i);
+        }
+    }
+    found
+}
+
+/// Byte strings equal, in time that depends only on the longer one's length.
+fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len().max(b.len());
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= std::hint::black_box(x ^ y);
+    }
+    diff == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_match_exactly_in_constant_time() {
+        assert!(ct_eq(b"abc", b"abc"));
+        assert!(!ct_eq(b"abc", b"abd") && !ct_eq(b"abc", b"abcd") && !ct_eq(b"", b"a"));
+        let keys: Vec<KeySpec> = ["k1", "k2:batch", "k1"]
+            .iter()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        assert_eq!(match_key(&keys, b"k2"), Some(1));
+        assert_eq!(match_key(&keys, b"k1"), Some(0));
+        assert_eq!(match_key(&keys, b"k"), None);
+    }
 
     #[test]
     fn specs_parse_and_never_print_the_key() {
