@@ -176,17 +176,35 @@ unsafe fn scores_tile<const R: usize>(
                 acc[1] = _mm256_fmadd_ps(q, kv[1], acc[1]);
             }
         }
-        // Two heads' two scores at once: lanes (h, j), (h, j+1), (h+1, j), (h+1, j+1).
-        for h in (0..R).step_by(2) {
-            let h1 = (h + 1).min(R - 1);
-            let t = _mm256_hadd_ps(
-                _mm256_hadd_ps(acc[h][0], acc[h][1]),
-                _mm256_hadd_ps(acc[h1][0], acc[h1][1]),
-            );
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-            let s4 = _mm_mul_ps(s4, scale);
-            let at = |g: usize| sp.add((g0 + g) * stride + j);
-            let hi = _mm_movehl_ps(s4, s4);
+        store_scores(&acc, scale, |g| sp.add((g0 + g) * stride + j), pair);
+    }
+}
+
+/// Scales and stores a tile's scores: `acc[h]` holds head `h`'s partial sums for
+/// keys `j` and `j + 1`; two heads' two scores go at once (lanes (h, j), (h, j+1),
+/// (h+1, j), (h+1, j+1)), to `at(h)` (one score where `pair` is false).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn store_scores<const R: usize>(
+    acc: &[[std::arch::x86_64::__m256; 2]; R],
+    scale: std::arch::x86_64::__m128,
+    at: impl Fn(usize) -> *mut f32,
+    pair: bool,
+) {
+    use std::arch::x86_64::*;
+    for h in (0..R).step_by(2) {
+        let h1 = (h + 1).min(R - 1);
+        let t = _mm256_hadd_ps(
+            _mm256_hadd_ps(acc[h][0], acc[h][1]),
+            _mm256_hadd_ps(acc[h1][0], acc[h1][1]),
+        );
+        let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+        let s4 = _mm_mul_ps(s4, scale);
+        let hi = _mm_movehl_ps(s4, s4);
+        // SAFETY: `at` gives in-bounds score slots (the caller's contract); with
+        // `pair`, two floats from each.
+        unsafe {
             if pair {
                 _mm_storel_epi64(at(h) as *mut __m128i, _mm_castps_si128(s4));
                 if h1 != h {

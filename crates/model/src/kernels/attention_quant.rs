@@ -13,7 +13,7 @@
 //! group size, the key count being odd, or the rest of the step.
 
 use super::attention::Task;
-use super::attention_f16::MAX_GROUP;
+use super::attention_f16::{store_scores, MAX_GROUP};
 use crate::kv_quant::{BlockQ4_0, BlockQ8_0, KvBlock, QK};
 
 /// Query heads of a register tile: 2 x 5 accumulators, two scales, two dequantized
@@ -190,29 +190,7 @@ unsafe fn scores_tile<B: QuantRows, const R: usize>(
                 }
             }
         }
-        // Two heads' two scores at once: lanes (h, j), (h, j+1), (h+1, j), (h+1, j+1).
-        for h in (0..R).step_by(2) {
-            let h1 = (h + 1).min(R - 1);
-            let t = _mm256_hadd_ps(
-                _mm256_hadd_ps(acc[h][0], acc[h][1]),
-                _mm256_hadd_ps(acc[h1][0], acc[h1][1]),
-            );
-            let s4 = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-            let s4 = _mm_mul_ps(s4, scale);
-            let at = |g: usize| sp.add((g0 + g) * stride + j);
-            let hi = _mm_movehl_ps(s4, s4);
-            if pair {
-                _mm_storel_epi64(at(h) as *mut __m128i, _mm_castps_si128(s4));
-                if h1 != h {
-                    _mm_storel_epi64(at(h1) as *mut __m128i, _mm_castps_si128(hi));
-                }
-            } else {
-                _mm_store_ss(at(h), s4);
-                if h1 != h {
-                    _mm_store_ss(at(h1), hi);
-                }
-            }
-        }
+        store_scores(&acc, scale, |g| sp.add((g0 + g) * stride + j), pair);
     }
 }
 
