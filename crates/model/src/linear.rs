@@ -426,8 +426,10 @@ mod tests {
     /// size, K past a block (896: 3.5 blocks) and outputs past a panel (40: 2.5).
     #[test]
     fn exact_blocks_multiply_as_the_packed_f32_copy() {
-        if !has_avx2() {
-            eprintln!("skipped: no AVX2/FMA/F16C");
+        if !crate::kernels::isa_ledger::route(
+            "exact_blocks",
+            crate::kernels::isa_ledger::TestIsa::Avx2,
+        ) {
             return;
         }
         let n = 40;

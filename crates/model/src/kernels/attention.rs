@@ -448,6 +448,7 @@ fn dot<T: Scalar>(a: &[f32], b: &[T]) -> f32 {
 mod tests {
     use super::*;
     use crate::kernels::cpu::{has_avx512_bf16, require_test_isa};
+    use crate::kernels::isa_ledger::{route, TestIsa};
     use crate::kv_cache::KvDtype;
 
     /// Head size: the f16 kernel's 32-dimension tiles.
@@ -601,8 +602,8 @@ mod tests {
     #[test]
     fn paired_values_equal_each_token_alone() {
         require_test_isa();
-        if !has_avx512_bf16() {
-            return eprintln!("skipped: no AVX-512 BF16");
+        if !route("attention_paired_bf16", TestIsa::Avx512Bf16) {
+            return;
         }
         let (batch, _, _, cache) = setup(KvDtype::F16);
         let (KvData::F16(k), KvData::F16(v)) = (&cache.keys[0], &cache.values[0]) else {
@@ -648,6 +649,10 @@ mod tests {
     #[test]
     fn f16_kernel_equals_the_portable_path() {
         require_test_isa();
+        // The kernel takes the BF16 route where it can, else the AVX2 one.
+        if !route("attention_f16", TestIsa::Avx512Bf16) && !route("attention_f16", TestIsa::Avx2) {
+            eprintln!("no AVX2: the portable path only");
+        }
         let (batch, _, _, cache) = setup(KvDtype::F16);
         let (KvData::F16(k), KvData::F16(v)) = (&cache.keys[0], &cache.values[0]) else {
             unreachable!()
@@ -776,7 +781,7 @@ mod tests {
                 }
             }
         }
-        if !has_avx2() {
+        if !route("attention_quant", TestIsa::Avx2) {
             eprintln!("no AVX2: the portable path only");
         }
         let (batch, _, _, cache) = setup(KvDtype::Q8_0);

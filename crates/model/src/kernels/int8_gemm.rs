@@ -438,7 +438,20 @@ mod tests {
     use super::*;
     use crate::kernels::block_scales::random_blocks;
     use crate::kernels::cpu::test_data;
+    use crate::kernels::isa_ledger::{route, TestIsa};
     use crate::weights::WeightData;
+
+    /// The routes this CPU runs, each recorded in the ISA ledger (ran or skipped).
+    fn tested_isas(test: &str) -> Vec<Isa> {
+        [
+            (Isa::Avx512Vnni, TestIsa::Avx512Vnni),
+            (Isa::Avx2, TestIsa::Avx2),
+        ]
+        .into_iter()
+        .filter(|&(_, t)| route(test, t))
+        .map(|(isa, _)| isa)
+        .collect()
+    }
     use candle_core::quantized::k_quants::{
         BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
         BlockQ6K, BlockQ8_0, GgmlType,
@@ -477,13 +490,6 @@ mod tests {
 
     fn check(isa: Isa, packing: Packing, w: &WeightData, m: usize, k: usize, n: usize) {
         let mut panels = Int8Panels::pack(w, n, k).unwrap();
-        if !isa.available() {
-            eprintln!(
-                "skipped {isa:?} for {:?}: not on this CPU or type",
-                w.dtype()
-            );
-            return;
-        }
         if packing != Packing::Bytes && !panels.repack(packing) {
             return;
         }
@@ -503,6 +509,7 @@ mod tests {
     /// tile, a partial panel, several row chunks).
     #[test]
     fn equals_the_product_of_the_rounded_activations() {
+        let isas = tested_isas("int8_gemm");
         for (m, k, n) in [(1, 256, 5), (7, 512, 33), (70, 256, 16), (130, 768, 40)] {
             let types = [
                 WeightData::Q4_0(quantized::<BlockQ4_0>(n, k)),
@@ -519,7 +526,7 @@ mod tests {
                 random_blocks(GgmlDType::Q2K, n, k, (m * n) as u64),
             ];
             for w in &types {
-                for isa in [Isa::Avx512Vnni, Isa::Avx2] {
+                for &isa in &isas {
                     for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
                         check(isa, packing, w, m, k, n);
                     }
@@ -534,9 +541,7 @@ mod tests {
     #[test]
     fn rows_do_not_depend_on_the_batch() {
         let (k, n) = (512, 48);
-        if Isa::best().is_none() {
-            return eprintln!("skipped: no AVX2");
-        }
+        let isas = tested_isas("int8_gemm_batch_invariance");
         let types = [
             WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
             WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
@@ -545,10 +550,7 @@ mod tests {
             WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
             WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
         ];
-        let isas = [Isa::Avx512Vnni, Isa::Avx2]
-            .into_iter()
-            .filter(|i| i.available());
-        for (w, isa) in types.iter().flat_map(|w| isas.clone().map(move |i| (w, i))) {
+        for (w, &isa) in types.iter().flat_map(|w| isas.iter().map(move |i| (w, i))) {
             let mut panels = Int8Panels::pack(w, n, k).unwrap();
             for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
                 if packing != Packing::Bytes && !panels.repack(packing) {

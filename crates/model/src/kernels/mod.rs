@@ -17,6 +17,7 @@ pub mod hadamard;
 pub mod half_rows;
 pub mod int8_gemm;
 pub mod int8_panels;
+pub mod isa_ledger;
 pub mod lines;
 pub mod norm;
 pub mod packed_gemm;

@@ -361,6 +361,7 @@ unsafe fn kernel<const R: usize>(
 mod tests {
     use super::*;
     use crate::kernels::cpu::test_data as data;
+    use crate::kernels::isa_ledger::{route, TestIsa};
 
     fn naive(x: &[f32], w: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
         let mut out = vec![0f32; m * n];
@@ -376,8 +377,7 @@ mod tests {
 
     #[test]
     fn matches_naive_on_ragged_shapes() {
-        if !has_avx2() {
-            eprintln!("skipped: no AVX2/FMA/F16C");
+        if !route("packed_gemm", TestIsa::Avx2) {
             return;
         }
         // Rows past a tile, a chunk, columns past a panel, K past a block.
@@ -402,8 +402,7 @@ mod tests {
 
     #[test]
     fn rows_do_not_depend_on_the_batch() {
-        if !has_avx2() {
-            eprintln!("skipped: no AVX2/FMA/F16C");
+        if !route("packed_gemm_batch_invariance", TestIsa::Avx2) {
             return;
         }
         let (k, n) = (600, 48);
