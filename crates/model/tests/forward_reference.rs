@@ -7,13 +7,24 @@ use common::*;
 use sloserve_model::Precision;
 
 /// Exact mode: every step-0 top-5 logprob within 2e-3 and the whole greedy
-/// continuation equal, on every short prompt.
+/// continuation equal, on every other short prompt (the rest in `make test-slow`).
 #[test]
 fn exact_matches_reference_short_prompts() {
+    exact_short(Share::MakeTest);
+}
+
+/// The other short prompts (`make test-slow`).
+#[test]
+#[ignore = "slow: make test-slow"]
+fn exact_matches_reference_short_prompts_rest() {
+    exact_short(Share::Slow);
+}
+
+fn exact_short(share: Share) {
     let mut runner = load_runner(Precision::Exact);
     let records = read_records("llamacpp-f32-greedy-smollm2.jsonl");
     assert_eq!(records.len(), 10, "short prompt records");
-    for rec in records {
+    for rec in share.of(records) {
         let steps = rec.greedy_token_ids.len();
         let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, steps, 0);
         let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);

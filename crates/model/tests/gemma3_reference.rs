@@ -105,15 +105,27 @@ fn split(records: Vec<GreedyRecord>) -> (Vec<GreedyRecord>, Vec<GreedyRecord>) {
 }
 
 /// Exact mode: step-0 top-5 within 5e-3 and the greedy continuation equal on every
-/// prompt; the long ones (past the window) also in 64-token chunks.
+/// other short prompt (the rest in `make test-slow`); the long ones (past the window)
+/// in 64-token chunks.
 #[test]
 fn exact_matches_reference() {
+    exact_short_and_long(Share::MakeTest);
+}
+
+/// The other short prompts (`make test-slow`).
+#[test]
+#[ignore = "slow: make test-slow"]
+fn exact_matches_reference_rest() {
+    exact_short_and_long(Share::Slow);
+}
+
+fn exact_short_and_long(share: Share) {
     let _one_at_a_time = serial();
     let mut runner = load_gemma3(Precision::Exact);
     let (short, long) = split(read_records(EXACT));
     assert_eq!((short.len(), long.len()), (7, 2));
     let mut worst = 0f32;
-    for rec in &short {
+    for rec in &share.of(short) {
         let (out, rows) = greedy(&mut runner, &rec.prompt_token_ids, 32, 0);
         let err = top5_error(&rows[0], &rec.top5_logprobs_per_step[0]);
         worst = worst.max(err);
@@ -121,8 +133,11 @@ fn exact_matches_reference() {
         assert!(err < 5e-3, "{}: step-0 top-5 logprob error {err}", rec.id);
         assert_eq!(out, rec.greedy_token_ids, "{}: greedy differs", rec.id);
     }
-    // The long prompts in 64-token chunks here; in one piece in the slow suite.
-    worst = worst.max(exact_long(&mut runner, &long, 64));
+    // The long prompts in 64-token chunks with `make test`'s share; in one piece in
+    // the slow suite.
+    if share == Share::MakeTest {
+        worst = worst.max(exact_long(&mut runner, &long, 64));
+    }
     println!("exact: largest step-0 top-5 logprob error {worst:.2e}");
 }
 

@@ -138,15 +138,26 @@ fn worst_step_error(rows: &[Vec<f32>], rec: &GreedyRecord) -> f32 {
 }
 
 /// Exact mode: every step's top-5 within 2e-3 and the greedy continuation equal on every
-/// short prompt (the long one, over 2,000 tokens, in the slow suite).
+/// other short prompt (the rest, and the long one over 2,000 tokens, in the slow suite).
 #[test]
 fn exact_matches_reference() {
+    exact_short(Share::MakeTest);
+}
+
+/// The other short prompts (`make test-slow`).
+#[test]
+#[ignore = "slow: make test-slow"]
+fn exact_matches_reference_rest() {
+    exact_short(Share::Slow);
+}
+
+fn exact_short(share: Share) {
     let _one_at_a_time = serial();
     let mut runner = load_qwen05(Precision::Exact);
     let (short, long) = split(read_records(EXACT));
     assert_eq!((short.len(), long.len()), (7, 1));
     let mut worst = 0f32;
-    for rec in &short {
+    for rec in &share.of(short) {
         let steps = rec.greedy_token_ids.len();
         let (out, rows) = greedy_until(&mut runner, &rec.prompt_token_ids, steps, 0, &STOPS);
         let err = worst_step_error(&rows, rec);

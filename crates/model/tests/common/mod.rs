@@ -71,6 +71,28 @@ pub fn read_records(name: &str) -> Vec<GreedyRecord> {
         .collect()
 }
 
+/// Which share of a reference file's records a test checks: `make test` checks every
+/// other record (from the first), `make test-slow` the rest, so that the two suites
+/// together check every record while `make test` stays within CI's time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    MakeTest,
+    Slow,
+}
+
+impl Share {
+    /// This share's records, in order.
+    pub fn of<T>(self, records: Vec<T>) -> Vec<T> {
+        let keep = usize::from(self == Share::Slow);
+        records
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % 2 == keep)
+            .map(|(_, r)| r)
+            .collect()
+    }
+}
+
 pub fn load_runner(precision: Precision) -> LlamaRunner {
     let opts = RunnerOptions {
         precision,
