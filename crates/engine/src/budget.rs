@@ -98,7 +98,7 @@ mod tests {
 
     #[test]
     fn time_limit_bounds_fits() {
-        let cost = StepCostModel::with_prior([0.01, 0.001, 0.002, 0.0, 0.0]);
+        let cost = StepCostModel::with_prior([0.01, 0.001, 0.002, 0.0, 0.0, 0.0]);
         let mut b = StepBudget::new(100);
         let row = StepShape::of_seq(1, 5, true);
         b.take(row);

@@ -498,13 +498,14 @@ const COST_LOG_EVERY: Duration = Duration::from_secs(30);
 /// One log line with the step-time model's figures.
 fn log_step_cost(st: &EngineStats) {
     let f = &st.step_cost;
-    let [fixed, prefill, decode, ctx, large] = f.coefficients.map(|c| c * 1e3);
+    let [fixed, prefill, decode, ctx, large, expert] = f.coefficients.map(|c| c * 1e3);
     tracing::info!(
         fixed_ms = format_args!("{fixed:.2}"),
         per_prefill_token_ms = format_args!("{prefill:.3}"),
         per_decode_row_ms = format_args!("{decode:.3}"),
         per_1k_context_ms = format_args!("{ctx:.3}"),
         large_batch_ms = format_args!("{large:.2}"),
+        per_expert_touched_ms = format_args!("{expert:.3}"),
         mean_rel_error = format_args!("{:.3}", f.mean_abs_rel_error),
         steps = f.steps_observed,
         batch_rows_deferred = st.counters.batch_rows_deferred,

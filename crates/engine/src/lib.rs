@@ -54,4 +54,4 @@ pub use request::{
     Admitted, Asked, Request, SloClass, SloTargets, StopConditions, PROMPT_SCORING_CHUNK,
 };
 pub use stats::{Counters, EngineStats, ForcedCounters, PerClass, SloAttainment, SpecCounters};
-pub use step_cost::{StepCostFigures, StepCostModel, StepShape};
+pub use step_cost::{ExpertRouting, StepCostFigures, StepCostModel, StepShape};

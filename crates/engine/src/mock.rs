@@ -62,6 +62,7 @@ impl MockRunner {
                 max_model_len,
                 kv_bytes_per_token: 1,
                 small_batch_max_tokens: 0,
+                experts: None,
             },
             slots: vec![None; num_kv_blocks * block_size],
             log: None,

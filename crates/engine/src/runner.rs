@@ -20,6 +20,9 @@ pub struct RunnerInfo {
     /// quantized weights instead of a dense GEMM), so a step's cost jumps past it;
     /// the step-time model learns the jump. 0: no such path.
     pub small_batch_max_tokens: usize,
+    /// A mixture of experts' routing (`None`: dense), so the step-time model counts
+    /// the experts a step touches.
+    pub experts: Option<crate::step_cost::ExpertRouting>,
 }
 
 /// One sequence's slice of a [`Batch`].

@@ -127,6 +127,10 @@ impl LlamaRunner {
             // Only f16/bf16 weights switch kernels with the batch (a step's cost
             // jumps there); quantized and f32 weights never do.
             small_batch_max_tokens: model.small_batch_max_tokens().unwrap_or(0),
+            experts: c.moe.map(|m| sloserve_engine::ExpertRouting {
+                count: m.experts,
+                used: m.used,
+            }),
         };
         Ok(LlamaRunner {
             model,

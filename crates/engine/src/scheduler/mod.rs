@@ -162,7 +162,9 @@ impl Scheduler {
             next_start: 0,
             watermark_blocks,
             preempt_buf: Vec::new(),
-            cost: StepCostModel::default().with_small_batch(info.small_batch_max_tokens),
+            cost: StepCostModel::default()
+                .with_small_batch(info.small_batch_max_tokens)
+                .with_experts(info.experts),
             planned: PlannedStep::default(),
             order: Vec::new(),
             last_batch_prefill_step: 0,
