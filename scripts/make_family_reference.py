@@ -8,6 +8,9 @@ crates/model/tests/data/llamacpp-f32-family-<name>.jsonl, each record with the f
 `gpt-oss`'s experts are MXFP4, which llama.cpp multiplies with activations rounded to Q8_0 (its
 record is the bar for fast precision); `gpt-oss-f32` holds the same values as F32, all in F32 (the
 exact reference).
+`phi3` (LongRoPE) is recorded twice: at a context of 4,096 (llama-server's `-c 4096`, over the file's
+original context of 1,024: llama.cpp takes the long factors, `n_ctx_seq > n_ctx_orig_yarn`) with the
+five prompts, and as `phi3-short` at `-c 1024` (the short factors) with the four prompts that fit.
 Standard library only; talks to llama-server on 127.0.0.1 only.
 
 Usage: make_family_reference.py --bin <llama.cpp build/bin> --models models/generated [names...]
@@ -25,11 +28,14 @@ from make_qwen_reference import post, start_server  # noqa: E402
 
 VOCAB_LO, VOCAB_HI = 200, 49000
 PROMPTS = [("p1", 6), ("p2", 17), ("p3", 64), ("p4", 300), ("long", 2100)]
+# A record set made on another set's file with other llama-server flags: name -> (file, flags,
+# prompts).
+VARIANTS = {"phi3-short": ("phi3", ["-c", "1024"], PROMPTS[:4])}
 
 
 def prompt_ids(name, pid, n):
-    # A twin with its experts in F32 (`gpt-oss-f32`) gets its model's prompts.
-    rng = random.Random(f"{name.removesuffix('-f32')}/{pid}")
+    # A twin with its experts in F32 (`gpt-oss-f32`) gets its model's prompts, a variant its file's.
+    rng = random.Random(f"{VARIANTS.get(name, (name,))[0].removesuffix('-f32')}/{pid}")
     return [rng.randrange(VOCAB_LO, VOCAB_HI) for _ in range(n)]
 
 
@@ -73,18 +79,20 @@ def main():
     ap.add_argument("--models", required=True)
     ap.add_argument("--out", default="crates/model/tests/data")
     ap.add_argument("names", nargs="*", default=[
-        "llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe", "gpt-oss", "gpt-oss-f32"])
+        "llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe", "gpt-oss", "gpt-oss-f32", "phi3",
+        "phi3-short"])
     a = ap.parse_args()
     for name in a.names:
-        path = os.path.join(a.models, f"{name}.gguf")
+        file, flags, prompts = VARIANTS.get(name, (name, [], PROMPTS))
+        path = os.path.join(a.models, f"{file}.gguf")
         sha = sha256(path)
-        extra = ["-ctk", "f32", "-ctv", "f32", "-fa", "off"]
+        extra = ["-ctk", "f32", "-ctv", "f32", "-fa", "off"] + flags
         if name.startswith("gpt-oss"):
             # The sliding-window layers' cache kept whole, so the cached prompt is reused as is.
             extra.append("--swa-full")
         proc, port = start_server(a.bin, path, extra)
         try:
-            recs = [record(port, name, pid, n, sha) for pid, n in PROMPTS]
+            recs = [record(port, name, pid, n, sha) for pid, n in prompts]
         finally:
             proc.terminate()
             proc.wait(timeout=30)

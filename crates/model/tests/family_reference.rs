@@ -19,12 +19,13 @@ use sloserve_engine::{Batch, Logits, ModelRunner};
 use sloserve_model::config::Activation;
 use sloserve_model::family::Gating;
 use sloserve_model::kv_cache::KvDtype;
+use sloserve_model::rope::RopeFactors;
 use sloserve_model::{GgufFile, LlamaRunner, ModelConfig, Precision, RunnerOptions, WeightType};
 
 /// (model file, the records it is checked against): gpt-oss's MXFP4 file against the F32
 /// records of its twin, and the twin (F32 experts, as the converter writes an unquantized
 /// checkpoint) against them too.
-const FAMILIES: [(&str, &str); 7] = [
+const FAMILIES: [(&str, &str); 8] = [
     ("llama3", "llama3"),
     ("mixtral", "mixtral"),
     ("qwen2-yarn", "qwen2-yarn"),
@@ -32,6 +33,7 @@ const FAMILIES: [(&str, &str); 7] = [
     ("qwen3moe", "qwen3moe"),
     ("gpt-oss", "gpt-oss-f32"),
     ("gpt-oss-f32", "gpt-oss-f32"),
+    ("phi3", "phi3"),
 ];
 const EXACT_TOL: f32 = 2e-3;
 
@@ -68,25 +70,30 @@ fn load_kv(
 /// The records, after checking that the file here is the one they were made on (the
 /// generator is deterministic; a different numpy or gguf would show here first).
 fn records(name: &str) -> Vec<GreedyRecord> {
+    let recs = records_on(name, name);
+    assert_eq!(recs.len(), 5, "{name}: five prompts");
+    assert!(recs.iter().any(|r| r.prompt_token_ids.len() > 2000));
+    recs
+}
+
+/// Records `name`, made on the generated file `model` (checked as `records` does).
+fn records_on(model: &str, name: &str) -> Vec<GreedyRecord> {
     use sha2::{Digest, Sha256};
     let file = format!("llamacpp-f32-family-{name}.jsonl");
     let want = reference_json(&file)[0]["model_sha256"]
         .as_str()
         .expect("model_sha256")
         .to_string();
-    let bytes = std::fs::read(generated(name)).expect("read the generated model");
+    let bytes = std::fs::read(generated(model)).expect("read the generated model");
     let got: String = Sha256::digest(&bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(
         got, want,
-        "{name}: models/generated/{name}.gguf is not the file llama.cpp's records were made on"
+        "{name}: models/generated/{model}.gguf is not the file llama.cpp's records were made on"
     );
-    let recs = read_records(&file);
-    assert_eq!(recs.len(), 5, "{name}: five prompts");
-    assert!(recs.iter().any(|r| r.prompt_token_ids.len() > 2000));
-    recs
+    read_records(&file)
 }
 
 #[test]
@@ -122,6 +129,27 @@ fn configs_name_their_family() {
     );
     assert_eq!(oss.rope_scaling.freq_scale, 1.0 / 32.0);
     assert!(matches!(oss.activation, Activation::SwigluOai { .. }));
+    let phi = cfg("phi3");
+    assert_eq!(
+        phi.rope_factors,
+        RopeFactors::LongShort { orig_ctx: 1024 },
+        "phi3 reads LongRoPE's factors"
+    );
+    assert_eq!(
+        phi.rope_factors.tensor(phi.context_length),
+        Some("rope_factors_long.weight")
+    );
+    // The file's attention factor, sqrt(1 + ln 4 / ln 1024), no other scaling; the
+    // file's sliding window ignored, as llama.cpp does.
+    let r = phi.rope_scaling;
+    assert_eq!((r.freq_scale, r.ext_factor), (1.0, 0.0));
+    assert!(
+        (r.attn_factor - 1.2f32.sqrt()).abs() < 1e-6,
+        "{}",
+        r.attn_factor
+    );
+    assert!(phi.sliding_window.is_none());
+    assert_eq!((phi.rope_dims, phi.head_dim, phi.num_kv_heads), (32, 32, 4));
     let yarn = cfg("qwen2-yarn").rope_scaling;
     assert_eq!(
         (yarn.freq_scale, yarn.ext_factor, yarn.orig_ctx),
@@ -324,5 +352,58 @@ fn experts_are_batch_invariant() {
                 "{name} {precision:?} {quantize:?}: a one-token row changed beside others"
             );
         }
+    }
+}
+
+/// phi3's LongRoPE at a context of 1,024 (not over the file's original 1,024): the
+/// short factors, as llama.cpp's `-c 1024` records (`phi3-short`) have them, exact
+/// within 2e-3 and greedy-equal; at the file's 4,096 (`phi3`, checked with every family
+/// above) the long ones. The two record sets differ, so each pair of factors is checked.
+#[test]
+fn phi3_short_factors_below_the_original_context() {
+    let (short, long) = (records_on("phi3", "phi3-short"), records("phi3"));
+    assert_eq!(short.len(), 4);
+    let apart = short
+        .iter()
+        .zip(&long)
+        .map(|(s, l)| {
+            assert_eq!(s.prompt_token_ids, l.prompt_token_ids);
+            step_gap(&s.top5_logprobs_per_step[0], &l.top5_logprobs_per_step[0])
+        })
+        .fold(0f32, f32::max);
+    assert!(apart > 0.1, "the short and long records differ by {apart}");
+    let opts = RunnerOptions {
+        precision: Precision::Exact,
+        kv_cache_memory: Some(64 << 20),
+        max_model_len: Some(1024),
+        ..Default::default()
+    };
+    let mut r = LlamaRunner::load(generated("phi3"), &opts).expect("load phi3");
+    for rec in &short {
+        let (ids, rows) = greedy_until(&mut r, &rec.prompt_token_ids, 32, 0, &[]);
+        let worst = rows
+            .iter()
+            .zip(&rec.top5_logprobs_per_step)
+            .map(|(row, want)| top5_error(row, want))
+            .fold(0f32, f32::max);
+        eprintln!("phi3 at 1,024 {}: worst top-5 error {worst:.2e}", rec.id);
+        assert!(worst <= EXACT_TOL, "phi3 short {}: {worst}", rec.id);
+        assert_eq!(ids, rec.greedy_token_ids, "phi3 short {}: greedy", rec.id);
+    }
+}
+
+/// `sloserve inspect` on the phi3 file names the family, LongRoPE (which factors for
+/// which context, the attention factor) and that it is served.
+#[test]
+fn inspect_names_phi3_and_longrope() {
+    let out =
+        sloserve_model::inspect::inspect(&GgufFile::open(generated("phi3")).unwrap()).unwrap();
+    for needle in [
+        "architecture:    phi3",
+        "rope freqs:      LongRoPE: rope_factors_long.weight when the served context is over 1024 \
+         (by default the file's 4096), else rope_factors_short.weight; attention factor 1.0954",
+        "supported:       yes",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
 }
