@@ -13,7 +13,9 @@ sliding-window and full layers, YaRN, router and expert biases, MXFP4 experts) a
 (the same weights with the experts as F32, the values the MXFP4 blocks hold: what the converter
 writes for an unquantized checkpoint, and what llama.cpp's F32 reference runs on), `phi3`
 (Phi-3.5-mini's layout as `conversion/phi.py` writes it: fused `attn_qkv`, gate and up stacked in
-`ffn_up`, LongRoPE's short and long factors with the attention factor the converter computes).
+`ffn_up`, LongRoPE's short and long factors with the attention factor the converter computes) and
+`phi4-mini` (Phi-4-mini's: the same architecture with grouped KV heads, a partial rotary factor of
+0.75 and the output tied to the embedding).
 
 How the weights are scaled: embeddings N(0, 0.05^2) (small, so the layers rather than the input
 token decide what comes next: with N(0, 1) every file just repeated its last token), matrices
@@ -108,7 +110,8 @@ FAMILIES = {
     "qwen3moe": ("qwen3moe", dict(qk_norm=True, experts=True, theta=1e6, used=4)),
     "gpt-oss": ("gpt-oss", dict(mxfp4=True)),
     "gpt-oss-f32": ("gpt-oss", dict(mxfp4=False)),
-    "phi3": ("phi3", dict(variant="phi3.5")),
+    "phi3": ("phi3", dict(name="Phi 3.5 layout", kv_heads=HEADS, rotary=1.0, tied=False)),
+    "phi4-mini": ("phi3", dict(name="Phi 4 mini layout", kv_heads=KV_HEADS, rotary=0.75, tied=True)),
 }
 
 # gpt-oss: heads of 64 (q is 4 x 64 = 256 wide, not the hidden size, as in gpt-oss-20b's 64 x 64 vs
@@ -218,22 +221,26 @@ def longrope_factors(n):
 
 
 def make_phi3(name, o, vocab_path, out_dir):
-    """Phi-3.5-mini as llama.cpp's converter (`conversion/phi.py`, `Phi3MiniModel`) writes it: the
+    """Phi-3.5-mini (or Phi-4-mini: `o`) as llama.cpp's converter (`conversion/phi.py`, `Phi3MiniModel`) writes it: the
     metadata keys in its order and types (`rope.scaling.original_context_length`,
     `attention.sliding_window`, `rope.scaling.attn_factor` = sqrt(1 + ln(ctx/orig) / ln(orig)),
     no `rope.scaling.type`), `rope_factors_long.weight` and `rope_factors_short.weight` (rope
     dims / 2 F32 values each) first, q/k/v fused in `attn_qkv` (q rows, then k, then v), `ffn_up`
     holding the gate's rows then the up projection's (2 x feed_forward_length), an untied
-    `output.weight` (here the embedding written again, as qwen2moe's)."""
+    `output.weight` (here the embedding written again, as qwen2moe's; Phi-4-mini ties it: none).
+    Phi-3.5-mini has as many KV heads as query heads and turns whole heads; Phi-4-mini groups
+    them (24 over 8) and turns 0.75 of the hidden size's share of each head (`rope.dimension_count`
+    = int(0.75 x hidden) / heads: 96 of 128 there, 24 of 32 here)."""
     arch = "phi3"
     path = os.path.join(out_dir, f"{name}.gguf")
     w = gguf.GGUFWriter(path + ".tmp", arch)
     rng = Weights(seed=int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))
     # Not "phi3" nor "phi-3": llama.cpp's vocabulary loader gives a model so named Phi-3's own
     # special tokens (`</s>`, `<unk>`...) their attributes, and SmolLM2's vocabulary has none.
-    w.add_name("sloserve generated Phi 3.5 layout")
-    heads, kv_heads = HEADS, HEADS  # Phi-3.5-mini: as many KV heads as query heads
+    w.add_name(f"sloserve generated {o['name']}")
+    heads, kv_heads = HEADS, o["kv_heads"]
     head_dim = HIDDEN // heads
+    rope_dims = int(o["rotary"] * HIDDEN) // heads
     w.add_context_length(PHI_CTX)
     w.add_rope_scaling_orig_ctx_len(PHI_ORIG_CTX)
     w.add_embedding_length(HIDDEN)
@@ -242,7 +249,7 @@ def make_phi3(name, o, vocab_path, out_dir):
     w.add_head_count(heads)
     w.add_head_count_kv(kv_heads)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_rope_dimension_count(head_dim)
+    w.add_rope_dimension_count(rope_dims)
     w.add_rope_freq_base(10000.0)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
     w.add_sliding_window(PHI_WINDOW)
@@ -250,7 +257,7 @@ def make_phi3(name, o, vocab_path, out_dir):
     w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(PHI_ORIG_CTX)))
     vocab = copy_tokenizer(w, vocab_path)
     t = {}
-    short, long = longrope_factors(head_dim // 2)
+    short, long = longrope_factors(rope_dims // 2)
     t["rope_factors_long.weight"] = long
     t["rope_factors_short.weight"] = short
     t["token_embd.weight"] = rng.rng.standard_normal((vocab, HIDDEN), dtype=np.float32) * np.float32(EMBED_STD)
@@ -264,7 +271,8 @@ def make_phi3(name, o, vocab_path, out_dir):
         t[p + "ffn_up.weight"] = rng.matrix(2 * FFN, HIDDEN)
         t[p + "ffn_down.weight"] = rng.matrix(HIDDEN, FFN)
     t["output_norm.weight"] = rng.norm(HIDDEN) * np.float32(OUTPUT_GAIN)
-    t["output.weight"] = t["token_embd.weight"]
+    if not o["tied"]:
+        t["output.weight"] = t["token_embd.weight"]
     for n, a in t.items():
         w.add_tensor(n, np.ascontiguousarray(a, dtype=np.float32))
     w.write_header_to_file()

@@ -10,7 +10,8 @@ record is the bar for fast precision); `gpt-oss-f32` holds the same values as F3
 exact reference).
 `phi3` (LongRoPE) is recorded twice: at a context of 4,096 (llama-server's `-c 4096`, over the file's
 original context of 1,024: llama.cpp takes the long factors, `n_ctx_seq > n_ctx_orig_yarn`) with the
-five prompts, and as `phi3-short` at `-c 1024` (the short factors) with the four prompts that fit.
+five prompts, and as `phi3-short` at `-c 1024` (the short factors) with the four prompts that fit;
+`phi4-mini` (partial rotary, tied output) at 4,096.
 Standard library only; talks to llama-server on 127.0.0.1 only.
 
 Usage: make_family_reference.py --bin <llama.cpp build/bin> --models models/generated [names...]
@@ -80,7 +81,7 @@ def main():
     ap.add_argument("--out", default="crates/model/tests/data")
     ap.add_argument("names", nargs="*", default=[
         "llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe", "gpt-oss", "gpt-oss-f32", "phi3",
-        "phi3-short"])
+        "phi3-short", "phi4-mini"])
     a = ap.parse_args()
     for name in a.names:
         file, flags, prompts = VARIANTS.get(name, (name, [], PROMPTS))

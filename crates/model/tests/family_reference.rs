@@ -25,7 +25,7 @@ use sloserve_model::{GgufFile, LlamaRunner, ModelConfig, Precision, RunnerOption
 /// (model file, the records it is checked against): gpt-oss's MXFP4 file against the F32
 /// records of its twin, and the twin (F32 experts, as the converter writes an unquantized
 /// checkpoint) against them too.
-const FAMILIES: [(&str, &str); 8] = [
+const FAMILIES: [(&str, &str); 9] = [
     ("llama3", "llama3"),
     ("mixtral", "mixtral"),
     ("qwen2-yarn", "qwen2-yarn"),
@@ -34,6 +34,7 @@ const FAMILIES: [(&str, &str); 8] = [
     ("gpt-oss", "gpt-oss-f32"),
     ("gpt-oss-f32", "gpt-oss-f32"),
     ("phi3", "phi3"),
+    ("phi4-mini", "phi4-mini"),
 ];
 const EXACT_TOL: f32 = 2e-3;
 
@@ -150,6 +151,13 @@ fn configs_name_their_family() {
     );
     assert!(phi.sliding_window.is_none());
     assert_eq!((phi.rope_dims, phi.head_dim, phi.num_kv_heads), (32, 32, 4));
+    // Phi-4-mini's layout: 24 of each head's 32 dimensions turned, KV heads grouped, tied.
+    let phi4 = cfg("phi4-mini");
+    assert_eq!(
+        (phi4.rope_dims, phi4.head_dim, phi4.num_kv_heads),
+        (24, 32, 2)
+    );
+    assert!(phi4.tied_embeddings && !phi.tied_embeddings);
     let yarn = cfg("qwen2-yarn").rope_scaling;
     assert_eq!(
         (yarn.freq_scale, yarn.ext_factor, yarn.orig_ctx),
