@@ -11,7 +11,8 @@ exact reference).
 `phi3` (LongRoPE) is recorded twice: at a context of 4,096 (llama-server's `-c 4096`, over the file's
 original context of 1,024: llama.cpp takes the long factors, `n_ctx_seq > n_ctx_orig_yarn`) with the
 five prompts, and as `phi3-short` at `-c 1024` (the short factors) with the four prompts that fit;
-`phi4-mini` (partial rotary, tied output) at 4,096.
+`phi4-mini` (partial rotary, tied output) at 4,096; `phi3-q8_0` on the phi3 file quantized to Q8_0 by
+llama-quantize (the bar for fast precision with `--quantize q8_0`).
 Standard library only; talks to llama-server on 127.0.0.1 only.
 
 Usage: make_family_reference.py --bin <llama.cpp build/bin> --models models/generated [names...]
@@ -22,16 +23,22 @@ import hashlib
 import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from make_qwen_reference import post, start_server  # noqa: E402
 
 VOCAB_LO, VOCAB_HI = 200, 49000
 PROMPTS = [("p1", 6), ("p2", 17), ("p3", 64), ("p4", 300), ("long", 2100)]
-# A record set made on another set's file with other llama-server flags: name -> (file, flags,
-# prompts).
-VARIANTS = {"phi3-short": ("phi3", ["-c", "1024"], PROMPTS[:4])}
+# A record set made on another set's file with other llama-server flags, or on that file quantized
+# by llama-quantize (the record carries the generated file's sha256, which a test re-quantizes with
+# `--quantize`): name -> (file, flags, prompts, llama-quantize type or None).
+VARIANTS = {
+    "phi3-short": ("phi3", ["-c", "1024"], PROMPTS[:4], None),
+    "phi3-q8_0": ("phi3", [], PROMPTS, "Q8_0"),
+}
 
 
 def prompt_ids(name, pid, n):
@@ -81,12 +88,18 @@ def main():
     ap.add_argument("--out", default="crates/model/tests/data")
     ap.add_argument("names", nargs="*", default=[
         "llama3", "mixtral", "qwen2-yarn", "qwen2moe", "qwen3moe", "gpt-oss", "gpt-oss-f32", "phi3",
-        "phi3-short", "phi4-mini"])
+        "phi3-short", "phi3-q8_0", "phi4-mini"])
     a = ap.parse_args()
     for name in a.names:
-        file, flags, prompts = VARIANTS.get(name, (name, [], PROMPTS))
+        file, flags, prompts, qtype = VARIANTS.get(name, (name, [], PROMPTS, None))
         path = os.path.join(a.models, f"{file}.gguf")
         sha = sha256(path)
+        if qtype:
+            quantized = os.path.join(tempfile.mkdtemp(), f"{file}-{qtype}.gguf")
+            env = dict(os.environ, LD_LIBRARY_PATH=a.bin)
+            subprocess.run([os.path.join(a.bin, "llama-quantize"), path, quantized, qtype], env=env,
+                           check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            path = quantized
         extra = ["-ctk", "f32", "-ctv", "f32", "-fa", "off"] + flags
         if name.startswith("gpt-oss"):
             # The sliding-window layers' cache kept whole, so the cached prompt is reused as is.

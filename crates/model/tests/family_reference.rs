@@ -211,11 +211,12 @@ fn exact_matches_llamacpp_f32() {
     }
 }
 
-/// Runs `model` over `name`'s records: each step's top-5 error against them (up to the
+/// Runs `r` (the generated file `model`) over `name`'s records: each step's top-5 error against them (up to the
 /// first greedy difference), and whether each greedy run equals theirs.
-fn against(r: &mut LlamaRunner, name: &str) -> Vec<(String, Vec<f32>, bool)> {
-    records(name)
-        .iter()
+fn against(r: &mut LlamaRunner, model: &str, name: &str) -> Vec<(String, Vec<f32>, bool)> {
+    let recs = records_on(model, name);
+    assert_eq!(recs.len(), 5, "{name}: five prompts");
+    recs.iter()
         .map(|rec| {
             let chunk = if rec.prompt_token_ids.len() > 512 {
                 384
@@ -252,7 +253,7 @@ fn against(r: &mut LlamaRunner, name: &str) -> Vec<(String, Vec<f32>, bool)> {
 fn gpt_oss_fast_matches_llamacpp_mxfp4() {
     let mut r = load_kv("gpt-oss", Precision::Fast, None, Some(KvDtype::F32));
     let (mut steps, mut off) = (0, 0);
-    for (id, errors, greedy) in against(&mut r, "gpt-oss") {
+    for (id, errors, greedy) in against(&mut r, "gpt-oss", "gpt-oss") {
         let (near, far): (Vec<f32>, Vec<f32>) = errors.iter().partition(|&&e| e <= EXACT_TOL);
         let worst = near.iter().fold(0f32, |a, &e| a.max(e));
         eprintln!(
@@ -289,27 +290,39 @@ fn step_gap(a: &[TopLogprob], b: &[TopLogprob]) -> f32 {
 fn gpt_oss_fast_is_as_near_f32_as_llamacpp_mxfp4() {
     let (exact, mx) = (records("gpt-oss-f32"), records("gpt-oss"));
     let mut r = load("gpt-oss", Precision::Fast, None);
-    let (mut ours, mut theirs) = (0f32, 0f32);
-    for (e, m) in exact.iter().zip(&mx) {
+    let (ours, theirs) = first_steps_from_f32(&mut r, &exact, &mx, "gpt-oss");
+    assert!(
+        ours <= 1.25 * theirs,
+        "sloserve fast {ours} vs llama.cpp MXFP4 {theirs}"
+    );
+}
+
+/// Each prompt's first step (after its prefill) run on `r`, and in llama.cpp's
+/// `theirs`, against the F32 records `exact`: the top-5 errors of each, summed.
+fn first_steps_from_f32(
+    r: &mut LlamaRunner,
+    exact: &[GreedyRecord],
+    theirs: &[GreedyRecord],
+    label: &str,
+) -> (f32, f32) {
+    let (mut o_sum, mut t_sum) = (0f32, 0f32);
+    for (e, m) in exact.iter().zip(theirs) {
         assert_eq!(e.prompt_token_ids, m.prompt_token_ids);
         let chunk = if e.prompt_token_ids.len() > 512 {
             384
         } else {
             0
         };
-        let (_, rows) = greedy_until(&mut r, &e.prompt_token_ids, 1, chunk, &[]);
+        let (_, rows) = greedy_until(r, &e.prompt_token_ids, 1, chunk, &[]);
         let o = top5_error(&rows[0], &e.top5_logprobs_per_step[0]);
         let t = step_gap(&m.top5_logprobs_per_step[0], &e.top5_logprobs_per_step[0]);
         eprintln!(
-            "gpt-oss {}: first step from F32, sloserve fast {o:.3}, llama.cpp MXFP4 {t:.3}",
+            "{label} {}: first step from F32, sloserve fast {o:.3}, llama.cpp's {t:.3}",
             e.id
         );
-        (ours, theirs) = (ours + o, theirs + t);
+        (o_sum, t_sum) = (o_sum + o, t_sum + t);
     }
-    assert!(
-        ours <= 1.25 * theirs,
-        "sloserve fast {ours} vs llama.cpp MXFP4 {theirs}"
-    );
+    (o_sum, t_sum)
 }
 
 /// Logits of sequence `i` of `prompts` run together in one batch (each in its own blocks).
@@ -414,4 +427,37 @@ fn inspect_names_phi3_and_longrope() {
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
+}
+
+/// phi3 in fast precision under `--quantize q8_0` (its fused `attn_qkv` and stacked
+/// `ffn_up` as 8-bit panels), against llama.cpp on the same file quantized to Q8_0 by
+/// llama-quantize (`phi3-q8_0`; the blocks are the same bytes): both multiply Q8_0
+/// weights with activations rounded to Q8_0 blocks. With an F32 KV cache the shortest
+/// prompt agrees within 2e-3 on all 32 steps, greedy-equal; past a few dozen positions
+/// the attention's output, summed in another order, now and then lands across a
+/// rounding step of its 8-bit blocks, and this small model turns that into 0.1
+/// (gpt-oss's note above), so the longer prompts are held to the bar gpt-oss's fast
+/// path is: as served (f16 KV) no further from llama.cpp's F32 records than
+/// llama.cpp's Q8_0 run, on first steps, within 25%.
+#[test]
+fn phi3_fast_q8_0_as_llamacpp_q8_0() {
+    let q8 = Some(WeightType::Q8_0);
+    let mut r = load_kv("phi3", Precision::Fast, q8, Some(KvDtype::F32));
+    let (id, errors, greedy) = against(&mut r, "phi3", "phi3-q8_0").swap_remove(0);
+    let worst = errors.iter().fold(0f32, |a, &e| a.max(e));
+    eprintln!(
+        "phi3 fast q8_0, f32 KV, {id}: worst of {} steps {worst:.2e}",
+        errors.len()
+    );
+    assert!(
+        greedy && errors.len() == 32 && worst <= EXACT_TOL,
+        "{id}: {errors:?}"
+    );
+    let mut r = load("phi3", Precision::Fast, q8);
+    let recs = records_on("phi3", "phi3-q8_0");
+    let (ours, theirs) = first_steps_from_f32(&mut r, &records("phi3"), &recs, "phi3 q8_0");
+    assert!(
+        ours <= 1.25 * theirs,
+        "sloserve fast q8_0 {ours} vs llama.cpp Q8_0 {theirs}"
+    );
 }
