@@ -1,7 +1,8 @@
 //! The families sloserve has no real weights for (Llama 3.1 `rope_freqs`, Mixtral-style
 //! `llama` with experts, Qwen2 with YaRN, Qwen2-MoE with its shared expert, Qwen3-MoE,
-//! gpt-oss), on small files in each architecture's exact GGUF layout that
-//! `scripts/make_family_models.py` writes (`make models-generated`), against llama.cpp's F32
+//! gpt-oss, Phi-3.5-mini and Phi-4-mini with LongRoPE), on small files in each
+//! architecture's exact GGUF layout that `scripts/make_family_models.py` writes
+//! (`make models-generated`), against llama.cpp's F32
 //! records on the same files (`scripts/make_family_reference.py`): exact precision within
 //! 2e-3 of every step's top-5 logprobs and greedy-equal over 32 tokens, on prompts up to
 //! 2,100 tokens (prefilled in chunks). gpt-oss's experts are MXFP4: exact precision on that
@@ -9,6 +10,8 @@
 //! values as F32), and fast precision against llama.cpp on the MXFP4 file itself (8-bit
 //! activations in both). A mixture's rows are batch-invariant: a sequence's logits are the
 //! same bits alone and beside others, in both precisions and under `--quantize q8_0`.
+//! phi3's LongRoPE factors are chosen by the served context: the file is checked at
+//! 4,096 (long) and 1,024 (short) against llama.cpp at those contexts.
 
 mod common;
 
