@@ -293,7 +293,17 @@ impl Decoder {
         // Per-pair frequency factors shared by every layer: Llama 3's, or LongRoPE's
         // pair for the served context (`RopeFactors`).
         let freq_factors = match c.rope_factors.tensor(served_ctx) {
-            Some(name) if ld.file.has_tensor(name) => Some(ld.vector(name, c.rope_dims / 2)?),
+            Some(name) if ld.file.has_tensor(name) => {
+                if let crate::rope::RopeFactors::LongShort { orig_ctx } = c.rope_factors {
+                    tracing::info!(
+                        factors = name,
+                        served_context = served_ctx,
+                        original_context = orig_ctx,
+                        "LongRoPE: the long factors past the original context, else the short"
+                    );
+                }
+                Some(ld.vector(name, c.rope_dims / 2)?)
+            }
             _ => None,
         };
         let (style, hd, n_rot) = (c.rope_style, c.head_dim, c.rope_dims);
