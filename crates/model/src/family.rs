@@ -230,7 +230,8 @@ pub const FAMILIES: &[Family] = &[
     // llama.cpp's `phi3.cpp` (Phi-3, Phi-3.5, Phi-4-mini): q/k/v fused in `attn_qkv` (read
     // for any family whose file has it), gate and up stacked in `ffn_up`, LongRoPE factors;
     // its `attention.sliding_window` is ignored, as llama.cpp does ("Phi SWA is currently
-    // disabled"): every layer attends to the whole context.
+    // disabled"): every layer attends to the whole context; no output bias (llama.cpp's
+    // phi3 reads none); `output.weight` or, absent (Phi-4-mini), the embedding.
     Family {
         arch: "phi3",
         long_rope: true,

@@ -161,7 +161,9 @@ pub enum RopeFactors {
     /// context of a sequence is longer than `orig_ctx` (the file's
     /// `rope.scaling.original_context_length`), else `rope_factors_short.weight`, for
     /// every position of every sequence: the choice follows the context the model is
-    /// served with, not a prompt's length (llama.cpp: `n_ctx_seq > n_ctx_orig_yarn`).
+    /// served with, not a prompt's length (llama.cpp: `n_ctx_seq > n_ctx_orig_yarn`;
+    /// its context is rounded up to a multiple of 256 first, which decides the same
+    /// for an original context that is one, as every Phi-3's 4,096 is).
     /// The attention factor (`rope.scaling.attn_factor`, which llama.cpp's converter
     /// sets to `sqrt(1 + ln(ctx / orig_ctx) / ln(orig_ctx))`) applies with either pair.
     LongShort {
