@@ -24,7 +24,7 @@ model-qwen1.5b:
 	./scripts/fetch-model.sh qwen1.5b
 
 # Small models of the families with no reachable weights (Llama 3.1, Mixtral, Qwen2 + YaRN,
-# Qwen2-MoE, Qwen3-MoE, gpt-oss with MXFP4 experts and its F32 twin) in llama.cpp's exact GGUF layout, seeded, with SmolLM2's vocabulary:
+# Qwen2-MoE, Qwen3-MoE, gpt-oss with MXFP4 experts and its F32 twin, Phi-3.5-mini and Phi-4-mini with LongRoPE) in llama.cpp's exact GGUF layout, seeded, with SmolLM2's vocabulary:
 # the same bytes on every machine (llama.cpp's records in crates/model/tests/data hold for them).
 VENV_GGUF := .venv-gguf
 $(VENV_GGUF)/.requirements-installed: scripts/requirements-gguf.txt

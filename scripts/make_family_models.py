@@ -11,7 +11,11 @@ Families: `llama3` (Llama 3.1-style `rope_freqs`), `mixtral` (`llama` with exper
 as llama.cpp's converter writes it, `conversion/gpt_oss.py`: attention biases and sinks, alternating
 sliding-window and full layers, YaRN, router and expert biases, MXFP4 experts) and `gpt-oss-f32`
 (the same weights with the experts as F32, the values the MXFP4 blocks hold: what the converter
-writes for an unquantized checkpoint, and what llama.cpp's F32 reference runs on).
+writes for an unquantized checkpoint, and what llama.cpp's F32 reference runs on), `phi3`
+(Phi-3.5-mini's layout as `conversion/phi.py` writes it: fused `attn_qkv`, gate and up stacked in
+`ffn_up`, LongRoPE's short and long factors with the attention factor the converter computes) and
+`phi4-mini` (Phi-4-mini's: the same architecture with grouped KV heads, a partial rotary factor of
+0.75 and the output tied to the embedding).
 
 How the weights are scaled: embeddings N(0, 0.05^2) (small, so the layers rather than the input
 token decide what comes next: with N(0, 1) every file just repeated its last token), matrices
@@ -106,6 +110,8 @@ FAMILIES = {
     "qwen3moe": ("qwen3moe", dict(qk_norm=True, experts=True, theta=1e6, used=4)),
     "gpt-oss": ("gpt-oss", dict(mxfp4=True)),
     "gpt-oss-f32": ("gpt-oss", dict(mxfp4=False)),
+    "phi3": ("phi3", dict(name="Phi 3.5 layout", kv_heads=HEADS, rotary=1.0, tied=False)),
+    "phi4-mini": ("phi3", dict(name="Phi 4 mini layout", kv_heads=KV_HEADS, rotary=0.75, tied=True)),
 }
 
 # gpt-oss: heads of 64 (q is 4 x 64 = 256 wide, not the hidden size, as in gpt-oss-20b's 64 x 64 vs
@@ -198,10 +204,91 @@ def make_gpt_oss(name, o, vocab_path, out_dir):
     return path
 
 
+# phi3: Phi-3.5-mini's shape of context (131,072 trained on an original 4,096) scaled down to 4,096
+# on an original 1,024, so that sloserve's default context (the file's) takes the long factors and
+# a context of 1,024 the short ones; RoPE base 10,000, rms eps 1e-5, sliding window 262,144 (Phi-3.5's
+# config; llama.cpp ignores it), as Phi-3.5-mini's file has them.
+PHI_CTX, PHI_ORIG_CTX, PHI_WINDOW = 4096, 1024, 262144
+
+
+def longrope_factors(n):
+    """LongRoPE factors shaped like Phi-3.5-mini's (`rope_scaling.short_factor` rising from 1 to
+    about 2 over the pairs, `long_factor` from about 1.1 to about 60, steepest on the slow pairs)."""
+    x = np.arange(n, dtype=np.float64) / (n - 1)
+    short = 1.0 + x ** 3
+    long = 1.08 * np.exp(np.log(60.0 / 1.08) * x ** 2)
+    return short.astype(np.float32), long.astype(np.float32)
+
+
+def make_phi3(name, o, vocab_path, out_dir):
+    """Phi-3.5-mini (or Phi-4-mini: `o`) as llama.cpp's converter (`conversion/phi.py`, `Phi3MiniModel`) writes it: the
+    metadata keys in its order and types (`rope.scaling.original_context_length`,
+    `attention.sliding_window`, `rope.scaling.attn_factor` = sqrt(1 + ln(ctx/orig) / ln(orig)),
+    no `rope.scaling.type`), `rope_factors_long.weight` and `rope_factors_short.weight` (rope
+    dims / 2 F32 values each) first, q/k/v fused in `attn_qkv` (q rows, then k, then v), `ffn_up`
+    holding the gate's rows then the up projection's (2 x feed_forward_length), an untied
+    `output.weight` (here the embedding written again, as qwen2moe's; Phi-4-mini ties it: none).
+    Phi-3.5-mini has as many KV heads as query heads and turns whole heads; Phi-4-mini groups
+    them (24 over 8) and turns 0.75 of the hidden size's share of each head (`rope.dimension_count`
+    = int(0.75 x hidden) / heads: 96 of 128 there, 24 of 32 here)."""
+    arch = "phi3"
+    path = os.path.join(out_dir, f"{name}.gguf")
+    w = gguf.GGUFWriter(path + ".tmp", arch)
+    rng = Weights(seed=int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))
+    # Not "phi3" nor "phi-3": llama.cpp's vocabulary loader gives a model so named Phi-3's own
+    # special tokens (`</s>`, `<unk>`...) their attributes, and SmolLM2's vocabulary has none.
+    w.add_name(f"sloserve generated {o['name']}")
+    heads, kv_heads = HEADS, o["kv_heads"]
+    head_dim = HIDDEN // heads
+    rope_dims = int(o["rotary"] * HIDDEN) // heads
+    w.add_context_length(PHI_CTX)
+    w.add_rope_scaling_orig_ctx_len(PHI_ORIG_CTX)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_block_count(LAYERS)
+    w.add_head_count(heads)
+    w.add_head_count_kv(kv_heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(rope_dims)
+    w.add_rope_freq_base(10000.0)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    w.add_sliding_window(PHI_WINDOW)
+    scale = PHI_CTX / PHI_ORIG_CTX
+    w.add_rope_scaling_attn_factors(math.sqrt(1 + math.log(scale) / math.log(PHI_ORIG_CTX)))
+    vocab = copy_tokenizer(w, vocab_path)
+    t = {}
+    short, long = longrope_factors(rope_dims // 2)
+    t["rope_factors_long.weight"] = long
+    t["rope_factors_short.weight"] = short
+    t["token_embd.weight"] = rng.rng.standard_normal((vocab, HIDDEN), dtype=np.float32) * np.float32(EMBED_STD)
+    q, kv = heads * head_dim, kv_heads * head_dim
+    for i in range(LAYERS):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = rng.norm(HIDDEN)
+        t[p + "attn_qkv.weight"] = rng.matrix(q + 2 * kv, HIDDEN)
+        t[p + "attn_output.weight"] = rng.matrix(HIDDEN, q)
+        t[p + "ffn_norm.weight"] = rng.norm(HIDDEN)
+        t[p + "ffn_up.weight"] = rng.matrix(2 * FFN, HIDDEN)
+        t[p + "ffn_down.weight"] = rng.matrix(HIDDEN, FFN)
+    t["output_norm.weight"] = rng.norm(HIDDEN) * np.float32(OUTPUT_GAIN)
+    if not o["tied"]:
+        t["output.weight"] = t["token_embd.weight"]
+    for n, a in t.items():
+        w.add_tensor(n, np.ascontiguousarray(a, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(path + ".tmp", path)
+    return path
+
+
 def make(name, vocab_path, out_dir):
     arch, o = FAMILIES[name]
     if arch == "gpt-oss":
         return make_gpt_oss(name, o, vocab_path, out_dir)
+    if arch == "phi3":
+        return make_phi3(name, o, vocab_path, out_dir)
     path = os.path.join(out_dir, f"{name}.gguf")
     w = gguf.GGUFWriter(path + ".tmp", arch)
     rng = Weights(seed=int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))

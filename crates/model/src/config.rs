@@ -5,7 +5,7 @@
 use crate::error::{ModelError, Result};
 use crate::family::{self, ExpertRules, Family, FfnLayout, LocalRope};
 use crate::gguf::GgufFile;
-use crate::rope::{RopeOverride, RopeScaling};
+use crate::rope::{RopeFactors, RopeOverride, RopeScaling};
 
 pub use crate::family::{Activation, RopeStyle};
 
@@ -55,6 +55,11 @@ pub struct ModelConfig {
     pub rms_norm_eps: f32,
     pub rope_theta: f32,
     pub rope_style: RopeStyle,
+    /// Dimensions of each head that RoPE turns (`rope.dimension_count`; the head size
+    /// unless the file says fewer: Phi-4-mini 96 of 128).
+    pub rope_dims: usize,
+    /// The per-dimension frequency factors RoPE reads (Llama 3, LongRoPE).
+    pub rope_factors: RopeFactors,
     /// q/k/v projections carry biases (qwen2).
     pub qkv_bias: bool,
     /// The output projection reuses `token_embd.weight`.
@@ -118,6 +123,17 @@ impl ModelConfig {
                 format!("head size {head_dim} must be even"),
             ));
         }
+        let rope_dims = match f.get_usize(&k("rope.dimension_count")) {
+            Ok(n) => n,
+            Err(ModelError::MissingMetadata { .. }) => head_dim,
+            Err(e) => return Err(e),
+        };
+        if rope_dims == 0 || !rope_dims.is_multiple_of(2) || rope_dims > head_dim {
+            return Err(bad(
+                &k("rope.dimension_count"),
+                format!("{rope_dims} rotated dimensions: must be even, from 2 to the head size {head_dim}"),
+            ));
+        }
         let vocab_size = match f.tensor_info("token_embd.weight") {
             Some(info) if info.shape.elem_count() > 0 => info.shape.dims()[0],
             Some(info) => {
@@ -169,6 +185,21 @@ impl ModelConfig {
             _ => None,
         };
         let context_length = f.get_usize(&k("context_length")).unwrap_or(2048);
+        let rope_factors = if fam.rope_freqs && f.has_tensor("rope_freqs.weight") {
+            RopeFactors::Freqs
+        } else if fam.long_rope
+            && (f.has_tensor("rope_factors_long.weight")
+                || f.has_tensor("rope_factors_short.weight"))
+        {
+            // llama.cpp's `hparams.n_ctx_orig_yarn`: the file's, not `--yarn-orig-ctx`.
+            RopeFactors::LongShort {
+                orig_ctx: f
+                    .get_usize(&k("rope.scaling.original_context_length"))
+                    .unwrap_or(context_length),
+            }
+        } else {
+            RopeFactors::None
+        };
         let moe = Self::read_moe(f, fam, &arch)?;
         let intermediate_size = match (moe, f.get_usize(&k("feed_forward_length"))) {
             (_, Ok(n)) => n,
@@ -189,7 +220,9 @@ impl ModelConfig {
             rms_norm_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
             rope_theta,
             rope_style: fam.rope_style,
-            qkv_bias: f.has_tensor("blk.0.attn_q.bias"),
+            rope_dims,
+            rope_factors,
+            qkv_bias: f.has_tensor("blk.0.attn_q.bias") || f.has_tensor("blk.0.attn_qkv.bias"),
             tied_embeddings: !f.has_tensor("output.weight"),
             qk_norm: fam.qk_norm,
             post_norms: fam.post_norms,

@@ -246,15 +246,19 @@ impl Decoder {
     /// served context, not the file's `context_length`).
     pub fn load(file: &mut GgufFile, precision: Precision, max_positions: usize) -> Result<Self> {
         let c = ModelConfig::from_gguf(file)?;
-        Self::load_config(file, c, precision, max_positions)
+        Self::load_config(file, c, precision, max_positions, max_positions)
     }
 
-    /// `load` with the config already read (and the command line's overrides in it).
+    /// `load` with the config already read (and the command line's overrides in it);
+    /// `served_ctx` is the context each sequence is served with (`--max-model-len`, else
+    /// the file's), which picks LongRoPE's factors, as llama.cpp's per-sequence context
+    /// does; the RoPE table covers `0..max_positions` (no more than that).
     pub fn load_config(
         file: &mut GgufFile,
         c: ModelConfig,
         precision: Precision,
         max_positions: usize,
+        served_ctx: usize,
     ) -> Result<Self> {
         file.check_dtypes()?;
         let mut ld = Loader {
@@ -286,14 +290,27 @@ impl Decoder {
             }
         };
         let max_pos = max_positions.min(c.context_length);
-        // Llama 3's frequency factors, one per pair, shared by every layer.
-        let freq_factors = match c.family.rope_freqs && ld.file.has_tensor("rope_freqs.weight") {
-            true => Some(ld.vector("rope_freqs.weight", c.head_dim / 2)?),
-            false => None,
+        // Per-pair frequency factors shared by every layer: Llama 3's, or LongRoPE's
+        // pair for the served context (`RopeFactors`).
+        let freq_factors = match c.rope_factors.tensor(served_ctx) {
+            Some(name) if ld.file.has_tensor(name) => {
+                if let crate::rope::RopeFactors::LongShort { orig_ctx } = c.rope_factors {
+                    tracing::info!(
+                        factors = name,
+                        served_context = served_ctx,
+                        original_context = orig_ctx,
+                        "LongRoPE: the long factors past the original context, else the short"
+                    );
+                }
+                Some(ld.vector(name, c.rope_dims / 2)?)
+            }
+            _ => None,
         };
+        let (style, hd, n_rot) = (c.rope_style, c.head_dim, c.rope_dims);
         let mut ropes = vec![Rope::scaled(
-            c.rope_style,
-            c.head_dim,
+            style,
+            hd,
+            n_rot,
             c.rope_theta,
             &c.rope_scaling,
             freq_factors.as_deref(),
@@ -302,14 +319,15 @@ impl Decoder {
         if let Some(sw) = c.sliding_window {
             ropes.push(match sw.rope_scaled {
                 true => Rope::scaled(
-                    c.rope_style,
-                    c.head_dim,
+                    style,
+                    hd,
+                    n_rot,
                     sw.rope_theta,
                     &c.rope_scaling,
                     None,
                     max_pos,
                 ),
-                false => Rope::new(c.rope_style, c.head_dim, sw.rope_theta, max_pos),
+                false => Rope::new(style, hd, n_rot, sw.rope_theta, max_pos),
             });
         }
         Ok(Decoder {

@@ -106,6 +106,13 @@ pub struct Family {
     pub sliding: Option<SlidingPattern>,
     /// Reads Llama 3's RoPE frequency factors (`rope_freqs.weight`) when present.
     pub rope_freqs: bool,
+    /// LongRoPE (Phi-3): per-dimension frequency factors `rope_factors_short.weight` and
+    /// `rope_factors_long.weight` when present, one pair chosen for the served context
+    /// (`crate::rope::RopeFactors`).
+    pub long_rope: bool,
+    /// `ffn_up` holds the gate's rows then the up projection's (`[2 * ffn, hidden]`),
+    /// with no `ffn_gate` (phi3: llama.cpp's `ggml_swiglu` on the halves, gate first).
+    pub ffn_up_holds_gate: bool,
     /// The attention's output projection has a bias (`attn_output.bias`: gpt-oss;
     /// q/k/v biases are read wherever the file has them).
     pub attn_output_bias: bool,
@@ -141,6 +148,8 @@ const DENSE: Family = Family {
     embed_scale_sqrt_hidden: false,
     sliding: None,
     rope_freqs: false,
+    long_rope: false,
+    ffn_up_holds_gate: false,
     attn_output_bias: false,
     attn_sinks: false,
     ffn_norm: "ffn_norm",
@@ -218,6 +227,17 @@ pub const FAMILIES: &[Family] = &[
         }),
         ..DENSE
     },
+    // llama.cpp's `phi3.cpp` (Phi-3, Phi-3.5, Phi-4-mini): q/k/v fused in `attn_qkv` (read
+    // for any family whose file has it), gate and up stacked in `ffn_up`, LongRoPE factors;
+    // its `attention.sliding_window` is ignored, as llama.cpp does ("Phi SWA is currently
+    // disabled"): every layer attends to the whole context; no output bias (llama.cpp's
+    // phi3 reads none); `output.weight` or, absent (Phi-4-mini), the embedding.
+    Family {
+        arch: "phi3",
+        long_rope: true,
+        ffn_up_holds_gate: true,
+        ..DENSE
+    },
 ];
 
 /// The family of `arch`, if sloserve runs it.
@@ -245,6 +265,7 @@ mod tests {
             assert_eq!(FAMILIES.iter().filter(|g| g.arch == f.arch).count(), 1);
         }
         assert_eq!(family("phi2"), None);
+        assert!(family("phi3").is_some_and(|f| f.long_rope && f.sliding.is_none()));
         assert!(supported_list().contains("qwen3moe"));
         assert!(supported_list().contains("gpt-oss"));
     }

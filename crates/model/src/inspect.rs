@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::reasoning::ReasoningFormat;
 use crate::requantize::WeightPlan;
+use crate::rope::RopeFactors;
 use crate::tokenizer::hf_export::HfTokenizer;
 use crate::tokenizer::{Tokenizer, SUPPORTED_TOKENIZERS};
 use crate::tool_format::ToolCallFormat;
@@ -30,7 +31,7 @@ pub fn inspect(file: &GgufFile) -> Result<String> {
         file.get_str("general.name").unwrap_or_else(|_| "-".into())
     );
     match ModelConfig::from_gguf(file) {
-        Ok(c) => describe_config(w, &c, file),
+        Ok(c) => describe_config(w, &c),
         Err(e) => {
             let arch = file.get_str("general.architecture");
             let _ = writeln!(w, "architecture:    {}", arch.as_deref().unwrap_or("-"));
@@ -90,7 +91,7 @@ pub fn export_tokenizer(file: &GgufFile, dir: &std::path::Path) -> Result<String
     Ok(s)
 }
 
-fn describe_config(w: &mut String, c: &ModelConfig, file: &GgufFile) {
+fn describe_config(w: &mut String, c: &ModelConfig) {
     let _ = writeln!(w, "architecture:    {}", c.architecture);
     let _ = writeln!(w, "layers:          {}", c.num_layers);
     let _ = writeln!(w, "hidden size:     {}", c.hidden_size);
@@ -121,12 +122,27 @@ fn describe_config(w: &mut String, c: &ModelConfig, file: &GgufFile) {
             r.orig_ctx
         ),
     };
-    if c.family.rope_freqs && file.has_tensor("rope_freqs.weight") {
+    if c.rope_dims != c.head_dim {
         let _ = writeln!(
             w,
-            "rope freqs:      per-dimension factors (rope_freqs.weight, Llama 3)"
+            "rope dims:       {} of each head's {} (partial rotary)",
+            c.rope_dims, c.head_dim
         );
     }
+    let _ = match c.rope_factors {
+        RopeFactors::None => Ok(()),
+        RopeFactors::Freqs => writeln!(
+            w,
+            "rope freqs:      per-dimension factors (rope_freqs.weight, Llama 3)"
+        ),
+        RopeFactors::LongShort { orig_ctx } => writeln!(
+            w,
+            "rope freqs:      LongRoPE: rope_factors_long.weight when the served context is \
+             over {orig_ctx} (by default the file's {}), else rope_factors_short.weight; \
+             attention factor {}",
+            c.context_length, r.attn_factor
+        ),
+    };
     if let Some(m) = c.moe {
         let _ = writeln!(
             w,

@@ -2,7 +2,9 @@
 //! llama.cpp's `ggml_rope_cache_init` computes them) for every position up to the
 //! context length, in interleaved or half-split pairing; with the long-context
 //! scalings llama.cpp applies (`RopeScaling`: linear, YaRN) and per-dimension
-//! frequency factors (Llama 3's `rope_freqs`).
+//! frequency factors (`RopeFactors`: Llama 3's `rope_freqs`, Phi-3's LongRoPE), over
+//! the first `rope.dimension_count` dimensions of each head (all of them, or fewer:
+//! Phi-4-mini rotates 96 of 128).
 
 use crate::error::{ModelError, Result};
 use crate::family::RopeStyle;
@@ -148,8 +150,46 @@ impl RopeScaling {
     }
 }
 
+/// Which per-dimension frequency factors RoPE reads (each pair's angle divided by its
+/// factor), as llama.cpp's `llama_model::get_rope_factors` chooses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeFactors {
+    None,
+    /// Llama 3's `rope_freqs.weight`, at every context.
+    Freqs,
+    /// LongRoPE (Phi-3, Phi-3.5, Phi-4-mini): `rope_factors_long.weight` when the served
+    /// context of a sequence is longer than `orig_ctx` (the file's
+    /// `rope.scaling.original_context_length`), else `rope_factors_short.weight`, for
+    /// every position of every sequence: the choice follows the context the model is
+    /// served with, not a prompt's length (llama.cpp: `n_ctx_seq > n_ctx_orig_yarn`;
+    /// its context is rounded up to a multiple of 256 first, which decides the same
+    /// for an original context that is one, as every Phi-3's 4,096 is).
+    /// The attention factor (`rope.scaling.attn_factor`, which llama.cpp's converter
+    /// sets to `sqrt(1 + ln(ctx / orig_ctx) / ln(orig_ctx))`) applies with either pair.
+    LongShort {
+        orig_ctx: usize,
+    },
+}
+
+impl RopeFactors {
+    /// The tensor to read for a model served with `served_ctx` positions per sequence.
+    pub fn tensor(self, served_ctx: usize) -> Option<&'static str> {
+        match self {
+            RopeFactors::None => None,
+            RopeFactors::Freqs => Some("rope_freqs.weight"),
+            RopeFactors::LongShort { orig_ctx } if served_ctx > orig_ctx => {
+                Some("rope_factors_long.weight")
+            }
+            RopeFactors::LongShort { .. } => Some("rope_factors_short.weight"),
+        }
+    }
+}
+
 pub struct Rope {
     style: RopeStyle,
+    head_dim: usize,
+    /// Rotated pairs per head (`rope.dimension_count / 2`); the dimensions past them
+    /// pass through.
     half: usize,
     max_pos: usize,
     /// `[max_pos, half]` each.
@@ -158,29 +198,50 @@ pub struct Rope {
 }
 
 impl Rope {
-    pub fn new(style: RopeStyle, head_dim: usize, theta: f32, max_pos: usize) -> Self {
-        Self::scaled(style, head_dim, theta, &RopeScaling::NONE, None, max_pos)
+    /// Unscaled RoPE over the first `n_rot` of each head's `head_dim` dimensions.
+    pub fn new(
+        style: RopeStyle,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        max_pos: usize,
+    ) -> Self {
+        Self::scaled(
+            style,
+            head_dim,
+            n_rot,
+            theta,
+            &RopeScaling::NONE,
+            None,
+            max_pos,
+        )
     }
 
-    /// The tables for `scaling`, with each pair's base angle divided by its
-    /// `freq_factors` entry where given (`head_dim / 2` values).
+    /// The tables for `scaling`, rotating the first `n_rot` (even, at most `head_dim`)
+    /// dimensions of each head, with each pair's base angle divided by its
+    /// `freq_factors` entry where given (`n_rot / 2` values).
     pub fn scaled(
         style: RopeStyle,
         head_dim: usize,
+        n_rot: usize,
         theta: f32,
         scaling: &RopeScaling,
         freq_factors: Option<&[f32]>,
         max_pos: usize,
     ) -> Self {
-        let half = head_dim / 2;
+        assert!(
+            n_rot.is_multiple_of(2) && n_rot <= head_dim,
+            "n_rot {n_rot} of {head_dim}"
+        );
+        let half = n_rot / 2;
         let mut cos = Vec::with_capacity(max_pos * half);
         let mut sin = Vec::with_capacity(max_pos * half);
-        let corr = scaling.corr_dims(head_dim, theta);
+        let corr = scaling.corr_dims(n_rot, theta);
         let s = scaling;
         // In f32, as llama.cpp's `ggml_rope_cache_init` computes it: each angle is the
         // previous one times theta^(-2/d), starting from the position (at long contexts
         // this differs from the exact angle by more than the tolerance of the tests).
-        let theta_scale = theta.powf(-2.0 / head_dim as f32);
+        let theta_scale = theta.powf(-2.0 / n_rot as f32);
         for pos in 0..max_pos {
             let mut angle = pos as f32;
             for i in 0..half {
@@ -202,6 +263,7 @@ impl Rope {
         }
         Rope {
             style,
+            head_dim,
             half,
             max_pos,
             cos,
@@ -219,7 +281,8 @@ impl Rope {
         let half = self.half;
         let cos = &self.cos[pos * half..(pos + 1) * half];
         let sin = &self.sin[pos * half..(pos + 1) * half];
-        for head in x.chunks_exact_mut(2 * half) {
+        for head in x.chunks_exact_mut(self.head_dim) {
+            let head = &mut head[..2 * half];
             match self.style {
                 RopeStyle::Interleaved => {
                     for (i, pair) in head.chunks_exact_mut(2).enumerate() {
@@ -248,7 +311,7 @@ mod tests {
     /// Without scaling, the table is the plain angle pos * theta^(-2i/d).
     #[test]
     fn unscaled_angles_are_plain() {
-        let r = Rope::new(RopeStyle::HalfSplit, 8, 10_000.0, 4);
+        let r = Rope::new(RopeStyle::HalfSplit, 8, 8, 10_000.0, 4);
         let want = (3.0f32 * 10_000f32.powf(-2.0 / 8.0)).cos();
         assert!((r.cos[3 * 4 + 1] - want).abs() < 1e-6);
     }
@@ -257,9 +320,10 @@ mod tests {
     #[test]
     fn freq_factors_divide_the_angle() {
         let ff = [1.0, 2.0, 4.0, 8.0];
-        let plain = Rope::new(RopeStyle::HalfSplit, 8, 10_000.0, 8);
+        let plain = Rope::new(RopeStyle::HalfSplit, 8, 8, 10_000.0, 8);
         let r = Rope::scaled(
             RopeStyle::HalfSplit,
+            8,
             8,
             10_000.0,
             &RopeScaling::NONE,
@@ -287,12 +351,41 @@ mod tests {
             ..RopeScaling::NONE
         };
         let d = 64;
-        let r = Rope::scaled(RopeStyle::HalfSplit, d, 10_000.0, &yarn, None, 100);
+        let r = Rope::scaled(RopeStyle::HalfSplit, d, d, 10_000.0, &yarn, None, 100);
         let pos = 99usize;
         let angle = |i: usize| pos as f32 * 10_000f32.powf(-2.0 * i as f32 / d as f32);
         let mag = |i: usize| (r.cos[pos * 32 + i].powi(2) + r.sin[pos * 32 + i].powi(2)).sqrt();
         assert!((mag(0) - 1.0).abs() < 1e-5);
         assert!((r.cos[pos * 32] - angle(0).cos()).abs() < 1e-3);
         assert!((r.cos[pos * 32 + 31] - (angle(31) * 0.25).cos()).abs() < 1e-4);
+    }
+
+    /// Partial rotary (Phi-4-mini: 96 of 128): the first `n_rot` dimensions of each head
+    /// turn as a head of `n_rot` would (pairs `i`, `i + n_rot/2`), the rest pass through.
+    #[test]
+    fn partial_rotary_turns_the_first_dims_only() {
+        let (d, n) = (8, 4);
+        let part = Rope::new(RopeStyle::HalfSplit, d, n, 10_000.0, 4);
+        let small = Rope::new(RopeStyle::HalfSplit, n, n, 10_000.0, 4);
+        let x: Vec<f32> = (0..2 * d).map(|i| 1.0 + i as f32).collect();
+        let mut a = x.clone();
+        part.apply(&mut a, 3);
+        for h in 0..2 {
+            let mut b = x[h * d..h * d + n].to_vec();
+            small.apply(&mut b, 3);
+            assert_eq!(&a[h * d..h * d + n], &b[..]);
+            assert_eq!(&a[h * d + n..(h + 1) * d], &x[h * d + n..(h + 1) * d]);
+        }
+    }
+
+    /// LongRoPE's long factors are read exactly when the served context is past the
+    /// original one; Llama 3's at every context.
+    #[test]
+    fn long_factors_follow_the_served_context() {
+        let f = RopeFactors::LongShort { orig_ctx: 1024 };
+        assert_eq!(f.tensor(1024), Some("rope_factors_short.weight"));
+        assert_eq!(f.tensor(1025), Some("rope_factors_long.weight"));
+        assert_eq!(RopeFactors::Freqs.tensor(8), Some("rope_freqs.weight"));
+        assert_eq!(RopeFactors::None.tensor(1 << 20), None);
     }
 }

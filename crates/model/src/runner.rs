@@ -97,7 +97,13 @@ impl LlamaRunner {
         // The weights first: they prove the layer count and sizes before the cache is
         // allocated from them.
         file.set_quantize(opts.quantize);
-        let model = Decoder::load_config(file, c.clone(), opts.precision, max_positions)?;
+        let model = Decoder::load_config(
+            file,
+            c.clone(),
+            opts.precision,
+            max_positions,
+            max_model_len,
+        )?;
         tracing::info!(
             quantize = opts.quantize.map_or("none (the file's types)", |t| t.name()),
             weights = %WeightPlan::new(&file.content, opts.quantize).summary(),

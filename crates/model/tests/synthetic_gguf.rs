@@ -412,7 +412,7 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
     assert!(
         e.contains("gpt-neox.gguf")
             && e.contains("unsupported architecture 'gptneox'")
-            && e.contains("llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss"),
+            && e.contains("llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss, phi3"),
         "{e}"
     );
     let f = sloserve_model::GgufFile::open(&arch).unwrap();
@@ -420,9 +420,21 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
     assert!(
         out.contains("architecture:    gptneox")
             && out.contains("supported:       no")
-            && out
-                .contains("(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss)"),
+            && out.contains(
+                "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss, phi3)"
+            ),
         "{out}"
+    );
+
+    // A phi3 file in another family's layout: its `ffn_up` lacks the gate's rows.
+    let phi3 = tmp("phi3-unstacked.gguf");
+    write_model(&phi3, "phi3", &[GgmlDType::F32]);
+    let e = load_err(&phi3);
+    assert!(
+        e.contains("phi3-unstacked.gguf")
+            && e.contains("blk.0.ffn_up.weight")
+            && e.contains(&format!("expected [{}, {H}]", 2 * FFN)),
+        "{e}"
     );
 
     // Unsupported tensor type.

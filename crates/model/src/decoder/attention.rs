@@ -40,8 +40,8 @@ pub(super) struct AttnScratch {
 }
 
 impl Attention {
-    /// Loads `blk.{layer}.attn_q`, `attn_k`, `attn_v` and `attn_output` (and the
-    /// q/k norms).
+    /// Loads `blk.{layer}.attn_q`, `attn_k`, `attn_v` (or them fused, `attn_qkv`) and
+    /// `attn_output` (and the q/k norms).
     pub(super) fn new(ld: &mut Loader, layer: usize, c: &ModelConfig) -> Result<Self> {
         let (h, q, kv) = (c.hidden_size, c.q_size(), c.kv_size());
         let prefix = format!("blk.{layer}");
@@ -59,12 +59,23 @@ impl Attention {
             false => None,
         };
         let out_bias = c.family.attn_output_bias;
-        Ok(Attention {
-            qk_norm,
-            sinks,
-            eps: c.rms_norm_eps,
-            rope: usize::from(window.is_some()),
-            qkv: FusedLinear::load(
+        let fused = format!("{prefix}.attn_qkv");
+        let qkv = if ld.file.has_tensor(&format!("{fused}.weight")) {
+            // q, k and v rows in one matrix (phi3), as llama.cpp's `create_tensor_qkv`
+            // reads it for any family: with its bias, else q/k/v's own, where present.
+            let bias = if ld.file.has_tensor(&format!("{fused}.bias")) {
+                Some(ld.vector(&format!("{fused}.bias"), q + 2 * kv)?)
+            } else if ld.file.has_tensor(&format!("{prefix}.attn_q.bias")) {
+                let mut b = ld.vector(&format!("{prefix}.attn_q.bias"), q)?;
+                b.extend(ld.vector(&format!("{prefix}.attn_k.bias"), kv)?);
+                b.extend(ld.vector(&format!("{prefix}.attn_v.bias"), kv)?);
+                Some(b)
+            } else {
+                None
+            };
+            FusedLinear::stacked(ld, &fused, vec![q, kv, kv], h, bias)?
+        } else {
+            FusedLinear::load(
                 ld,
                 &[
                     (format!("{prefix}.attn_q"), q),
@@ -73,7 +84,14 @@ impl Attention {
                 ],
                 h,
                 c.qkv_bias,
-            )?,
+            )?
+        };
+        Ok(Attention {
+            qk_norm,
+            sinks,
+            eps: c.rms_norm_eps,
+            rope: usize::from(window.is_some()),
+            qkv,
             output: ld.linear(&format!("{prefix}.attn_output"), h, q, out_bias)?,
             shape: AttnShape {
                 num_heads: c.num_heads,

@@ -42,6 +42,23 @@ impl FusedLinear {
         Ok(Self::from_weights(ld, weights, widths, k, biases))
     }
 
+    /// Parts the file already holds stacked in one matrix `{name}.weight`
+    /// (`[sum widths, k]`: phi3's `attn_qkv`, its `ffn_up` with the gate's rows first),
+    /// with `bias` (`sum widths` values) added.
+    pub(super) fn stacked(
+        ld: &mut Loader,
+        name: &str,
+        widths: Vec<usize>,
+        k: usize,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        let l = ld.matrix(&format!("{name}.weight"), widths.iter().sum(), k, bias)?;
+        Ok(FusedLinear {
+            widths,
+            kind: Kind::Stacked(Box::new(l)),
+        })
+    }
+
     /// The parts from their loaded weights (each `[widths[i], k]`) and biases (none,
     /// or one per part).
     pub(super) fn from_weights(

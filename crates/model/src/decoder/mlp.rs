@@ -1,5 +1,6 @@
 //! `Mlp`: a block's gated feed-forward, `down(act(gate(x)) · up(x))` with SiLU or
-//! the tanh GELU, or gpt-oss's clamped SwiGLU (each projection with its bias there).
+//! the tanh GELU, or gpt-oss's clamped SwiGLU (each projection with its bias there);
+//! gate and up apart or, as phi3 stores them, stacked in `ffn_up`.
 
 use super::fused::FusedLinear;
 use super::{sized, Loader};
@@ -27,8 +28,23 @@ pub(super) struct MlpScratch {
 }
 
 impl Mlp {
-    /// Loads `{prefix}.ffn_gate`, `ffn_up` and `ffn_down`.
+    /// Loads `{prefix}.ffn_gate`, `ffn_up` and `ffn_down` (or, where the family stacks
+    /// the gate into `ffn_up`, those two).
     pub(super) fn new(ld: &mut Loader, prefix: &str, c: &ModelConfig) -> Result<Self> {
+        let (h, ffn) = (c.hidden_size, c.intermediate_size);
+        if c.family.ffn_up_holds_gate {
+            return Ok(Mlp {
+                gate_up: FusedLinear::stacked(
+                    ld,
+                    &format!("{prefix}.ffn_up"),
+                    vec![ffn, ffn],
+                    h,
+                    None,
+                )?,
+                down: ld.linear(&format!("{prefix}.ffn_down"), h, ffn, false)?,
+                activation: c.activation,
+            });
+        }
         Self::named(
             ld,
             prefix,
