@@ -7,6 +7,9 @@ for tests that render the same requests with sloserve's template engine.
 
 Templates (crates/model/tests/data/templates/, copied from llama.cpp's models/templates/):
   phi3  microsoft-Phi-3.5-mini-instruct.jinja on models/generated/phi3.gguf
+  the tool-calling templates (Llama 3.x, Mistral Nemo / Small 3.2 / Devstral, Qwen2.5, Qwen3,
+  Qwen3-Coder, Hermes 2 Pro) and the R1 distill's on SmolLM2's vocabulary: plain turns, tools
+  offered, a call and its result. A request the template refuses is recorded with its error.
 
 Standard library only; talks to llama-server on 127.0.0.1 only.
 
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import urllib.error
 
 sys.path.insert(0, os.path.dirname(__file__))
 from make_qwen_reference import post, start_server  # noqa: E402
@@ -40,8 +44,46 @@ PHI3_REQUESTS = [
      "add_generation_prompt": False},
 ]
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+
+# One conversation set for every tool-calling template: a system prompt, several turns, tools
+# offered, and a call with its result (ids of nine alphanumerics: Mistral's templates insist).
+TOOL_REQUESTS = [
+    {"messages": [{"role": "system", "content": "You are a helpful assistant."},
+                  {"role": "user", "content": "What is 2+2?"}]},
+    {"messages": [{"role": "user", "content": "Hi"},
+                  {"role": "assistant", "content": "Hello! How can I help?"},
+                  {"role": "user", "content": "Name a prime.\nJust one."}]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [WEATHER]},
+    {"messages": [{"role": "system", "content": "Be brief."},
+                  {"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "", "tool_calls": [
+                      {"id": "call12345", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                  {"role": "tool", "tool_call_id": "call12345", "content": "{\"temp_c\": 21}"}],
+     "tools": [WEATHER]},
+]
+
+# The default model's vocabulary (SmolLM2) for the templates of families with no generated file:
+# both sides give the template its bos/eos texts.
+SMOLLM2 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
 SETS = {
     "phi3": ("phi3", "microsoft-Phi-3.5-mini-instruct.jinja", PHI3_REQUESTS),
+    "llama3.1": (SMOLLM2, "meta-llama-Llama-3.1-8B-Instruct.jinja", TOOL_REQUESTS),
+    "llama3.2": (SMOLLM2, "meta-llama-Llama-3.2-3B-Instruct.jinja", TOOL_REQUESTS),
+    "llama3.3": (SMOLLM2, "meta-llama-Llama-3.3-70B-Instruct.jinja", TOOL_REQUESTS),
+    "mistral-nemo": (SMOLLM2, "mistralai-Mistral-Nemo-Instruct-2407.jinja", TOOL_REQUESTS),
+    "mistral-small-3.2": (SMOLLM2, "Mistral-Small-3.2-24B-Instruct-2506.jinja", TOOL_REQUESTS),
+    "devstral": (SMOLLM2, "unsloth-mistral-Devstral-Small-2507.jinja", TOOL_REQUESTS),
+    "qwen2.5": (SMOLLM2, "Qwen-Qwen2.5-7B-Instruct.jinja", TOOL_REQUESTS),
+    "qwen3": (SMOLLM2, "Qwen-Qwen3-0.6B.jinja", TOOL_REQUESTS),
+    "qwen3-coder": (SMOLLM2, "Qwen3-Coder.jinja", TOOL_REQUESTS),
+    "hermes-2-pro": (SMOLLM2, "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", TOOL_REQUESTS),
+    "r1-distill": (SMOLLM2, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", TOOL_REQUESTS[:2]),
 }
 
 
@@ -53,11 +95,17 @@ def main():
     a = ap.parse_args()
     for name in a.names:
         model, template, requests = SETS[name]
-        path = os.path.join(a.models, f"{model}.gguf")
+        path = model if os.path.isabs(model) else os.path.join(a.models, f"{model}.gguf")
         tpl = os.path.join(DATA, "templates", template)
         proc, port = start_server(a.bin, path, ["--jinja", "--chat-template-file", tpl])
         try:
-            recs = [{"request": r, "prompt": post(port, "/apply-template", r)["prompt"]} for r in requests]
+            recs = []
+            for r in requests:
+                try:
+                    recs.append({"request": r, "prompt": post(port, "/apply-template", r)["prompt"]})
+                except urllib.error.HTTPError as e:
+                    # The template refuses this conversation: recorded, sloserve must refuse too.
+                    recs.append({"request": r, "error": e.read().decode(errors="replace")[:300]})
         finally:
             proc.terminate()
             proc.wait(timeout=30)

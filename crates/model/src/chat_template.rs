@@ -70,11 +70,11 @@ impl ChatTemplate {
             },
         );
         env.add_function("strftime_now", |fmt: String| -> String {
-            let secs = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            strftime(&fmt, secs)
+            strftime(&fmt, now_secs())
         });
+        // Jinja2's `iterable`: `none` is not (minijinja iterates it as empty), so
+        // `tools is iterable and tools | length > 0` holds no tools (Qwen3-Coder's).
+        env.add_test("iterable", |v: Value| !v.is_none() && v.try_iter().is_ok());
         env.add_filter("tojson", crate::chat_tools::tojson);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| {
@@ -147,13 +147,19 @@ impl ChatTemplate {
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ModelError::ChatTemplate(describe(&e)))?;
         let extra = kwargs.map_or(Value::from(()), Value::from_serialize);
+        // Today's date as llama.cpp gives Llama 3.x templates (`date_string`, whose
+        // own default is "26 Jul 2024"); the request's kwargs may set it.
+        let defaults = context! {
+            enable_thinking => true,
+            date_string => strftime("%d %b %Y", now_secs()),
+        };
         tmpl.render(context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
             tools => tools.map_or(Value::from(()), Value::from_serialize),
-            ..minijinja::value::merge_maps([context! { enable_thinking => true }, extra])
+            ..minijinja::value::merge_maps([defaults, extra])
         })
         .map_err(|e| ModelError::ChatTemplate(format!("cannot render: {}", describe(&e))))
     }
@@ -269,6 +275,13 @@ const DAYS: [&str; 7] = [
 
 /// A small UTC `strftime` for the codes chat templates use (%Y %y %m %d %e %B %b %A %a
 /// %H %I %M %S %p %j %%); other codes are copied through unchanged.
+/// Seconds since the epoch, now.
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
 fn strftime(fmt: &str, unix_secs: i64) -> String {
     let days = unix_secs.div_euclid(86_400);
     let secs = unix_secs.rem_euclid(86_400);
@@ -326,7 +339,7 @@ fn strftime(fmt: &str, unix_secs: i64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{strftime, ChatTemplate};
+    use super::{now_secs, strftime, ChatTemplate};
 
     #[test]
     fn a_looping_template_runs_out_of_fuel() {
@@ -338,6 +351,29 @@ mod tests {
         .unwrap();
         let e = t.render(&[], true).unwrap_err().to_string();
         assert!(e.contains("fuel"), "{e}");
+    }
+
+    #[test]
+    fn date_string_is_today_unless_given() {
+        let t = ChatTemplate::new("{{ date_string }}", "", "").unwrap();
+        let today = strftime("%d %b %Y", now_secs());
+        assert_eq!(t.render(&[], false).unwrap(), today);
+        let mut kw = serde_json::Map::new();
+        kw.insert("date_string".into(), "26 Jul 2024".into());
+        let given = t.render_kwargs(&[], None, false, Some(&kw)).unwrap();
+        assert_eq!(given, "26 Jul 2024");
+    }
+
+    /// Jinja2's `iterable` test: a list or a map is, `none` is not.
+    #[test]
+    fn none_is_not_iterable() {
+        let t = ChatTemplate::new(
+            "{{ tools is iterable }} {{ [] is iterable }} {{ x is iterable }}",
+            "",
+            "",
+        )
+        .unwrap();
+        assert_eq!(t.render(&[], false).unwrap(), "False True True");
     }
 
     #[test]
