@@ -14,6 +14,7 @@ use sloserve_engine::sampler::constraint::{ConstraintFactory, TokenConstraint};
 use sloserve_model::tokenizer::{TextEncoder, Tokenizer};
 
 use crate::pool::CompilePool;
+use crate::share::Shares;
 use crate::{Constraint, GrammarError, GrammarMatcher, Vocab};
 
 /// [`GrammarFactory::compile`] calls of the whole process (every factory), as
@@ -62,6 +63,10 @@ pub struct GrammarLimits {
     pub compile_workers: usize,
     /// Compiles waiting for a worker; past it a compile is refused (`Busy`).
     pub compile_queue: usize,
+    /// Compiles one tenant (an API key's owner) may have in flight, queued or
+    /// running (0: half the workers and queue together, at least 1); past it that
+    /// tenant's compile is refused (`Busy`) while others still get the pool.
+    pub compile_share: usize,
     /// Most `patternProperties` entries in one JSON schema, all objects together:
     /// llguidance checks every pair of them for overlap while translating the
     /// schema (uninterruptible; 128 took ~0.4 s, 1,000 took 387 s of CPU).
@@ -89,6 +94,7 @@ impl Default for GrammarLimits {
             compile_timeout: Duration::from_secs(2),
             compile_workers: 2,
             compile_queue: 16,
+            compile_share: 0,
             max_pattern_properties: 32,
             cache_entries: 32,
             max_constraint_bytes: 512 * 1024,
@@ -106,6 +112,7 @@ pub struct GrammarFactory {
     text: Option<TextEncoder>,
     cache: Mutex<VecDeque<(String, Arc<CompiledGrammar>)>>,
     pool: CompilePool,
+    shares: Arc<Shares>,
 }
 
 impl std::fmt::Debug for GrammarFactory {
@@ -135,8 +142,13 @@ impl GrammarFactory {
         parser.quiet();
         *parser.limits_mut() = limits.parser.clone();
         let pool = CompilePool::new(limits.compile_workers, limits.compile_queue)?;
+        let share = match limits.compile_share {
+            0 => (limits.compile_workers + limits.compile_queue) / 2,
+            n => n,
+        };
         Ok(GrammarFactory {
             pool,
+            shares: Shares::new(share),
             parser: Arc::new(parser),
             limits,
             vocab_size: vocab.len(),
@@ -167,7 +179,18 @@ impl GrammarFactory {
     /// the client's (a 400 naming why), except `Vocab`. Counted in
     /// [`compile_counts`].
     pub fn compile(&self, c: &Constraint) -> Result<Arc<CompiledGrammar>, GrammarError> {
-        let r = self.compile_uncounted(c);
+        self.compile_as(c, None)
+    }
+
+    /// [`compile`](Self::compile) for `tenant` (an API key's owner; `None`: no
+    /// share applies): a compile past the tenant's share of the pool is refused
+    /// (`Busy`); a cached constraint never counts.
+    pub fn compile_as(
+        &self,
+        c: &Constraint,
+        tenant: Option<&str>,
+    ) -> Result<Arc<CompiledGrammar>, GrammarError> {
+        let r = self.compile_uncounted(c, tenant);
         let n = if r.is_ok() {
             &COUNTS.ok
         } else {
@@ -177,7 +200,11 @@ impl GrammarFactory {
         r
     }
 
-    fn compile_uncounted(&self, c: &Constraint) -> Result<Arc<CompiledGrammar>, GrammarError> {
+    fn compile_uncounted(
+        &self,
+        c: &Constraint,
+        tenant: Option<&str>,
+    ) -> Result<Arc<CompiledGrammar>, GrammarError> {
         let key = c.cache_key();
         if key.len() > self.limits.max_constraint_bytes {
             return Err(GrammarError::TooLarge(format!(
@@ -199,9 +226,12 @@ impl GrammarFactory {
             }
         }
         let grammar = c.to_grammar()?;
+        // Held by the job until it ends on its worker (or is skipped unstarted).
+        let share = tenant.map(|t| self.shares.take(t)).transpose()?;
         let parser = self.parser.clone();
         let timeout = self.limits.compile_timeout;
         let matcher = self.pool.run(timeout, move |ticket| {
+            let _share = share;
             if ticket.abandoned() {
                 return Err(GrammarError::CompileTimeout(timeout.as_millis() as u64));
             }

@@ -14,6 +14,7 @@ mod factory;
 mod formats;
 mod matcher;
 mod pool;
+mod share;
 mod spec;
 mod tool_formats;
 mod tools;

@@ -336,6 +336,52 @@ fn a_compile_past_its_time_frees_its_worker_and_the_pool_goes_on() {
     }
 }
 
+/// One key's share of the pool: its compile that ran past its time still holds the
+/// share while it runs on (llguidance cannot interrupt the schema's translation), so
+/// that key's next compile is refused at once, while another key compiles on the
+/// free worker; once the abandoned job ends, the first key compiles again.
+#[test]
+fn a_key_past_its_share_is_refused_while_another_compiles() {
+    let (tok, n_vocab) = common::load(MODELS[0].1);
+    let vocab = sloserve_grammar::Vocab::from_tokenizer(&tok, n_vocab).unwrap();
+    let limits = sloserve_grammar::GrammarLimits {
+        compile_workers: 2,
+        compile_queue: 2,
+        compile_share: 1,
+        compile_timeout: Duration::from_millis(100),
+        max_pattern_properties: 256,
+        ..Default::default()
+    };
+    let f = GrammarFactory::new(&vocab, limits).unwrap();
+    let e = f.compile_as(&pattern_properties(256), Some("key-a"));
+    assert_eq!(e.unwrap_err(), GrammarError::CompileTimeout(100));
+    // The translation of 256 patternProperties takes ~1 s (0.2 s on a fast host):
+    // it runs on past its 100 ms.
+    assert_eq!(
+        f.running_compiles(),
+        1,
+        "the abandoned compile already ended"
+    );
+    let digits = Constraint::Regex("[0-9]{1,3}".into());
+    let e = f.compile_as(&digits, Some("key-a")).unwrap_err();
+    assert!(
+        matches!(&e, GrammarError::Busy(m) if m.contains("at most 1 a key")),
+        "{e}"
+    );
+    f.compile_as(&Constraint::Regex("[a-z]{2}".into()), Some("key-b"))
+        .expect("another key compiles on the free worker");
+    let t = Instant::now();
+    while f.running_compiles() > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the abandoned compile still runs"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    f.compile_as(&digits, Some("key-a"))
+        .expect("the share is back once the job ended");
+}
+
 #[test]
 fn grammar_errors_say_why_in_words() {
     // A `$ref` loop used to answer llguidance's `NoExtensionBias <non-verbose/>`.

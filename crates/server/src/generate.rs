@@ -96,12 +96,16 @@ pub(crate) async fn start(
     // response_format's grammar, or the tool calls' (never both with a forced
     // call: a 400 at parsing; under `auto` response_format wins, as the output is
     // then the format's).
+    // Compiles count against the caller's share of the grammar pool (its flow: the
+    // key's owner, or the trusted gateway's fairness id).
+    let tenant = ingress.request.fairness.clone();
     let (constraint, constraint_param) = match (&params.tools, params.response_format.clone()) {
         (_, Some(rf)) => (
             state
                 .blocking(move |st| {
                     let n_vocab = st.engine.info().vocab_size;
-                    st.structured.constraint(&st.tokenizer, n_vocab, &rf)
+                    st.structured
+                        .constraint(&st.tokenizer, n_vocab, &rf, tenant.as_deref())
                 })
                 .await??,
             "response_format",
@@ -110,7 +114,7 @@ pub(crate) async fn start(
             let t = t.clone();
             (
                 state
-                    .blocking(move |st| crate::tools::constraint(st, &t))
+                    .blocking(move |st| crate::tools::constraint(st, &t, tenant.as_deref()))
                     .await??,
                 "tools",
             )

@@ -21,31 +21,35 @@ pub struct Structured {
 }
 
 impl Structured {
-    /// The constraint of `response_format` (`None` for free text). Blocking: call
-    /// it off the async workers.
+    /// The constraint of `response_format` (`None` for free text), compiled within
+    /// `tenant`'s share of the compile pool (its key's owner; `None`: no share).
+    /// Blocking: call it off the async workers.
     pub fn constraint(
         &self,
         tokenizer: &Tokenizer,
         n_vocab: usize,
         response_format: &Value,
+        tenant: Option<&str>,
     ) -> Result<Option<SharedConstraint>, ServerError> {
         let Some(spec) = from_response_format(response_format)
             .map_err(|e| client_error(e, "response_format"))?
         else {
             return Ok(None);
         };
-        self.compile(tokenizer, n_vocab, &spec, "response_format")
+        self.compile(tokenizer, n_vocab, &spec, "response_format", tenant)
             .map(Some)
     }
 
-    /// Compiles `spec`; an error the client caused is a 400 naming `param`.
-    /// Blocking: call it off the async workers.
+    /// Compiles `spec` within `tenant`'s share; an error the client caused is a 400
+    /// naming `param`, a full pool or share a 503 (`GrammarBusy`). Blocking: call it
+    /// off the async workers.
     pub fn compile(
         &self,
         tokenizer: &Tokenizer,
         n_vocab: usize,
         spec: &Constraint,
         param: &str,
+        tenant: Option<&str>,
     ) -> Result<SharedConstraint, ServerError> {
         let factory = self
             .factory
@@ -64,7 +68,9 @@ impl Structured {
             .map_err(|e| {
                 ServerError::Internal(format!("the grammar engine is unavailable: {e}"))
             })?;
-        let compiled = factory.compile(spec).map_err(|e| client_error(e, param))?;
+        let compiled = factory
+            .compile_as(spec, tenant)
+            .map_err(|e| client_error(e, param))?;
         Ok(compiled as SharedConstraint)
     }
 }

@@ -57,6 +57,7 @@ pub fn template_calls(calls: &[ToolCall]) -> Value {
 pub fn constraint(
     state: &AppState,
     tools: &ToolParams,
+    tenant: Option<&str>,
 ) -> Result<Option<SharedConstraint>, ServerError> {
     let format = call_format(state);
     let choice = match &tools.mode {
@@ -99,7 +100,7 @@ pub fn constraint(
     let n_vocab = state.engine.info().vocab_size;
     state
         .structured
-        .compile(&state.tokenizer, n_vocab, &spec, "tools")
+        .compile(&state.tokenizer, n_vocab, &spec, "tools", tenant)
         .map(Some)
 }
 
