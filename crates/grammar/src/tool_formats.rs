@@ -71,6 +71,19 @@ pub(crate) fn grammar(
             g
         }
         ToolCallFormat::Qwen3CoderXml => xml_calls(chosen, params, parallel),
+        // One call: harmony's `<|call|>` ends the model's turn.
+        ToolCallFormat::Harmony => {
+            let alts: Vec<String> = (0..chosen.len()).map(|i| format!("f{i}")).collect();
+            let mut g = format!("start: {}\n", alts.join(" | "));
+            for (i, (t, p)) in chosen.iter().zip(params).enumerate() {
+                g.push_str(&format!(
+                    "f{i}: {} args{i}\nargs{i}: %json {}\n",
+                    lit(&sloserve_model::harmony::call_open(&t.name)),
+                    with_options(p.clone())
+                ));
+            }
+            g
+        }
     }
 }
 

@@ -76,9 +76,12 @@ pub(crate) async fn start(
         prompt_logprobs: params.prompt_logprobs,
     };
     let reasoning = match kind {
-        Kind::Chat => crate::reasoning::splitter(&state, &prompt),
+        Kind::Chat => crate::reasoning::splitter(&state, &prompt, params.tools.is_some()),
         Kind::Completion => None,
     };
+    let budget_splitter = params
+        .thinking_token_budget
+        .and_then(|_| crate::reasoning::splitter(&state, &prompt, false));
     let mut ingress = crate::ingress::build(&state, prompt, &params, headers, caller, None)?;
     state.check_accepting()?;
     // The engine's shape checks (context length, max_tokens) before any grammar
@@ -117,6 +120,10 @@ pub(crate) async fn start(
         }
         (None, None) => (None, "response_format"),
     };
+    let constraint = match params.thinking_token_budget {
+        Some(b) => crate::reasoning_budget::wrap(&state, budget_splitter, b, constraint)?,
+        None => constraint,
+    };
     ingress.request.constraint = constraint;
     let id = state.new_id(match kind {
         Kind::Completion => "cmpl",
@@ -148,6 +155,7 @@ pub(crate) async fn start(
         .with_timeout(ingress.timeout)
         .with_choice(i)
         .with_kept_tokens(&kept)
+        .with_reasoning(reasoning.as_ref())
         .with_constraint_param(constraint_param);
         // The later choices hold the extra counts (the first is the request's).
         match if i > 0 { slots.pop() } else { None } {
