@@ -15,6 +15,7 @@ use sloserve_model::tool_format::{
 };
 
 use crate::tools::{json_options, ToolFunction};
+use sloserve_model::harmony;
 
 /// A Lark string literal of `s`.
 fn lit(s: &str) -> String {
@@ -77,8 +78,17 @@ pub(crate) fn grammar(
             let mut g = format!("start: {}\n", alts.join(" | "));
             for (i, (t, p)) in chosen.iter().zip(params).enumerate() {
                 g.push_str(&format!(
-                    "f{i}: {} args{i}\nargs{i}: %json {}\n",
-                    lit(&sloserve_model::harmony::call_open(&t.name)),
+                    "f{i}: {} {} {} {} {} args{i}\nargs{i}: %json {}\n",
+                    marker(harmony::CHANNEL, markers),
+                    lit(&format!(
+                        "commentary {}{}{} ",
+                        harmony::TO,
+                        harmony::FUNCTIONS,
+                        t.name
+                    )),
+                    marker(harmony::CONSTRAIN, markers),
+                    lit("json"),
+                    marker(harmony::MESSAGE, markers),
                     with_options(p.clone())
                 ));
             }

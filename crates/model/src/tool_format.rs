@@ -66,7 +66,7 @@ impl ToolCallFormat {
     /// checks, most specific first).
     pub fn detect(template: &str) -> Option<Self> {
         let has = |s: &str| template.contains(s);
-        if has(harmony::CHANNEL) && has("to=functions.") {
+        if has(harmony::CHANNEL) && has(harmony::FUNCTIONS) {
             Some(ToolCallFormat::Harmony)
         } else if has(MISTRAL_CALLS) && has(MISTRAL_ARGS) {
             Some(ToolCallFormat::MistralArgs)
