@@ -203,7 +203,11 @@ impl ToolCallFormat {
                 s
             }
             ToolCallFormat::Harmony => {
-                format!("{}{}", harmony::call_open(name), arguments)
+                format!(
+                    "{}{}",
+                    harmony::call_open(name),
+                    crate::chat_tools::python_json(arguments, None)
+                )
             }
         }
     }
