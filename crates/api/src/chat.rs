@@ -60,6 +60,10 @@ pub struct ChatMessage {
     /// A tool message's answer to this call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning sent back (vLLM's `reasoning` too), given to
+    /// the template.
+    #[serde(default, alias = "reasoning", skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]

@@ -42,6 +42,10 @@ pub fn encode_messages(
             name: m.name.clone(),
             tool_calls: m.tool_calls.as_deref().map(crate::tools::template_calls),
             tool_call_id: m.tool_call_id.clone(),
+            reasoning_content: m
+                .reasoning_content
+                .clone()
+                .filter(|_| m.role == "assistant"),
             ..TemplateMessage::new(role, content)
         })
         .collect();

@@ -228,6 +228,7 @@ fn message(role: &str, content: String) -> ChatMessage {
         name: None,
         tool_calls: None,
         tool_call_id: None,
+        reasoning_content: None,
     }
 }
 
