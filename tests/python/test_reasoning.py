@@ -95,8 +95,8 @@ def make_tests(base):
         check(m.content and m.content.strip(), f"content after the budget {m.content!r}")
 
     def responses_return_a_reasoning_item():
-        whole = c.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=24)
-        r = c.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=24)
+        whole = c.chat.completions.create(model=MODEL, messages=ASK, temperature=0, max_tokens=12)
+        r = c.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=12)
         item = r.output[0]
         check(item.type == "reasoning", f"first item {item.type}")
         check(item.content[0].type == "reasoning_text", f"part {item.content[0]}")
@@ -104,7 +104,7 @@ def make_tests(base):
         check(r.usage.output_tokens_details.reasoning_tokens
               == whole.usage.completion_tokens_details.reasoning_tokens, f"usage {r.usage}")
         deltas, done = [], None
-        for ev in c.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=24, stream=True):
+        for ev in c.responses.create(model=MODEL, input=ASK, temperature=0, max_output_tokens=12, stream=True):
             if ev.type == "response.reasoning_text.delta":
                 deltas.append(ev.delta)
             elif ev.type == "response.reasoning_text.done":
