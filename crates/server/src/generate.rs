@@ -79,9 +79,9 @@ pub(crate) async fn start(
         Kind::Chat => crate::reasoning::splitter(&state, &prompt, params.tools.is_some()),
         Kind::Completion => None,
     };
-    let budget_splitter = params
-        .thinking_token_budget
-        .and_then(|_| crate::reasoning::splitter(&state, &prompt, false));
+    // Where the answer starts: a budget counts from it, and a grammar waits for the
+    // end of a reasoning the prompt opened (`crate::reasoning_budget`).
+    let answer_splitter = crate::reasoning::splitter(&state, &prompt, false);
     let mut ingress = crate::ingress::build(&state, prompt, &params, headers, caller, None)?;
     state.check_accepting()?;
     // The engine's shape checks (context length, max_tokens) before any grammar
@@ -120,8 +120,13 @@ pub(crate) async fn start(
         }
         (None, None) => (None, "response_format"),
     };
+    let opened = answer_splitter.as_ref().is_some_and(|s| s.in_reasoning());
     let constraint = match params.thinking_token_budget {
-        Some(b) => crate::reasoning_budget::wrap(&state, budget_splitter, b, constraint)?,
+        Some(b) => crate::reasoning_budget::wrap(&state, answer_splitter, b, constraint)?,
+        // No budget: the grammar still waits for the reasoning's end.
+        None if opened && constraint.is_some() => {
+            crate::reasoning_budget::wrap(&state, answer_splitter, u32::MAX, constraint)?
+        }
         None => constraint,
     };
     ingress.request.constraint = constraint;

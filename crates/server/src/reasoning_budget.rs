@@ -10,7 +10,8 @@
 //!
 //! The request's own grammar (response_format, tool calls) applies after the
 //! reasoning ends when the answer starts inside it (a prompt that opened the block,
-//! as DeepSeek-R1 distills' do); otherwise from the first token, as without a budget.
+//! as DeepSeek-R1 distills' do: there the wrapper is used without a budget too, with
+//! an unbounded one); otherwise from the first token, as without a budget.
 
 use std::sync::Arc;
 

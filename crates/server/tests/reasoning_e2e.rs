@@ -5,8 +5,9 @@
 //! through the template in the template's own form. On SmolLM2 with a DeepSeek-R1
 //! distill's template (its prompt opens `<think>`, so the answer starts in the
 //! reasoning): `usage.completion_tokens_details.reasoning_tokens`, the Responses
-//! reasoning item and its streamed events, and `thinking_token_budget` closing the
-//! reasoning after exactly that many reasoning tokens.
+//! reasoning item and its streamed events, `thinking_token_budget` closing the
+//! reasoning after exactly that many reasoning tokens, and `response_format` applying
+//! after the reasoning.
 
 mod common;
 
@@ -220,6 +221,27 @@ fn reasoning_tokens_items_and_budget_on_a_template_that_thinks() {
                 reasoning.starts_with(m["reasoning_content"].as_str().unwrap()),
                 "{v}"
             );
+        }
+    }
+    // A grammar waits for the end of the reasoning the prompt opened: free reasoning
+    // (here closed by a budget of 3), then the JSON the format asks for, as content.
+    for budget in [Some(3), None] {
+        let mut b = body.clone();
+        b["response_format"] = json!({"type": "json_object"});
+        b["max_tokens"] = json!(48);
+        if let Some(n) = budget {
+            b["thinking_token_budget"] = json!(n);
+        }
+        let v = post(s.addr, "/v1/chat/completions", &b).json();
+        let m = &v["choices"][0]["message"];
+        let r = m["reasoning_content"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{v}"));
+        // Free reasoning: the same as without the format (a prefix of it, or it).
+        assert!(reasoning.starts_with(r) || r.starts_with(reasoning), "{v}");
+        if budget.is_some() {
+            let c = m["content"].as_str().unwrap_or_else(|| panic!("{v}"));
+            assert!(c.trim_start().starts_with('{'), "{v}");
         }
     }
     let bad = post(
