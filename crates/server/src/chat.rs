@@ -73,7 +73,7 @@ pub async fn prompt_and_params(
 ) -> Result<(Vec<u32>, sloserve_api::GenParams), ServerError> {
     let params = req.params()?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let kwargs = req.chat_template_kwargs;
+    let kwargs = req.template_kwargs()?;
     let messages = req.messages;
     sloserve_api::chat::text_messages(&messages)?;
     let size = crate::prompt_bound::ChatSize::of(&messages, params.tools.as_ref());

@@ -128,6 +128,28 @@ fn harmony_tool_calls_round_trip_on_gpt_oss() {
         args["city"]
     );
     assert!(text.ends_with(&want), "{text}");
+
+    // `reasoning_effort` reaches the template (gpt-oss's system message says it).
+    let render = |body: Value| {
+        let r = post(s.addr, "/v1/chat/completions/render", &body);
+        (r.status, r.json())
+    };
+    let ask = json!([{"role": "user", "content": "Hi"}]);
+    let (_, v) = render(json!({"messages": ask, "reasoning_effort": "high"}));
+    let ids: Vec<u32> = v["token_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let text = s.state.tokenizer.decode(&ids, false).unwrap();
+    assert!(text.contains("Reasoning: high"), "{text}");
+    let (status, v) = render(json!({"messages": ask, "reasoning_effort": "max"}));
+    assert_eq!(
+        (status, &v["error"]["param"]),
+        (400, &json!("reasoning_effort")),
+        "{v}"
+    );
     s.shutdown();
 }
 

@@ -77,6 +77,10 @@ pub struct ResponsesRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
+    /// `{"effort": ...}`: chat's `reasoning_effort` (the summary is not written).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub reasoning: Option<Value>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     #[serde(flatten)]
@@ -415,6 +419,14 @@ impl ResponsesRequest {
             prompt_logprobs: None,
             add_generation_prompt: None,
             chat_template_kwargs: None,
+            reasoning_effort: match &self.reasoning {
+                None | Some(Value::Null) => None,
+                Some(r) => match r.get("effort") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(e)) => Some(e.clone()),
+                    Some(_) => return Err(bad("reasoning.effort", "expected a string")),
+                },
+            },
         };
         // Chat's tool errors name `tools[i].function.x`; here the tools are flat.
         req.params().map_err(|mut e| {
