@@ -171,7 +171,13 @@ fn input_messages(input: &Value, out: &mut Vec<ChatMessage>) -> Result<(), ApiEr
                 }
                 let content =
                     content_text(item.get("content").unwrap_or(&Value::Null), &format!("{p}.content"))?;
-                out.push(message(&role, content));
+                match out.last_mut() {
+                    // The answer after its reasoning item: one assistant message.
+                    Some(m) if role == "assistant" && reasoning_only(m) => {
+                        m.content = Some(MessageContent::Text(content))
+                    }
+                    _ => out.push(message(&role, content)),
+                }
             }
             "function_call" => {
                 let field = |f: &str| -> Result<String, ApiError> {
@@ -210,8 +216,25 @@ fn input_messages(input: &Value, out: &mut Vec<ChatMessage>) -> Result<(), ApiEr
                     ..message("tool", output)
                 });
             }
-            // A reasoning model's items: nothing to render for this model.
-            "reasoning" => {}
+            // A reasoning item: the reasoning of the assistant message that follows (its
+            // `reasoning_text` parts; the summary is not the reasoning), which the
+            // template may render (gpt-oss's does before a call).
+            "reasoning" => {
+                let text: Vec<&str> = item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c.get("type").and_then(Value::as_str) == Some("reasoning_text"))
+                    .filter_map(|c| c.get("text").and_then(Value::as_str))
+                    .collect();
+                if !text.is_empty() {
+                    out.push(ChatMessage {
+                        reasoning_content: Some(text.concat()),
+                        ..message("assistant", String::new())
+                    });
+                }
+            }
             other => {
                 return Err(bad(
                     &format!("{p}.type"),
@@ -222,7 +245,19 @@ fn input_messages(input: &Value, out: &mut Vec<ChatMessage>) -> Result<(), ApiEr
             }
         }
     }
+    // A reasoning item with nothing after it has no turn to go with.
+    if out.last().is_some_and(reasoning_only) {
+        out.pop();
+    }
     Ok(())
+}
+
+/// An assistant message that holds only a reasoning item's text so far.
+fn reasoning_only(m: &ChatMessage) -> bool {
+    m.role == "assistant"
+        && m.reasoning_content.is_some()
+        && m.tool_calls.is_none()
+        && matches!(&m.content, Some(MessageContent::Text(t)) if t.is_empty())
 }
 
 fn message(role: &str, content: String) -> ChatMessage {
@@ -483,6 +518,32 @@ mod tests {
 
     fn req(v: Value) -> ResponsesRequest {
         parse_json(v.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn a_reasoning_item_is_the_next_assistant_turns_reasoning() {
+        let reasoning = |t: &str| {
+            json!({"type": "reasoning", "id": "rs_1", "summary": [],
+                "content": [{"type": "reasoning_text", "text": t}]})
+        };
+        let c = req(json!({"input": [
+            {"role": "user", "content": "Weather?"},
+            reasoning("Need the tool."),
+            {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+            reasoning("Answer now."),
+            {"role": "assistant", "content": "Sunny."},
+            {"role": "user", "content": "Thanks"},
+            reasoning("dangling")]}))
+        .to_chat()
+        .unwrap();
+        let m = &c.messages;
+        assert_eq!(m.len(), 5);
+        assert_eq!(m[1].reasoning_content.as_deref(), Some("Need the tool."));
+        assert_eq!(m[1].tool_calls.as_ref().map(Vec::len), Some(1));
+        assert_eq!(m[3].reasoning_content.as_deref(), Some("Answer now."));
+        assert_eq!(m[3].content, Some(MessageContent::Text("Sunny.".into())));
+        assert_eq!(m[4].role, "user");
     }
 
     #[test]
