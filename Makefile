@@ -87,7 +87,7 @@ $(VENV_INSTRUCTOR)/.requirements-installed: tests/python/requirements-instructor
 	$(VENV_INSTRUCTOR)/bin/pip install --quiet --disable-pip-version-check -r tests/python/requirements-instructor.txt
 	touch $@
 
-test-python: model model-qwen0.5b $(VENV)/.requirements-installed $(VENV_INSTRUCTOR)/.requirements-installed
+test-python: model model-qwen0.5b models-generated $(VENV)/.requirements-installed $(VENV_INSTRUCTOR)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_structured_output.py --bin "$(TARGET_DIR)/debug/sloserve"

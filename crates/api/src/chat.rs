@@ -60,6 +60,10 @@ pub struct ChatMessage {
     /// A tool message's answer to this call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning sent back (vLLM's `reasoning` too), given to
+    /// the template.
+    #[serde(default, alias = "reasoning", skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, utoipa::ToSchema)]
@@ -89,9 +93,39 @@ pub struct ChatCompletionRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub chat_template_kwargs: Option<serde_json::Map<String, serde_json::Value>>,
+    /// OpenAI's `reasoning_effort` (`minimal`, `low`, `medium`, `high`): passed to the
+    /// template as `reasoning_effort` (gpt-oss's reads it), as vLLM does, unless
+    /// `chat_template_kwargs` sets it.
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
 }
 
+/// The `reasoning_effort` values accepted.
+pub const REASONING_EFFORTS: [&str; 4] = ["minimal", "low", "medium", "high"];
+
 impl ChatCompletionRequest {
+    /// The template's extra variables: `chat_template_kwargs` with `reasoning_effort`.
+    pub fn template_kwargs(
+        &self,
+    ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, ApiError> {
+        let mut kw = self.chat_template_kwargs.clone();
+        if let Some(e) = &self.reasoning_effort {
+            if !REASONING_EFFORTS.contains(&e.as_str()) {
+                return Err(ApiError::invalid(
+                    "reasoning_effort",
+                    format!(
+                        "reasoning_effort must be one of {}, got '{e}'",
+                        REASONING_EFFORTS.join(", ")
+                    ),
+                ));
+            }
+            kw.get_or_insert_with(Default::default)
+                .entry("reasoning_effort")
+                .or_insert_with(|| serde_json::Value::String(e.clone()));
+        }
+        Ok(kw)
+    }
+
     pub fn params(&self) -> Result<GenParams, ApiError> {
         let logprobs = match (self.logprobs, self.top_logprobs) {
             (Some(true), n) => Some(check_logprobs("top_logprobs", n.unwrap_or(0))?),

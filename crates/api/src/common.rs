@@ -64,6 +64,14 @@ pub struct PromptTokensDetails {
     pub cached_tokens: u32,
 }
 
+/// OpenAI's `usage.completion_tokens_details`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CompletionTokensDetails {
+    /// Generated tokens that carried reasoning (`sloserve_model::reasoning`): the tags
+    /// and harmony headers that open and close it are not counted.
+    pub reasoning_tokens: u32,
+}
+
 /// Where one request's latency went (milliseconds on the engine's clock), returned in
 /// `usage.sloserve`. A duration is `null` when the request never reached that point.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -106,6 +114,10 @@ pub struct Usage {
     pub total_tokens: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
+    /// Chat answers of a model that reasons: how many of the completion tokens were
+    /// its reasoning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens_details: Option<CompletionTokensDetails>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sloserve: Option<SloTimings>,
 }
@@ -148,6 +160,10 @@ pub struct RequestFields {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub response_format: Option<serde_json::Value>,
+    /// vLLM's reasoning budget: a model that reasons (a `<think>` or harmony
+    /// template) has its reasoning closed after this many reasoning tokens.
+    #[serde(default)]
+    pub thinking_token_budget: Option<i64>,
 }
 
 /// Validated generation parameters of one request.
@@ -178,6 +194,8 @@ pub struct GenParams {
     /// Chat only: the tools the model may call and how (`None`: no tools, or
     /// `tool_choice: "none"`), from [`crate::tools::ToolFields`].
     pub tools: Option<crate::tools::ToolParams>,
+    /// After this many reasoning tokens the engine forces the end of the reasoning.
+    pub thinking_token_budget: Option<u32>,
 }
 
 impl GenParams {
@@ -229,6 +247,16 @@ impl RequestFields {
                 "cache_salt must be a non-empty string",
             ));
         }
+        let thinking_token_budget = match self.thinking_token_budget {
+            None => None,
+            Some(b) if (0..=u32::MAX as i64).contains(&b) => Some(b as u32),
+            Some(b) => {
+                return Err(ApiError::invalid(
+                    "thinking_token_budget",
+                    format!("thinking_token_budget must be at least 0, got {b}"),
+                ))
+            }
+        };
         let stream = self.stream.unwrap_or(false);
         Ok(GenParams {
             sampling,
@@ -248,6 +276,7 @@ impl RequestFields {
             cache_salt: self.cache_salt.clone(),
             response_format: self.response_format.clone().filter(|v| !v.is_null()),
             tools: None,
+            thinking_token_budget,
         })
     }
 }

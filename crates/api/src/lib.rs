@@ -23,8 +23,8 @@ pub use chat::{
     MessageContent, ResponseMessage, TopLogprob,
 };
 pub use common::{
-    GenParams, PromptTokensDetails, RequestFields, SloTimings, StopSpec, StreamOptions, Usage,
-    MAX_LOGPROBS, MAX_STOP_BYTES, MAX_STOP_STRINGS,
+    CompletionTokensDetails, GenParams, PromptTokensDetails, RequestFields, SloTimings, StopSpec,
+    StreamOptions, Usage, MAX_LOGPROBS, MAX_STOP_BYTES, MAX_STOP_STRINGS,
 };
 pub use completion::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,

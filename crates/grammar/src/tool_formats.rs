@@ -15,6 +15,7 @@ use sloserve_model::tool_format::{
 };
 
 use crate::tools::{json_options, ToolFunction};
+use sloserve_model::harmony;
 
 /// A Lark string literal of `s`.
 fn lit(s: &str) -> String {
@@ -71,6 +72,28 @@ pub(crate) fn grammar(
             g
         }
         ToolCallFormat::Qwen3CoderXml => xml_calls(chosen, params, parallel),
+        // One call: harmony's `<|call|>` ends the model's turn.
+        ToolCallFormat::Harmony => {
+            let alts: Vec<String> = (0..chosen.len()).map(|i| format!("f{i}")).collect();
+            let mut g = format!("start: {}\n", alts.join(" | "));
+            for (i, (t, p)) in chosen.iter().zip(params).enumerate() {
+                g.push_str(&format!(
+                    "f{i}: {} {} {} {} {} args{i}\nargs{i}: %json {}\n",
+                    marker(harmony::CHANNEL, markers),
+                    lit(&format!(
+                        "commentary {}{}{} ",
+                        harmony::TO,
+                        harmony::FUNCTIONS,
+                        t.name
+                    )),
+                    marker(harmony::CONSTRAIN, markers),
+                    lit("json"),
+                    marker(harmony::MESSAGE, markers),
+                    with_options(p.clone())
+                ));
+            }
+            g
+        }
     }
 }
 

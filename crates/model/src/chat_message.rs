@@ -17,6 +17,13 @@ pub struct ChatMessage {
     /// A tool message's call id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// An assistant message's reasoning, as the client sent it back (Qwen3's template
+    /// reads it; gpt-oss's reads it as `thinking`, which `ChatTemplate` sets from it
+    /// as llama.cpp does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 impl ChatMessage {

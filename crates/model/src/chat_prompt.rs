@@ -219,6 +219,8 @@ pub fn encode_chat(
                 name: esc.escape_opt(controls, m.name.as_deref())?,
                 tool_calls: esc.escape_json_opt(controls, m.tool_calls.as_ref())?,
                 tool_call_id: esc.escape_opt(controls, m.tool_call_id.as_deref())?,
+                reasoning_content: esc.escape_opt(controls, m.reasoning_content.as_deref())?,
+                thinking: esc.escape_opt(controls, m.thinking.as_deref())?,
             })
         })
         .collect::<Result<Vec<_>>>()?;

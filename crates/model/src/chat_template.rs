@@ -153,6 +153,23 @@ impl ChatTemplate {
             enable_thinking => true,
             date_string => strftime("%d %b %Y", now_secs()),
         };
+        // gpt-oss's template reads an assistant turn's reasoning as `thinking`
+        // (llama.cpp's gpt-oss handler copies `reasoning_content` there).
+        let thinking: Vec<ChatMessage>;
+        let messages = if self.reasoning_format() == crate::reasoning::ReasoningFormat::Harmony
+            && messages.iter().any(|m| m.reasoning_content.is_some())
+        {
+            thinking = messages
+                .iter()
+                .map(|m| ChatMessage {
+                    thinking: m.thinking.clone().or_else(|| m.reasoning_content.clone()),
+                    ..m.clone()
+                })
+                .collect();
+            &thinking[..]
+        } else {
+            messages
+        };
         tmpl.render(context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,

@@ -215,6 +215,7 @@ pub const FAMILIES: &[Family] = &[
             alpha: 1.702,
             limit: 7.0,
         },
+        tool_format: ToolCallFormat::Harmony,
         sliding: Some(SlidingPattern {
             every: 2,
             local_rope: LocalRope::Scaled,

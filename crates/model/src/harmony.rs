@@ -2,9 +2,14 @@
 //! answer is a run of messages, each `<|channel|>NAME[ to=RECIPIENT][<|constrain|>TYPE]
 //! <|message|>BODY` ended by `<|end|>` (then `<|start|>assistant` and the next header),
 //! `<|return|>` or `<|call|>`. The `analysis` channel's bodies are reasoning, `final`'s
-//! content, as is `commentary` addressed to no one (a preamble to the user);
-//! `commentary to=functions.NAME` is a tool call, given out as neither (its parsing is
-//! the server's). Header text is never given out. The header tokens must be in the
+//! content, as is `commentary` addressed to no one (a preamble to the user). A message
+//! addressed to a function (`to=functions.NAME`, in the role's header or the channel's,
+//! on `commentary` or `analysis`, as llama.cpp's gpt-oss parser reads it) is a tool
+//! call: given out as neither, unless the splitter was made `with_calls`, where it goes
+//! to the content in one canonical form, `<|channel|>commentary to=functions.NAME
+//! <|constrain|>json<|message|>ARGS<|call|>` (`crate::tool_format`'s Harmony, which
+//! the server's tool-call parser reads); a message to another recipient (a built-in
+//! tool) is neither. Other header text is never given out. The header tokens must be in the
 //! text: the tokenizer makes them user-defined, as llama.cpp does, so they are decoded
 //! even where control tokens are dropped; `<|end|>` may be missing (a control token),
 //! as the next `<|start|>` ends a message too.
@@ -15,6 +20,10 @@ pub const MESSAGE: &str = "<|message|>";
 pub const END: &str = "<|end|>";
 pub const RETURN: &str = "<|return|>";
 pub const CALL: &str = "<|call|>";
+pub const CONSTRAIN: &str = "<|constrain|>";
+/// A recipient's prefix in a header, and a function's.
+pub const TO: &str = "to=";
+pub const FUNCTIONS: &str = "functions.";
 
 /// The tokens that end a message's body.
 const ENDS: [&str; 4] = [END, RETURN, CALL, START];
@@ -24,8 +33,10 @@ const ENDS: [&str; 4] = [END, RETURN, CALL, START];
 pub enum Dest {
     Reasoning,
     Content,
-    /// A tool call's arguments: neither reasoning nor content.
+    /// A message to another recipient (a built-in tool): neither reasoning nor content.
     Hidden,
+    /// A function call's arguments.
+    Call,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,20 +52,37 @@ pub struct HarmonySplitter {
     state: State,
     /// Text not yet given out: a header, or what may be the start of a control token.
     held: String,
+    /// Function calls go to the content in the canonical form (else nowhere).
+    calls: bool,
 }
 
-/// Where the body after header `h` (the text before `<|message|>`) goes.
-fn dest(h: &str) -> Dest {
-    let channel = h.rfind(CHANNEL).map(|i| &h[i + CHANNEL.len()..]).map(|c| {
-        c.split(|ch: char| ch.is_whitespace() || ch == '<')
-            .next()
-            .unwrap_or("")
-    });
-    match channel {
-        Some("analysis") => Dest::Reasoning,
-        Some("commentary") if h.contains("to=") => Dest::Hidden,
-        _ => Dest::Content,
+/// The word after `prefix` in `h` (up to whitespace or a `<`).
+fn word_after<'a>(h: &'a str, prefix: &str) -> Option<&'a str> {
+    let i = h.rfind(prefix)? + prefix.len();
+    h[i..]
+        .split(|ch: char| ch.is_whitespace() || ch == '<')
+        .next()
+}
+
+/// Where the body after header `h` (the text before `<|message|>`) goes, and the
+/// function it calls.
+fn dest(h: &str) -> (Dest, Option<&str>) {
+    // gpt-oss sometimes writes a stray `<|channel|>commentary to=assistant` first.
+    if let Some(to) = word_after(h, TO).filter(|t| *t != "assistant") {
+        return match to.strip_prefix(FUNCTIONS) {
+            Some(name) if !name.is_empty() => (Dest::Call, Some(name)),
+            _ => (Dest::Hidden, None),
+        };
     }
+    match word_after(h, CHANNEL) {
+        Some("analysis") => (Dest::Reasoning, None),
+        _ => (Dest::Content, None),
+    }
+}
+
+/// The canonical text a call's body goes between (`with_calls`).
+pub fn call_open(name: &str) -> String {
+    format!("{CHANNEL}commentary {TO}{FUNCTIONS}{name} {CONSTRAIN}json{MESSAGE}")
 }
 
 /// The length of the longest suffix of `s` that is a proper prefix of one of `tags`.
@@ -77,27 +105,52 @@ impl HarmonySplitter {
         let tail = rendered_prompt
             .rfind(START)
             .map_or("", |i| &rendered_prompt[i..]);
-        let state = match tail.find(MESSAGE) {
-            Some(i) if !ENDS[..3].iter().any(|e| tail[i..].contains(e)) => {
-                State::Body(dest(&tail[..i]))
-            }
-            _ => State::Header,
-        };
-        HarmonySplitter {
-            state,
+        let mut s = HarmonySplitter {
+            state: State::Header,
             held: String::new(),
+            calls: false,
+        };
+        if let Some(i) = tail.find(MESSAGE) {
+            if !ENDS[..3].iter().any(|e| tail[i..].contains(e)) {
+                s.open(&tail[..i], &mut crate::reasoning::Split::default());
+            }
         }
+        s
+    }
+
+    /// Function calls go to the content in the canonical form (for a parser of them).
+    pub fn with_calls(mut self) -> Self {
+        self.calls = true;
+        self
+    }
+
+    /// A message's body begins after header `h`.
+    fn open(&mut self, h: &str, out: &mut crate::reasoning::Split) {
+        let (d, name) = dest(h);
+        self.state = State::Body(d);
+        if let (Some(name), true) = (name, self.calls) {
+            out.content.push_str(&call_open(name));
+        }
+    }
+
+    /// The message being read ends.
+    fn close(&mut self, out: &mut crate::reasoning::Split) {
+        if self.state == State::Body(Dest::Call) && self.calls {
+            out.content.push_str(CALL);
+        }
+        self.state = State::Header;
     }
 
     pub fn in_reasoning(&self) -> bool {
         self.state == State::Body(Dest::Reasoning)
     }
 
-    fn emit(dest: Dest, text: &str, out: &mut crate::reasoning::Split) {
+    fn emit(&self, dest: Dest, text: &str, out: &mut crate::reasoning::Split) {
         match dest {
             Dest::Reasoning => out.reasoning.push_str(text),
             Dest::Content => out.content.push_str(text),
-            Dest::Hidden => {}
+            Dest::Call if self.calls => out.content.push_str(text),
+            Dest::Call | Dest::Hidden => {}
         }
     }
 
@@ -108,8 +161,8 @@ impl HarmonySplitter {
             match self.state {
                 State::Header => match self.held.find(MESSAGE) {
                     Some(i) => {
-                        self.state = State::Body(dest(&self.held[..i]));
-                        self.held.drain(..i + MESSAGE.len());
+                        let h: String = self.held.drain(..i + MESSAGE.len()).collect();
+                        self.open(&h[..i], out);
                     }
                     None => return,
                 },
@@ -120,7 +173,7 @@ impl HarmonySplitter {
                         .min();
                     match end {
                         Some((i, n)) => {
-                            Self::emit(d, &self.held[..i], out);
+                            self.emit(d, &self.held[..i], out);
                             // `<|start|>` begins the next header: keep it there.
                             let n = if self.held[i..].starts_with(START) {
                                 0
@@ -128,11 +181,11 @@ impl HarmonySplitter {
                                 n
                             };
                             self.held.drain(..i + n);
-                            self.state = State::Header;
+                            self.close(out);
                         }
                         None => {
                             let cut = self.held.len() - partial_suffix(&self.held, &ENDS);
-                            Self::emit(d, &self.held[..cut], out);
+                            self.emit(d, &self.held[..cut], out);
                             self.held.drain(..cut);
                             return;
                         }
@@ -147,7 +200,10 @@ impl HarmonySplitter {
     /// plain text: content).
     pub fn finish(&mut self, out: &mut crate::reasoning::Split) {
         match self.state {
-            State::Body(d) => Self::emit(d, &self.held, out),
+            State::Body(d) => {
+                self.emit(d, &self.held, out);
+                self.close(out);
+            }
             State::Header if !self.held.contains("<|") => out.content.push_str(&self.held),
             State::Header => {}
         }
@@ -211,6 +267,51 @@ mod tests {
         let s = split("<|start|>assistant", &[text]);
         assert_eq!(s.reasoning, "Need weather.");
         assert_eq!(s.content, "Checking.");
+    }
+
+    /// With calls parsed: each call in the canonical form, whichever header carries the
+    /// recipient (the role's, as the template writes history; the channel's, as
+    /// OpenAI's harmony guide shows; `analysis` too, as llama.cpp accepts), ended by
+    /// `<|call|>` even where the stop token is not in the text; a built-in tool's
+    /// message stays hidden, and a stray `to=assistant` is no recipient.
+    #[test]
+    fn calls_go_to_the_content_in_one_form() {
+        let text = "<|channel|>analysis<|message|>Need weather.<|end|>\
+            <|start|>assistant<|channel|>commentary to=browser.search<|message|>{}<|end|>\
+            <|start|>assistant to=functions.get_weather<|channel|>commentary json\
+            <|message|>{\"city\":\"Paris\"}<|call|>";
+        let want = format!("{}{{\"city\":\"Paris\"}}{CALL}", call_open("get_weather"));
+        let run = |pieces: &[&str]| {
+            let mut s = HarmonySplitter::new("<|start|>assistant").with_calls();
+            let mut all = Split::default();
+            for p in pieces {
+                s.push(p, &mut all);
+            }
+            s.finish(&mut all);
+            all
+        };
+        let s = run(&[text]);
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("Need weather.", want.as_str())
+        );
+        for cut in 1..text.len() {
+            let (a, b) = text.split_at(cut);
+            assert_eq!(run(&[a, b]).content, want, "cut {cut}");
+        }
+        // The channel's header, on analysis, and no `<|call|>` in the text (a stop token).
+        let s = run(&[
+            "<|channel|>analysis to=functions.get_weather <|constrain|>json\
+            <|message|>{\"city\":\"Paris\"}",
+        ]);
+        assert_eq!(
+            (s.reasoning.as_str(), s.content.as_str()),
+            ("", want.as_str())
+        );
+        let s = run(&["<|channel|>commentary to=assistant<|channel|>final<|message|>Hi"]);
+        assert_eq!(s.content, "Hi");
+        // Without `with_calls`, a call is neither.
+        assert_eq!(split("<|start|>assistant", &[text]).content, "");
     }
 
     #[test]

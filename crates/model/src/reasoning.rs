@@ -46,6 +46,23 @@ impl ReasoningFormat {
         }
     }
 
+    /// The text that ends the reasoning where a budget cuts it (the engine forces its
+    /// tokens): the closing tag, or harmony's end of the analysis message and the
+    /// header of the final one.
+    pub fn close_text(self) -> Option<String> {
+        match self {
+            ReasoningFormat::None => None,
+            ReasoningFormat::ThinkTags => Some(THINK_CLOSE.to_string()),
+            ReasoningFormat::Harmony => Some(format!(
+                "{}{}assistant{}final{}",
+                harmony::END,
+                harmony::START,
+                harmony::CHANNEL,
+                harmony::MESSAGE
+            )),
+        }
+    }
+
     /// A splitter for one answer to `rendered_prompt` (the exact prompt text the
     /// model continues).
     pub fn splitter(self, rendered_prompt: &str) -> ReasoningSplitter {
@@ -121,6 +138,14 @@ fn partial_suffix(s: &str, tag: &str) -> usize {
 }
 
 impl ReasoningSplitter {
+    /// Harmony's function calls go to the content, in the form the server's parser of
+    /// `ToolCallFormat::Harmony` reads (`crate::harmony`); other formats' calls are in
+    /// their content anyway.
+    pub fn with_calls(mut self) -> Self {
+        self.harmony = self.harmony.map(HarmonySplitter::with_calls);
+        self
+    }
+
     /// Whether the answer is (still) in its reasoning.
     pub fn in_reasoning(&self) -> bool {
         if let Some(h) = &self.harmony {

@@ -4,6 +4,7 @@
 //! as llama.cpp's `common/chat.cpp` detects formats, else its family's default.
 
 use crate::family::Family;
+use crate::harmony;
 
 /// A model's native tool-call format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +24,12 @@ pub enum ToolCallFormat {
     /// <parameter=p>\nvalue\n</parameter>\n</function>\n</tool_call>`, a string
     /// parameter's value raw, any other JSON.
     Qwen3CoderXml,
+    /// gpt-oss's harmony: a message to the function, `<|channel|>commentary
+    /// to=functions.f <|constrain|>json<|message|>{...}` ended by `<|call|>` (or the
+    /// recipient in the role's header: `<|start|>assistant to=functions.f<|channel|>
+    /// commentary json<|message|>{...}<|call|>`, as the template writes history); the
+    /// reasoning splitter (`crate::harmony`) gives each call out in the first form.
+    Harmony,
 }
 
 /// Hermes / Qwen3-Coder's block tags.
@@ -36,6 +43,8 @@ pub const MISTRAL_CALLS: &str = "[TOOL_CALLS]";
 pub const MISTRAL_ARGS: &str = "[ARGS]";
 /// Mistral Small 3.2's marker before a call's id.
 pub const MISTRAL_CALL_ID: &str = "[CALL_ID]";
+/// What opens a harmony call as the splitter gives it out (`crate::harmony::call_open`).
+pub const HARMONY_CALL_OPEN: &str = "<|channel|>commentary to=functions.";
 /// Qwen3-Coder's function and parameter tags.
 pub const XML_FUNCTION: &str = "<function=";
 pub const XML_FUNCTION_CLOSE: &str = "</function>";
@@ -43,12 +52,13 @@ pub const XML_PARAMETER: &str = "<parameter=";
 pub const XML_PARAMETER_CLOSE: &str = "</parameter>";
 
 /// Every format, for tests and tables.
-pub const ALL: [ToolCallFormat; 5] = [
+pub const ALL: [ToolCallFormat; 6] = [
     ToolCallFormat::Hermes,
     ToolCallFormat::Llama3Json,
     ToolCallFormat::MistralArray,
     ToolCallFormat::MistralArgs,
     ToolCallFormat::Qwen3CoderXml,
+    ToolCallFormat::Harmony,
 ];
 
 impl ToolCallFormat {
@@ -56,7 +66,9 @@ impl ToolCallFormat {
     /// checks, most specific first).
     pub fn detect(template: &str) -> Option<Self> {
         let has = |s: &str| template.contains(s);
-        if has(MISTRAL_CALLS) && has(MISTRAL_ARGS) {
+        if has(harmony::CHANNEL) && has(harmony::FUNCTIONS) {
+            Some(ToolCallFormat::Harmony)
+        } else if has(MISTRAL_CALLS) && has(MISTRAL_ARGS) {
             Some(ToolCallFormat::MistralArgs)
         } else if has(MISTRAL_CALLS) {
             Some(ToolCallFormat::MistralArray)
@@ -89,6 +101,7 @@ impl ToolCallFormat {
             ToolCallFormat::Qwen3CoderXml => {
                 "qwen3-coder (<tool_call><function=name><parameter=p>)"
             }
+            ToolCallFormat::Harmony => "harmony (<|channel|>commentary to=functions.name)",
         }
     }
 
@@ -99,6 +112,7 @@ impl ToolCallFormat {
             ToolCallFormat::Hermes | ToolCallFormat::Qwen3CoderXml => TOOL_CALL_OPEN,
             ToolCallFormat::Llama3Json => PYTHON_TAG,
             ToolCallFormat::MistralArray | ToolCallFormat::MistralArgs => MISTRAL_CALLS,
+            ToolCallFormat::Harmony => HARMONY_CALL_OPEN,
         }
     }
 
@@ -106,6 +120,7 @@ impl ToolCallFormat {
     pub fn close(self) -> Option<&'static str> {
         match self {
             ToolCallFormat::Hermes | ToolCallFormat::Qwen3CoderXml => Some(TOOL_CALL_CLOSE),
+            ToolCallFormat::Harmony => Some(harmony::CALL),
             _ => None,
         }
     }
@@ -139,6 +154,8 @@ impl ToolCallFormat {
             ToolCallFormat::Llama3Json => &[PYTHON_TAG],
             ToolCallFormat::MistralArray => &[MISTRAL_CALLS],
             ToolCallFormat::MistralArgs => &[MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID],
+            // User-defined in o200k_harmony (decoded anyway): named for the grammar.
+            ToolCallFormat::Harmony => &[harmony::CHANNEL, harmony::CONSTRAIN, harmony::MESSAGE],
         }
     }
 
@@ -184,6 +201,13 @@ impl ToolCallFormat {
                 }
                 s.push_str(&format!("{XML_FUNCTION_CLOSE}\n{TOOL_CALL_CLOSE}"));
                 s
+            }
+            ToolCallFormat::Harmony => {
+                format!(
+                    "{}{}",
+                    harmony::call_open(name),
+                    crate::chat_tools::python_json(arguments, None)
+                )
             }
         }
     }

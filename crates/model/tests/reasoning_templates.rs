@@ -82,9 +82,11 @@ fn undated(p: &str) -> String {
 }
 
 /// gpt-oss's harmony template renders as llama.cpp's `/apply-template` renders it
-/// (`llamacpp-apply-template-gpt-oss.jsonl`: a system prompt, which becomes the developer
-/// message, and a second turn with `reasoning_effort: high`), and an answer in its
-/// channels splits: `analysis` is reasoning, `final` content.
+/// (`llamacpp-apply-template-gpt-oss.jsonl`, `scripts/make_harmony_template_reference.py`:
+/// a system prompt, which becomes the developer message; a second turn with
+/// `reasoning_effort: high`; tools offered; a tool call with its analysis sent back as
+/// `reasoning_content` and its result; that round trip answered and a new question),
+/// and an answer in its channels splits: `analysis` is reasoning, `final` content.
 #[test]
 fn gpt_oss_harmony_renders_as_llamacpp_and_splits_by_channel() {
     let t = template("openai-gpt-oss-120b.jinja");
@@ -97,12 +99,24 @@ fn gpt_oss_harmony_renders_as_llamacpp_and_splits_by_channel() {
     let mut last = String::new();
     for line in recs.lines() {
         let rec: serde_json::Value = serde_json::from_str(line).unwrap();
-        let msgs: Vec<ChatMessage> =
+        let mut msgs: Vec<ChatMessage> =
             serde_json::from_value(rec["request"]["messages"].clone()).unwrap();
+        // The calls' arguments as objects, as the server (and llama.cpp) pass them.
+        for m in &mut msgs {
+            for c in m
+                .tool_calls
+                .iter_mut()
+                .flat_map(|c| c.as_array_mut().unwrap())
+            {
+                let a = &mut c["function"]["arguments"];
+                *a = serde_json::from_str(a.as_str().unwrap()).unwrap();
+            }
+        }
         let kw = rec["request"]
             .get("chat_template_kwargs")
             .map(|v| kwargs(v.clone()));
-        let ours = t.render_kwargs(&msgs, None, true, kw.as_ref()).unwrap();
+        let tools = rec["request"].get("tools");
+        let ours = t.render_kwargs(&msgs, tools, true, kw.as_ref()).unwrap();
         let want = rec["prompt"].as_str().unwrap();
         assert_eq!(undated(&ours), undated(want));
         last = ours;

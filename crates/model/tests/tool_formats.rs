@@ -159,3 +159,19 @@ fn a_kept_marker_is_decoded_where_control_tokens_are_dropped() {
     assert_eq!(run(Vec::new()), "{\"name\": \"f\"}");
     assert_eq!(run(ids.clone()), "<|eot_id|>{\"name\": \"f\"}");
 }
+
+/// gpt-oss's template is harmony's (it writes the recipient and the `functions.`
+/// namespace apart, so detection reads the namespace), and so is the family's default.
+#[test]
+fn gpt_oss_is_harmony() {
+    let src = source("openai-gpt-oss-120b.jinja");
+    assert_eq!(
+        ToolCallFormat::for_model(None, Some(&src)),
+        ToolCallFormat::Harmony
+    );
+    let family = sloserve_model::family::family("gpt-oss");
+    assert_eq!(
+        ToolCallFormat::for_model(family, None),
+        ToolCallFormat::Harmony
+    );
+}

@@ -42,6 +42,10 @@ pub fn encode_messages(
             name: m.name.clone(),
             tool_calls: m.tool_calls.as_deref().map(crate::tools::template_calls),
             tool_call_id: m.tool_call_id.clone(),
+            reasoning_content: m
+                .reasoning_content
+                .clone()
+                .filter(|_| m.role == "assistant"),
             ..TemplateMessage::new(role, content)
         })
         .collect();
@@ -69,7 +73,7 @@ pub async fn prompt_and_params(
 ) -> Result<(Vec<u32>, sloserve_api::GenParams), ServerError> {
     let params = req.params()?;
     let add_generation_prompt = req.add_generation_prompt.unwrap_or(true);
-    let kwargs = req.chat_template_kwargs;
+    let kwargs = req.template_kwargs()?;
     let messages = req.messages;
     sloserve_api::chat::text_messages(&messages)?;
     let size = crate::prompt_bound::ChatSize::of(&messages, params.tools.as_ref());

@@ -76,9 +76,12 @@ pub(crate) async fn start(
         prompt_logprobs: params.prompt_logprobs,
     };
     let reasoning = match kind {
-        Kind::Chat => crate::reasoning::splitter(&state, &prompt),
+        Kind::Chat => crate::reasoning::splitter(&state, &prompt, params.tools.is_some()),
         Kind::Completion => None,
     };
+    // Where the answer starts: a budget counts from it, and a grammar waits for the
+    // end of a reasoning the prompt opened (`crate::reasoning_budget`).
+    let answer_splitter = crate::reasoning::splitter(&state, &prompt, false);
     let mut ingress = crate::ingress::build(&state, prompt, &params, headers, caller, None)?;
     state.check_accepting()?;
     // The engine's shape checks (context length, max_tokens) before any grammar
@@ -121,6 +124,15 @@ pub(crate) async fn start(
         }
         (None, None) => (None, "response_format"),
     };
+    let opened = answer_splitter.as_ref().is_some_and(|s| s.in_reasoning());
+    let constraint = match params.thinking_token_budget {
+        Some(b) => crate::reasoning_budget::wrap(&state, answer_splitter, b, constraint)?,
+        // No budget: the grammar still waits for the reasoning's end.
+        None if opened && constraint.is_some() => {
+            crate::reasoning_budget::wrap(&state, answer_splitter, u32::MAX, constraint)?
+        }
+        None => constraint,
+    };
     ingress.request.constraint = constraint;
     let id = state.new_id(match kind {
         Kind::Completion => "cmpl",
@@ -152,6 +164,7 @@ pub(crate) async fn start(
         .with_timeout(ingress.timeout)
         .with_choice(i)
         .with_kept_tokens(&kept)
+        .with_reasoning(reasoning.as_ref())
         .with_constraint_param(constraint_param);
         // The later choices hold the extra counts (the first is the request's).
         match if i > 0 { slots.pop() } else { None } {

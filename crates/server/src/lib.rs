@@ -35,6 +35,7 @@ pub mod mlock;
 pub mod openapi;
 pub mod prompt_bound;
 pub mod reasoning;
+mod reasoning_budget;
 pub mod render;
 pub mod request_id;
 pub mod responses;

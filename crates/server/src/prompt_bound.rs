@@ -82,6 +82,7 @@ impl ChatSize {
         for m in messages {
             s.items += 1;
             s.bytes += m.role.len() + opt(&m.name) + opt(&m.tool_call_id);
+            s.bytes += opt(&m.reasoning_content);
             s.bytes += match &m.content {
                 None => 0,
                 Some(MessageContent::Text(t)) => t.trim().len(),

@@ -7,6 +7,9 @@
 //! `response.content_part.added`, `response.output_text.delta` …,
 //! `response.output_text.done`, `response.content_part.done`,
 //! `response.output_item.done`, function calls as `response.output_item.added`,
+//! a model's reasoning first as a `reasoning` item (`summary: []`, its text one
+//! `reasoning_text` content part, streamed as `response.reasoning_text.delta` /
+//! `.done`, OpenAI's shape for reasoning text),
 //! `response.function_call_arguments.delta` / `.done`, `response.output_item.done`,
 //! then `response.completed`, or `response.incomplete` when `max_output_tokens`
 //! cut it), each with `type` and an increasing `sequence_number`.
@@ -29,6 +32,7 @@ use crate::generation::{Delta, Generation};
 use crate::state::{unix_now, AppState};
 use crate::stream::{sse_body, Frames};
 use crate::tool_parser::{ParsedCall, ToolCallParser, ToolEvent};
+use sloserve_model::reasoning::{ReasoningSplitter, Split};
 
 /// What every response object of one request shares.
 struct Head {
@@ -122,6 +126,8 @@ pub async fn handle(a: Accepted<ResponsesRequest>) -> Result<Response, ServerErr
     let events = Events {
         state,
         parser: out.tools.clone().map(ToolCallParser::new),
+        reasoning: out.reasoning.clone(),
+        split: Split::default(),
         gen,
         first,
         head,
@@ -130,6 +136,7 @@ pub async fn handle(a: Accepted<ResponsesRequest>) -> Result<Response, ServerErr
         phase: Phase::Start,
         output: Vec::new(),
         open: None,
+        open_reasoning: None,
     };
     Ok(sse_body(events, write_timeout))
 }
@@ -152,6 +159,9 @@ async fn answer(
     };
     let calls = choice.message.tool_calls.unwrap_or_default();
     let mut output = Vec::new();
+    if let Some(r) = choice.message.reasoning_content {
+        output.push(OutputItem::reasoning(new_id(state, "rs"), status, Some(r)));
+    }
     match choice.message.content {
         Some(text) if !text.is_empty() || calls.is_empty() => output.push(OutputItem::message(
             new_id(state, "msg"),
@@ -208,6 +218,11 @@ struct Events {
     phase: Phase,
     output: Vec<OutputItem>,
     open: Option<OpenMessage>,
+    /// The model's reasoning splitter, when it reasons; its output, reused.
+    reasoning: Option<ReasoningSplitter>,
+    split: Split,
+    /// The reasoning item being streamed.
+    open_reasoning: Option<OpenMessage>,
 }
 
 impl Events {
@@ -225,8 +240,59 @@ impl Events {
         self.emit(kind, json!({ "response": r }));
     }
 
+    /// Reasoning text: the reasoning item (opened on its first text).
+    fn reasoning_text(&mut self, t: &str) {
+        if self.open_reasoning.is_none() {
+            let m = OpenMessage {
+                id: new_id(&self.state, "rs"),
+                index: self.output.len(),
+                text: String::new(),
+            };
+            let item = OutputItem::reasoning(m.id.clone(), "in_progress", None);
+            self.emit(
+                "response.output_item.added",
+                json!({"output_index": m.index, "item": item}),
+            );
+            self.emit(
+                "response.content_part.added",
+                json!({"item_id": m.id, "output_index": m.index, "content_index": 0,
+                       "part": OutputText::reasoning(String::new())}),
+            );
+            self.open_reasoning = Some(m);
+        }
+        let m = self.open_reasoning.as_mut().expect("opened above");
+        m.text.push_str(t);
+        let data = json!({"item_id": m.id, "output_index": m.index, "content_index": 0,
+                          "delta": t});
+        self.emit("response.reasoning_text.delta", data);
+    }
+
+    /// Closes the open reasoning item.
+    fn close_reasoning(&mut self, status: &str) {
+        let Some(m) = self.open_reasoning.take() else {
+            return;
+        };
+        self.emit(
+            "response.reasoning_text.done",
+            json!({"item_id": m.id, "output_index": m.index, "content_index": 0,
+                   "text": m.text}),
+        );
+        self.emit(
+            "response.content_part.done",
+            json!({"item_id": m.id, "output_index": m.index, "content_index": 0,
+                   "part": OutputText::reasoning(m.text.clone())}),
+        );
+        let item = OutputItem::reasoning(m.id, status, Some(m.text));
+        self.emit(
+            "response.output_item.done",
+            json!({"output_index": m.index, "item": item}),
+        );
+        self.output.push(item);
+    }
+
     /// Text of the message item (opened on its first text).
     fn text(&mut self, t: &str) {
+        self.close_reasoning("completed");
         if self.open.is_none() {
             let m = OpenMessage {
                 id: new_id(&self.state, "msg"),
@@ -280,6 +346,7 @@ impl Events {
 
     /// One function call: its item added, its arguments, its item done.
     fn call(&mut self, c: ParsedCall) {
+        self.close_reasoning("completed");
         self.close_message("completed");
         let index = self.output.len();
         let id = new_id(&self.state, "fc");
@@ -311,8 +378,33 @@ impl Events {
         self.output.push(item);
     }
 
-    /// A piece of generated text (`None`: the end), through the tool-call parser.
+    /// A piece of generated text (`None`: the end): its reasoning to the reasoning
+    /// item, the rest through the tool-call parser.
     fn push(&mut self, text: Option<&str>) {
+        if let Some(sp) = self.reasoning.as_mut() {
+            let mut split = std::mem::take(&mut self.split);
+            split.clear();
+            match text {
+                Some(t) => sp.push(t, &mut split),
+                None => sp.finish(&mut split),
+            }
+            if !split.reasoning.is_empty() {
+                self.reasoning_text(&split.reasoning);
+            }
+            if !split.content.is_empty() {
+                self.content(Some(&split.content));
+            }
+            self.split = split;
+            if text.is_none() {
+                self.content(None);
+            }
+            return;
+        }
+        self.content(text);
+    }
+
+    /// Answer text (`None`: the end), through the tool-call parser.
+    fn content(&mut self, text: Option<&str>) {
         let events = match (&mut self.parser, text) {
             (Some(p), Some(t)) => p.push(t),
             (Some(p), None) => p.finish(),
@@ -358,7 +450,8 @@ impl Events {
                 }
                 let status = status_of(&self.gen);
                 self.push(None);
-                if self.output.is_empty() && self.open.is_none() {
+                self.close_reasoning(status);
+                if self.open.is_none() && self.output.iter().all(|i| i.kind == "reasoning") {
                     // Nothing generated: still one (empty) message.
                     self.text("");
                 }

@@ -1,11 +1,13 @@
 //! What follows a tool call's opening marker, read in the model's own format
 //! (`sloserve_model::tool_format`): a Hermes JSON block, a Qwen3-Coder XML block, Llama 3's
 //! JSON object after `<|python_tag|>`, Mistral's array or `name[ARGS]{...}` after
-//! `[TOOL_CALLS]`. Each reader says whether the calls are complete, need more text, or
+//! `[TOOL_CALLS]`, harmony's message to a function as the reasoning splitter gives it
+//! out. Each reader says whether the calls are complete, need more text, or
 //! are not calls (then the text stays content). The streamed state machine is
 //! `crate::tool_parser`.
 
 use serde_json::{Map, Value};
+use sloserve_model::harmony;
 use sloserve_model::tool_format::{
     ToolCallFormat, MISTRAL_ARGS, MISTRAL_CALL_ID, XML_FUNCTION, XML_FUNCTION_CLOSE, XML_PARAMETER,
     XML_PARAMETER_CLOSE,
@@ -66,6 +68,7 @@ pub(crate) fn read_block(f: &Functions, text: &str) -> Body {
         let body = &text[..j];
         let call = match f.format {
             ToolCallFormat::Qwen3CoderXml => xml_call(body, &f.string_params),
+            ToolCallFormat::Harmony => harmony_call(body),
             _ => parse_call(body, f.format),
         };
         return match call {
@@ -183,6 +186,21 @@ fn mistral_args(text: &str) -> Body {
         Json::More => Body::More,
         _ => Body::Bad(0),
     }
+}
+
+/// A harmony call's `NAME <|constrain|>json<|message|>ARGS` (after the opening
+/// `<|channel|>commentary to=functions.`): its arguments a JSON object.
+fn harmony_call(body: &str) -> Option<ParsedCall> {
+    let (head, args) = body.split_once(harmony::MESSAGE)?;
+    let name = head.split(|c: char| c.is_whitespace() || c == '<').next()?;
+    if !valid_name(name) {
+        return None;
+    }
+    let args: Value = serde_json::from_str(args.trim()).ok()?;
+    args.is_object().then(|| ParsedCall {
+        name: name.to_string(),
+        arguments: args.to_string(),
+    })
 }
 
 /// Qwen3-Coder's `<function=NAME>` with `<parameter=P>\nvalue\n</parameter>` each.

@@ -186,9 +186,35 @@ fn qwen3_coder_xml() {
 fn written_calls_parse_back_in_every_format() {
     let args = serde_json::json!({"city": "Paris"});
     for f in sloserve_model::tool_format::ALL {
-        let text = f.write_call("get_weather", &args);
+        let mut text = f.write_call("get_weather", &args);
+        // Harmony's splitter ends each call it gives out with `<|call|>`.
+        if f == ToolCallFormat::Harmony {
+            text.push_str(sloserve_model::harmony::CALL);
+        }
         assert_eq!(all_splits(f, &text), [call("get_weather", PARIS)], "{f:?}");
     }
+}
+
+/// Harmony: a call as the splitter gives it out, split anywhere; text around it;
+/// arguments that are not a JSON object stay content.
+#[test]
+fn harmony_calls_from_the_splitter() {
+    let f = ToolCallFormat::Harmony;
+    let one = format!(
+        "{}{{\"city\": \"Paris\"}}<|call|>",
+        sloserve_model::harmony::call_open("get_weather")
+    );
+    assert_eq!(all_splits(f, &one), [call("get_weather", PARIS)]);
+    let text = format!("Checking.{one}");
+    assert_eq!(
+        all_splits(f, &text),
+        [content("Checking."), call("get_weather", PARIS)]
+    );
+    let bad = format!(
+        "{}not json<|call|>",
+        sloserve_model::harmony::call_open("f")
+    );
+    assert_eq!(all_splits(f, &bad), [content(&bad)]);
 }
 
 #[test]

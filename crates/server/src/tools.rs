@@ -156,7 +156,10 @@ pub fn marker_ids(state: &AppState, format: ToolCallFormat) -> Vec<(&'static str
         .iter()
         .filter_map(
             |&m| match state.tokenizer.encode(m, true).ok()?.as_slice() {
-                &[id] if state.tokenizer.is_special(id) => Some((m, id)),
+                // Harmony's header tokens are user-defined, not control: one token each.
+                &[id] if state.tokenizer.is_special(id) || format == ToolCallFormat::Harmony => {
+                    Some((m, id))
+                }
                 _ => None,
             },
         )

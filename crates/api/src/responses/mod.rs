@@ -77,6 +77,10 @@ pub struct ResponsesRequest {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub metadata: Option<Value>,
+    /// `{"effort": ...}`: chat's `reasoning_effort` (the summary is not written).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub reasoning: Option<Value>,
     #[serde(flatten)]
     pub sampling: SamplingFields,
     #[serde(flatten)]
@@ -167,7 +171,13 @@ fn input_messages(input: &Value, out: &mut Vec<ChatMessage>) -> Result<(), ApiEr
                 }
                 let content =
                     content_text(item.get("content").unwrap_or(&Value::Null), &format!("{p}.content"))?;
-                out.push(message(&role, content));
+                match out.last_mut() {
+                    // The answer after its reasoning item: one assistant message.
+                    Some(m) if role == "assistant" && reasoning_only(m) => {
+                        m.content = Some(MessageContent::Text(content))
+                    }
+                    _ => out.push(message(&role, content)),
+                }
             }
             "function_call" => {
                 let field = |f: &str| -> Result<String, ApiError> {
@@ -206,8 +216,25 @@ fn input_messages(input: &Value, out: &mut Vec<ChatMessage>) -> Result<(), ApiEr
                     ..message("tool", output)
                 });
             }
-            // A reasoning model's items: nothing to render for this model.
-            "reasoning" => {}
+            // A reasoning item: the reasoning of the assistant message that follows (its
+            // `reasoning_text` parts; the summary is not the reasoning), which the
+            // template may render (gpt-oss's does before a call).
+            "reasoning" => {
+                let text: Vec<&str> = item
+                    .get("content")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| c.get("type").and_then(Value::as_str) == Some("reasoning_text"))
+                    .filter_map(|c| c.get("text").and_then(Value::as_str))
+                    .collect();
+                if !text.is_empty() {
+                    out.push(ChatMessage {
+                        reasoning_content: Some(text.concat()),
+                        ..message("assistant", String::new())
+                    });
+                }
+            }
             other => {
                 return Err(bad(
                     &format!("{p}.type"),
@@ -218,7 +245,19 @@ fn input_messages(input: &Value, out: &mut Vec<ChatMessage>) -> Result<(), ApiEr
             }
         }
     }
+    // A reasoning item with nothing after it has no turn to go with.
+    if out.last().is_some_and(reasoning_only) {
+        out.pop();
+    }
     Ok(())
+}
+
+/// An assistant message that holds only a reasoning item's text so far.
+fn reasoning_only(m: &ChatMessage) -> bool {
+    m.role == "assistant"
+        && m.reasoning_content.is_some()
+        && m.tool_calls.is_none()
+        && matches!(&m.content, Some(MessageContent::Text(t)) if t.is_empty())
 }
 
 fn message(role: &str, content: String) -> ChatMessage {
@@ -228,6 +267,7 @@ fn message(role: &str, content: String) -> ChatMessage {
         name: None,
         tool_calls: None,
         tool_call_id: None,
+        reasoning_content: None,
     }
 }
 
@@ -414,6 +454,14 @@ impl ResponsesRequest {
             prompt_logprobs: None,
             add_generation_prompt: None,
             chat_template_kwargs: None,
+            reasoning_effort: match &self.reasoning {
+                None | Some(Value::Null) => None,
+                Some(r) => match r.get("effort") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(e)) => Some(e.clone()),
+                    Some(_) => return Err(bad("reasoning.effort", "expected a string")),
+                },
+            },
         };
         // Chat's tool errors name `tools[i].function.x`; here the tools are flat.
         req.params().map_err(|mut e| {
@@ -464,135 +512,4 @@ impl ResponsesRequest {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::parse_json;
-
-    fn req(v: Value) -> ResponsesRequest {
-        parse_json(v.to_string().as_bytes()).unwrap()
-    }
-
-    #[test]
-    fn input_forms_map_to_messages() {
-        let c = req(json!({"input": "hi", "instructions": "be brief", "max_output_tokens": 5}))
-            .to_chat()
-            .unwrap();
-        let m = c.text_messages().unwrap();
-        assert_eq!(
-            m,
-            vec![
-                ("system".into(), "be brief".into()),
-                ("user".into(), "hi".into())
-            ]
-        );
-        assert_eq!(c.params().unwrap().max_tokens, Some(5));
-        let c = req(json!({"input": [
-            {"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
-            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{\"x\":1}"},
-            {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
-            {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
-            {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
-             "content": [{"type": "output_text", "text": "It is sunny.", "annotations": []}]},
-            {"type": "reasoning", "id": "r", "summary": []},
-        ]}))
-        .to_chat()
-        .unwrap();
-        let roles: Vec<&str> = c.messages.iter().map(|m| m.role.as_str()).collect();
-        assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
-        let calls = c.messages[1].tool_calls.as_ref().unwrap();
-        assert_eq!(
-            (calls[0].id.as_str(), calls[1].function.name.as_str()),
-            ("c1", "g")
-        );
-        assert_eq!(c.messages[2].tool_call_id.as_deref(), Some("c1"));
-    }
-
-    #[test]
-    fn tools_choice_and_format_map_to_chat() {
-        let c = req(json!({"input": "x",
-            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}, "strict": true}],
-            "tool_choice": {"type": "function", "name": "f"},
-            "text": {"format": {"type": "text"}}}))
-        .to_chat()
-        .unwrap();
-        let p = c.params().unwrap();
-        assert_eq!(p.tools.unwrap().mode, crate::ToolMode::Named("f".into()));
-        let c = req(
-            json!({"input": "x", "text": {"format": {"type": "json_schema", "name": "s",
-            "schema": {"type": "object"}, "strict": true}}}),
-        )
-        .to_chat()
-        .unwrap();
-        assert_eq!(
-            c.fields.response_format.unwrap()["json_schema"]["name"],
-            "s"
-        );
-    }
-
-    #[test]
-    fn errors_name_the_field() {
-        for (body, param) in [
-            (
-                json!({"input": "x", "previous_response_id": "resp_1"}),
-                "previous_response_id",
-            ),
-            (json!({"input": 5}), "input"),
-            (json!({"input": []}), "input"),
-            (
-                json!({"input": [{"role": "robot", "content": "x"}]}),
-                "input[0].role",
-            ),
-            (
-                json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}),
-                "input[0].content[0].type",
-            ),
-            (
-                json!({"input": [{"type": "function_call", "name": "f"}]}),
-                "input[0].call_id",
-            ),
-            (
-                json!({"input": [{"type": "web_search_call"}]}),
-                "input[0].type",
-            ),
-            (
-                json!({"input": "x", "tools": [{"type": "web_search"}]}),
-                "tools[0].type",
-            ),
-            (
-                json!({"input": "x", "tools": [{"type": "function", "name": "bad name"}]}),
-                "tools[0].name",
-            ),
-            (
-                json!({"input": "x", "tool_choice": {"type": "function"}}),
-                "tool_choice",
-            ),
-            (
-                json!({"input": "x", "text": {"format": {"type": "xml"}}}),
-                "text.format.type",
-            ),
-            (
-                json!({"input": "x", "max_output_tokens": 0}),
-                "max_output_tokens",
-            ),
-            (json!({"input": "x", "temperature": 3}), "temperature"),
-            (json!({"input": "x", "n": 2}), "n"),
-        ] {
-            let e = req(body.clone()).to_chat().unwrap_err();
-            assert_eq!(e.param.as_deref(), Some(param), "{body}: {}", e.message);
-            assert!(e.message.contains(param), "{}", e.message);
-        }
-        let e = parse_json::<ResponsesRequest>(br#"{"model": "m"}"#).unwrap_err();
-        assert_eq!(e.param.as_deref(), Some("input"));
-    }
-
-    #[test]
-    fn store_is_accepted_and_echo_has_defaults() {
-        let r = req(json!({"input": "x", "store": true, "metadata": {"k": "v"}}));
-        r.to_chat().unwrap();
-        let e = r.echo();
-        assert_eq!(e.metadata, json!({"k": "v"}));
-        assert_eq!((e.tool_choice, e.tools), (json!("auto"), json!([])));
-        assert_eq!(e.text, json!({"format": {"type": "text"}}));
-        assert!(e.parallel_tool_calls);
-    }
-}
+mod tests;

@@ -27,17 +27,20 @@ pub struct Echo {
     pub user: Option<String>,
 }
 
-/// An `output_text` content part.
+/// An `output_text` content part (a message's), or a `reasoning_text` one (a
+/// reasoning item's: no annotations, no logprobs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutputText {
-    /// "output_text".
+    /// "output_text" or "reasoning_text".
     #[serde(rename = "type")]
     pub kind: String,
     pub text: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Vec<Object>)]
-    pub annotations: Vec<Value>,
+    pub annotations: Option<Vec<Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Vec<Object>)]
-    pub logprobs: Vec<Value>,
+    pub logprobs: Option<Vec<Value>>,
 }
 
 impl OutputText {
@@ -45,25 +48,38 @@ impl OutputText {
         OutputText {
             kind: "output_text".into(),
             text,
-            annotations: Vec::new(),
-            logprobs: Vec::new(),
+            annotations: Some(Vec::new()),
+            logprobs: Some(Vec::new()),
+        }
+    }
+
+    pub fn reasoning(text: String) -> Self {
+        OutputText {
+            kind: "reasoning_text".into(),
+            text,
+            annotations: None,
+            logprobs: None,
         }
     }
 }
 
-/// An output item: a `message` (role, content) or a `function_call` (call_id,
-/// name, arguments).
+/// An output item: a `message` (role, content), a `reasoning` (summary, content of
+/// `reasoning_text`) or a `function_call` (call_id, name, arguments).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutputItem {
-    /// "message" or "function_call".
+    /// "message", "reasoning" or "function_call".
     #[serde(rename = "type")]
     pub kind: String,
-    /// `msg_...` or `fc_...`.
+    /// `msg_...`, `rs_...` or `fc_...`.
     pub id: String,
     /// "in_progress", "completed" or "incomplete".
     pub status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
+    /// A reasoning item's summary (none: sloserve does not summarise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub summary: Option<Vec<Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<Vec<OutputText>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,7 +97,23 @@ impl OutputItem {
             id,
             status: status.into(),
             role: Some("assistant".into()),
+            summary: None,
             content: Some(content),
+            call_id: None,
+            name: None,
+            arguments: None,
+        }
+    }
+
+    /// A reasoning item with its text (`None`: the item as first announced).
+    pub fn reasoning(id: String, status: &str, text: Option<String>) -> Self {
+        OutputItem {
+            kind: "reasoning".into(),
+            id,
+            status: status.into(),
+            role: None,
+            summary: Some(Vec::new()),
+            content: Some(text.into_iter().map(OutputText::reasoning).collect()),
             call_id: None,
             name: None,
             arguments: None,
@@ -100,6 +132,7 @@ impl OutputItem {
             id,
             status: status.into(),
             role: None,
+            summary: None,
             content: None,
             call_id: Some(call_id),
             name: Some(name),
@@ -142,7 +175,11 @@ impl From<crate::Usage> for ResponseUsage {
                 cache_write_tokens: 0,
             },
             output_tokens: u.completion_tokens,
-            output_tokens_details: OutputTokensDetails::default(),
+            output_tokens_details: OutputTokensDetails {
+                reasoning_tokens: u
+                    .completion_tokens_details
+                    .map_or(0, |d| d.reasoning_tokens),
+            },
             total_tokens: u.total_tokens,
             sloserve: u.sloserve,
         }

@@ -89,6 +89,8 @@ pub struct Generation {
     until_first: bool,
     /// The field its constraint came from, named when the constraint fails.
     constraint_param: &'static str,
+    /// A chat answer of a model that reasons: its reasoning tokens counted.
+    reasoning: Option<crate::reasoning::ReasoningCount>,
     /// Its count in the in-flight limit (a later choice; the first is counted
     /// for its whole request by the middleware).
     _slot: Option<CountGuard>,
@@ -121,6 +123,7 @@ impl Generation {
             choice: 0,
             until_first: false,
             constraint_param: "response_format",
+            reasoning: None,
             _slot: None,
             _inflight: InflightGuard::new(state),
         }
@@ -138,6 +141,15 @@ impl Generation {
         if !ids.is_empty() {
             self.decoder.decoder.keep(ids.to_vec());
         }
+        self
+    }
+
+    /// Counts the reasoning tokens of an answer `splitter` splits.
+    pub fn with_reasoning(
+        mut self,
+        splitter: Option<&sloserve_model::reasoning::ReasoningSplitter>,
+    ) -> Self {
+        self.reasoning = splitter.map(|s| crate::reasoning::ReasoningCount::new(s.clone()));
         self
     }
 
@@ -238,7 +250,13 @@ impl Generation {
 
     /// Token counts, cached tokens and where the time went (the engine's timings).
     pub fn usage(&self) -> Usage {
-        self.acct.usage()
+        let mut u = self.acct.usage();
+        if let Some(r) = &self.reasoning {
+            u.completion_tokens_details = Some(sloserve_api::CompletionTokensDetails {
+                reasoning_tokens: r.count(),
+            });
+        }
+        u
     }
 
     fn take_delta(&mut self, text: String) -> Option<Delta> {
@@ -282,6 +300,13 @@ impl Generation {
                         self.state.metrics.observe_itl(self.acct.class(), itl);
                     }
                     let (offset, piece) = self.decoder.push(&self.state.tokenizer, id);
+                    // A control token the text drops (harmony's `<|end|>`) is no
+                    // reasoning.
+                    if let Some(r) = &mut self.reasoning {
+                        if !piece.is_empty() || !self.state.tokenizer.is_special(id) {
+                            r.push(&piece);
+                        }
+                    }
                     if let Some(b) = &mut self.logprobs {
                         b.push(id, logprob, top_logprobs, offset);
                     }

@@ -91,6 +91,7 @@ impl Accounting {
             prompt_tokens_details: Some(PromptTokensDetails {
                 cached_tokens: cached,
             }),
+            completion_tokens_details: None,
             sloserve: Some(SloTimings {
                 slo_class: self.class.as_str().into(),
                 queue_ms: ms(t.queue_time()),
@@ -119,6 +120,12 @@ pub fn merge_choices(usages: Vec<Usage>) -> Usage {
     let mut u = it.next().unwrap_or_default();
     for o in it {
         u.completion_tokens += o.completion_tokens;
+        if let (Some(d), Some(od)) = (
+            &mut u.completion_tokens_details,
+            o.completion_tokens_details,
+        ) {
+            d.reasoning_tokens += od.reasoning_tokens;
+        }
     }
     u.total_tokens = u.prompt_tokens + u.completion_tokens;
     u
