@@ -14,6 +14,7 @@ use sloserve_slo::{Asked, SloClass};
 
 use crate::error::ServerError;
 use crate::keys::Caller;
+use crate::metrics::Metrics;
 use crate::state::AppState;
 
 /// `--pooling` (llama-server's names and llama.cpp's `pooling_type` values).
@@ -154,7 +155,8 @@ pub async fn run(
         (Some(own), Some(server)) => Some(own.min(server)),
         (own, server) => own.or(server),
     };
-    let all = collect(streams);
+    let ms = timeout.map_or(0, |t| t.as_millis() as u64);
+    let all = collect(&state.metrics, streams, ms);
     match timeout {
         None => all.await,
         Some(t) => tokio::time::timeout(t, all)
@@ -165,9 +167,13 @@ pub async fn run(
     }
 }
 
-/// Every stream's output, in order; the first failure ends the request (the
-/// other streams dropped: cancelled).
-async fn collect(streams: Vec<RequestStream>) -> Result<Vec<Vec<f32>>, ServerError> {
+/// Every stream's output, in order (each counted in `/metrics` as it finishes);
+/// the first failure ends the request (the other streams dropped: cancelled).
+async fn collect(
+    metrics: &Metrics,
+    streams: Vec<RequestStream>,
+    ms: u64,
+) -> Result<Vec<Vec<f32>>, ServerError> {
     let mut out = Vec::with_capacity(streams.len());
     for mut s in streams {
         let mut pooled = None;
@@ -176,7 +182,8 @@ async fn collect(streams: Vec<RequestStream>) -> Result<Vec<Vec<f32>>, ServerErr
                 Some(Event::Pooled(v)) => pooled = Some(v),
                 Some(Event::Token { .. } | Event::PromptLogprobs(_)) => {}
                 Some(Event::Finished(info)) => {
-                    if let Some(e) = failure(&info.reason) {
+                    metrics.observe_finished(s.admitted().class, &info);
+                    if let Some(e) = failure(&info.reason, ms) {
                         return Err(e);
                     }
                     break;
@@ -189,10 +196,11 @@ async fn collect(streams: Vec<RequestStream>) -> Result<Vec<Vec<f32>>, ServerErr
     Ok(out)
 }
 
-fn failure(reason: &FinishReason) -> Option<ServerError> {
+/// What a pooled request's end means for the client (`ms`: its deadline).
+fn failure(reason: &FinishReason, ms: u64) -> Option<ServerError> {
     match reason {
         FinishReason::Stop | FinishReason::Length | FinishReason::StopString => None,
-        FinishReason::TimedOut => Some(ServerError::TimedOut { ms: 0 }),
+        FinishReason::TimedOut => Some(ServerError::TimedOut { ms }),
         FinishReason::Shed => Some(ServerError::Shed),
         FinishReason::Error(m) => Some(ServerError::EngineFailure(m.clone())),
         _ => Some(ServerError::Aborted),

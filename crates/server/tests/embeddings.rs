@@ -136,13 +136,15 @@ fn embeddings_equal_llama_cpp_in_every_shape() {
     assert_eq!(short.len(), 64);
     assert!((norm(&short) - 1.0).abs() < 1e-5);
     assert!(cosine(&short, &full[..64]) > 0.999_999);
-    // An interactive embedding is served too.
-    let i = ok(
-        m,
-        "/v1/embeddings",
-        &json!({"input": texts[3], "slo_class": "interactive"}),
-    );
+    // An interactive embedding is served too, and counted in its class (no
+    // other test of this file asks for interactive).
+    let metrics = || get(server(m).addr, "/metrics").text();
+    let key = "sloserve:request_success_total{model_name=\"smol\",slo_class=\"interactive\",finished_reason=\"length\"}";
+    let before = metric(&metrics(), key).unwrap_or(0.0);
+    let body = json!({"input": texts[3], "slo_class": "interactive"});
+    let i = ok(m, "/v1/embeddings", &body);
     assert!(cosine(&floats(&i["data"][0]["embedding"]), &full) > 0.999_999);
+    assert_eq!(metric(&metrics(), key), Some(before + 1.0));
 }
 
 #[test]

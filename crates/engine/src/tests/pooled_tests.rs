@@ -126,4 +126,9 @@ fn companions_the_prefix_cache_and_preemption_do_not_change_outputs() {
     );
     let want = pooled_alone(&prompt(17, 90), Pooling::Mean, 512);
     assert_eq!(c[1].pooled.as_deref(), Some(&want[..]));
+    let preempted: u32 = c
+        .iter()
+        .map(|c| c.finish.as_ref().unwrap().timings.preemptions)
+        .sum();
+    assert!(preempted >= 1, "nothing was preempted");
 }
