@@ -90,7 +90,7 @@ fn companions_the_prefix_cache_and_preemption_do_not_change_outputs() {
     let last = pooled_alone(&p, Pooling::Last, 512);
     // The prompt is generated first (its blocks cached), then pooled twice with
     // companions of both classes.
-    let reqs = vec![
+    let reqs = [
         greedy(p.clone(), 4, SloClass::Interactive),
         greedy(prompt(14, 70), 8, SloClass::Interactive),
         Request::pooled(p.clone(), Pooling::Mean),
