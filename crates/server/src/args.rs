@@ -60,7 +60,7 @@ pub struct ServeArgs {
     /// `--pooling`): none, mean, cls, last or rank (a decoder reranker's
     /// P(yes)); default: the file's `{arch}.pooling_type`, else last.
     #[arg(long, value_enum)]
-    pub pooling: Option<crate::pooled::PoolingFlag>,
+    pub pooling: Option<crate::pooling_mode::PoolingFlag>,
     /// Lock the loaded weights and KV cache in RAM (`mlockall`) so they are never
     /// swapped out; a refusal (`ulimit -l`) is a warning and serving goes on.
     #[arg(long)]

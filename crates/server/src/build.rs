@@ -80,9 +80,12 @@ impl AppState {
         let config = sloserve_model::gguf::GgufFile::open(&args.model)
             .and_then(|f| sloserve_model::config::ModelConfig::from_gguf(&f))
             .with_context(|| format!("cannot read {}", args.model.display()))?;
-        let pooling =
-            crate::pooled::PoolingMode::resolve(args.pooling, config.pooling_type, &tokenizer)
-                .context("--pooling")?;
+        let pooling = crate::pooling_mode::PoolingMode::resolve(
+            args.pooling,
+            config.pooling_type,
+            &tokenizer,
+        )
+        .context("--pooling")?;
         let max_model_len = engine.info().max_model_len;
         let prompt_bound =
             crate::prompt_bound::PromptBound::new(&tokenizer, engine.limits().max_prompt_len);

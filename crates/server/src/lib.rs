@@ -35,6 +35,7 @@ pub mod metrics;
 pub mod mlock;
 pub mod openapi;
 pub mod pooled;
+pub mod pooling_mode;
 pub mod prompt_bound;
 pub mod reasoning;
 pub mod render;

@@ -17,7 +17,8 @@ use sloserve_engine::Pooling;
 use crate::accept::Accepted;
 use crate::error::ServerError;
 use crate::keys::Caller;
-use crate::pooled::{self, cosine, PoolingMode};
+use crate::pooled::{self, cosine};
+use crate::pooling_mode::PoolingMode;
 use crate::state::{unix_now, AppState};
 
 /// Qwen3-Reranker's prompt (its model card), before the pair.

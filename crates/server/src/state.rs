@@ -33,7 +33,7 @@ pub struct AppState {
     /// The GGUF file served (its tokenizer is exported from it on demand).
     pub model_path: PathBuf,
     /// What the pooled endpoints run (embeddings, rerank, score).
-    pub pooling: crate::pooled::PoolingMode,
+    pub pooling: crate::pooling_mode::PoolingMode,
     /// The length of an embedding (the model's hidden size).
     pub embedding_size: usize,
     pub max_model_len: usize,
@@ -74,7 +74,7 @@ pub struct StateParts {
     pub model_name: String,
     pub model_aliases: Vec<String>,
     pub model_path: PathBuf,
-    pub pooling: crate::pooled::PoolingMode,
+    pub pooling: crate::pooling_mode::PoolingMode,
     pub embedding_size: usize,
     pub prompt_bound: crate::prompt_bound::PromptBound,
     pub max_body_bytes: usize,

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use common::batch::*;
 use common::*;
 use serde_json::{json, Value};
-use sloserve_server::pooled::PoolingFlag;
+use sloserve_server::pooling_mode::PoolingFlag;
 
 fn server(flag: PoolingFlag) -> &'static TestServer {
     static MEAN: OnceLock<TestServer> = OnceLock::new();
