@@ -90,6 +90,7 @@ $(VENV_INSTRUCTOR)/.requirements-installed: tests/python/requirements-instructor
 test-python: model model-qwen0.5b models-generated $(VENV)/.requirements-installed $(VENV_INSTRUCTOR)/.requirements-installed
 	$(CARGO) build -p sloserve
 	$(VENV)/bin/python tests/python/test_openai_sdk.py --bin "$(TARGET_DIR)/debug/sloserve"
+	$(VENV)/bin/python tests/python/test_embeddings.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_structured_output.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_tool_calling.py --bin "$(TARGET_DIR)/debug/sloserve"
 	$(VENV)/bin/python tests/python/test_responses.py --bin "$(TARGET_DIR)/debug/sloserve"

@@ -7,7 +7,8 @@ SmolLM2-135M (copied from the default model file). Deterministic: the same bytes
 for the file a test makes (each record carries the file's sha256).
 
 Families: `llama3` (Llama 3.1-style `rope_freqs`), `mixtral` (`llama` with experts), `qwen2-yarn`
-(YaRN in the file's metadata), `qwen2moe` (shared expert), `qwen3moe`, `gpt-oss` (gpt-oss's layout
+(YaRN in the file's metadata), `qwen2moe` (shared expert), `qwen3moe`, `qwen3-embed` (Qwen3-Embedding's
+shape: `qwen3`, `pooling_type` 3 = last token, `add_eos_token`), `gpt-oss` (gpt-oss's layout
 as llama.cpp's converter writes it, `conversion/gpt_oss.py`: attention biases and sinks, alternating
 sliding-window and full layers, YaRN, router and expert biases, MXFP4 experts) and `gpt-oss-f32`
 (the same weights with the experts as F32, the values the MXFP4 blocks hold: what the converter
@@ -80,11 +81,11 @@ class Weights:
         return (scale * self.rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
 
 
-def copy_tokenizer(w, vocab_path):
+def copy_tokenizer(w, vocab_path, skip=()):
     r = gguf.GGUFReader(vocab_path)
     vocab = 0
     for f in r.fields.values():
-        if not f.name.startswith("tokenizer."):
+        if not f.name.startswith("tokenizer.") or f.name in skip:
             continue
         if f.name == "tokenizer.chat_template":
             w.add_chat_template(f.contents())
@@ -108,6 +109,8 @@ FAMILIES = {
     "qwen2-yarn": ("qwen2", dict(qkv_bias=True, theta=1e6, yarn=(4.0, 1024))),
     "qwen2moe": ("qwen2moe", dict(qkv_bias=True, experts=True, shared=True, theta=1e6, untied=True)),
     "qwen3moe": ("qwen3moe", dict(qk_norm=True, experts=True, theta=1e6, used=4)),
+    # Qwen3-Embedding's shape: dense qwen3, last-token pooling, EOS appended to every input.
+    "qwen3-embed": ("qwen3", dict(qk_norm=True, theta=1e6, pooling=3, add_eos=True)),
     "gpt-oss": ("gpt-oss", dict(mxfp4=True)),
     "gpt-oss-f32": ("gpt-oss", dict(mxfp4=False)),
     "phi3": ("phi3", dict(name="Phi 3.5 layout", kv_heads=HEADS, rotary=1.0, tied=False)),
@@ -133,8 +136,13 @@ def make_gpt_oss(name, o, vocab_path, out_dir):
     rng = Weights(seed=int(hashlib.sha256(b"gpt-oss").hexdigest()[:8], 16))
     w.add_name(f"sloserve generated {name}")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE if o["mxfp4"] else gguf.LlamaFileType.ALL_F32)
-    vocab = copy_tokenizer(w, vocab_path)
+    eos_key = "tokenizer.ggml.add_eos_token"
+    vocab = copy_tokenizer(w, vocab_path, skip=(eos_key,) if o.get("add_eos") else ())
+    if o.get("add_eos"):
+        w.add_bool(eos_key, True)
     k = lambda s: f"{arch}.{s}"
+    if "pooling" in o:
+        w.add_uint32(k("pooling_type"), o["pooling"])
     hd = OSS_HEAD_DIM
     w.add_uint32(k("context_length"), OSS_CTX)
     w.add_uint32(k("embedding_length"), HIDDEN)
@@ -294,8 +302,13 @@ def make(name, vocab_path, out_dir):
     rng = Weights(seed=int(hashlib.sha256(name.encode()).hexdigest()[:8], 16))
     w.add_name(f"sloserve generated {name}")
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    vocab = copy_tokenizer(w, vocab_path)
+    eos_key = "tokenizer.ggml.add_eos_token"
+    vocab = copy_tokenizer(w, vocab_path, skip=(eos_key,) if o.get("add_eos") else ())
+    if o.get("add_eos"):
+        w.add_bool(eos_key, True)
     k = lambda s: f"{arch}.{s}"
+    if "pooling" in o:
+        w.add_uint32(k("pooling_type"), o["pooling"])
     w.add_uint32(k("context_length"), CTX)
     w.add_uint32(k("embedding_length"), HIDDEN)
     w.add_uint32(k("block_count"), LAYERS)

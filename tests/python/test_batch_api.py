@@ -133,7 +133,7 @@ def test_validation_failures_name_lines(srv):
     b = wait_batch(c, c.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h").id)
     check(b.status == "failed" and b.errors.data[0].line == 1, b.errors)
     # The create request itself.
-    for kwargs, param in [(dict(endpoint="/v1/embeddings"), "endpoint"), (dict(completion_window="1h"), "completion_window")]:
+    for kwargs, param in [(dict(endpoint="/v1/moderations"), "endpoint"), (dict(completion_window="1h"), "completion_window")]:
         args = dict(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
         args.update(kwargs)
         try:

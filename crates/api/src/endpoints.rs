@@ -13,6 +13,9 @@ pub enum Endpoint {
     Completions,
     ChatCompletions,
     Responses,
+    Embeddings,
+    Rerank,
+    Score,
     CompletionsRender,
     ChatCompletionsRender,
     Models,
@@ -61,6 +64,10 @@ pub enum Runs {
     /// The model generates: admission, SLO class, the engine's steps. The router
     /// sends it by its class and prompt prefix.
     Generation,
+    /// The model prefills and pools (embeddings, rerank, score): admission, SLO
+    /// class (batch unless the request asks), the engine's steps; nothing is
+    /// sampled. The router sends it by its class, the batch fleet by default.
+    Pooling,
     /// The prompt is rendered and tokenized as generation would; the model does
     /// not run. Routed like generation (same class, same replica's template).
     Render,
@@ -132,6 +139,14 @@ const fn generation(endpoint: Endpoint, path: &'static str, body: &'static str) 
     }
 }
 
+/// A prefill-only endpoint: the Batch API takes it, it never streams.
+const fn pooling(endpoint: Endpoint, path: &'static str, body: &'static str) -> Spec {
+    Spec {
+        batchable: true,
+        ..row(endpoint, path, POST, Some(body), Runs::Pooling)
+    }
+}
+
 const fn open(s: Spec, access: Access) -> Spec {
     Spec { access, ..s }
 }
@@ -151,6 +166,9 @@ pub const TABLE: &[Spec] = &[
         "ChatCompletionRequest",
     ),
     generation(E::Responses, "/v1/responses", "ResponsesRequest"),
+    pooling(E::Embeddings, "/v1/embeddings", "EmbeddingRequest"),
+    pooling(E::Rerank, "/v1/rerank", "RerankRequest"),
+    pooling(E::Score, "/score", "ScoreRequest"),
     row(
         E::CompletionsRender,
         "/v1/completions/render",
@@ -320,8 +338,16 @@ mod tests {
             assert!(paths.insert(s.path), "{} twice", s.path);
             assert_eq!(s.endpoint.spec(), s);
             assert!(!s.methods.is_empty(), "{}", s.path);
-            // Only what the model generates goes through a batch or a stream.
-            if s.batchable || s.streamable {
+            // Only what the model runs goes through a batch; only what it
+            // generates streams.
+            if s.batchable {
+                assert!(
+                    matches!(s.runs, Runs::Generation | Runs::Pooling),
+                    "{}",
+                    s.path
+                );
+            }
+            if s.streamable {
                 assert_eq!(s.runs, Runs::Generation, "{}", s.path);
             }
         }
@@ -331,6 +357,9 @@ mod tests {
             E::Completions,
             E::ChatCompletions,
             E::Responses,
+            E::Embeddings,
+            E::Rerank,
+            E::Score,
             E::CompletionsRender,
             E::ChatCompletionsRender,
             E::Models,
@@ -359,6 +388,9 @@ mod tests {
                 E::Completions
                 | E::ChatCompletions
                 | E::Responses
+                | E::Embeddings
+                | E::Rerank
+                | E::Score
                 | E::CompletionsRender
                 | E::ChatCompletionsRender
                 | E::Models
@@ -411,14 +443,25 @@ mod tests {
         let urls: Vec<_> = batch_urls().collect();
         assert_eq!(
             urls,
-            ["/v1/completions", "/v1/chat/completions", "/v1/responses"]
+            [
+                "/v1/completions",
+                "/v1/chat/completions",
+                "/v1/responses",
+                "/v1/embeddings",
+                "/v1/rerank",
+                "/score"
+            ]
         );
         assert_eq!(
             Endpoint::from_batch_url("/v1/responses"),
             Some(E::Responses)
         );
         assert_eq!(Endpoint::from_batch_url("/v1/completions/render"), None);
-        assert_eq!(Endpoint::from_batch_url("/v1/embeddings"), None);
+        assert_eq!(
+            Endpoint::from_batch_url("/v1/embeddings"),
+            Some(E::Embeddings)
+        );
+        assert_eq!(Endpoint::from_batch_url("/tokenize"), None);
         assert!(is_open("/health", true) && is_open("/openapi.json", true));
         assert!(is_open("/metrics", false) && !is_open("/metrics", true));
         assert!(!is_open("/v1/models", false) && !is_open("/health/x", false));

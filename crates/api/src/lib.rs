@@ -7,11 +7,13 @@
 pub mod chat;
 pub mod common;
 pub mod completion;
+pub mod embeddings;
 pub mod endpoints;
 pub mod error;
 pub mod parse;
 pub mod prom;
 pub mod prompt_logprobs;
+pub mod rerank;
 pub mod responses;
 pub mod sampling;
 pub mod tokenize;
@@ -30,9 +32,17 @@ pub use completion::{
     CompletionChoice, CompletionChunk, CompletionLogprobs, CompletionRequest, CompletionResponse,
     Prompt, PromptLogprobsEntry, PromptTokenLogprob, TopLogprobsMap,
 };
+pub use embeddings::{
+    EmbedParams, Embedding, EmbeddingInput, EmbeddingRequest, EmbeddingResponse, EmbeddingVector,
+    Inputs, PooledUsage, MAX_EMBEDDING_INPUTS,
+};
 pub use endpoints::{Endpoint, Runs, Spec as EndpointSpec};
 pub use error::{ApiError, ErrorBody, ErrorDetail};
 pub use parse::{parse_json, NamesModel};
+pub use rerank::{
+    Pairs, RerankDocument, RerankRequest, RerankResponse, RerankResult, ScoreData, ScoreRequest,
+    ScoreResponse, TextOrList,
+};
 pub use responses::{
     Echo, IncompleteDetails, OutputItem, OutputText, ResponseObject, ResponseUsage,
     ResponsesRequest,

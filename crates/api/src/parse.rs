@@ -183,5 +183,8 @@ names_model!(
     crate::ChatCompletionRequest,
     crate::ResponsesRequest,
     crate::TokenizeRequest,
-    crate::DetokenizeRequest
+    crate::DetokenizeRequest,
+    crate::EmbeddingRequest,
+    crate::RerankRequest,
+    crate::ScoreRequest
 );

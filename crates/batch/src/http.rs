@@ -54,6 +54,9 @@ pub fn routes(svc: Arc<BatchService>) -> Router {
             E::Completions
             | E::ChatCompletions
             | E::Responses
+            | E::Embeddings
+            | E::Rerank
+            | E::Score
             | E::CompletionsRender
             | E::ChatCompletionsRender
             | E::Models

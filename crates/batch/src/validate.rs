@@ -288,6 +288,8 @@ mod tests {
                 .total,
             2
         );
-        assert!(parse_line(1, &line("a", "/v1/embeddings"), None).is_err());
+        // Only the endpoint table's batchable URLs.
+        assert!(parse_line(1, &line("a", "/v1/embeddings"), None).is_ok());
+        assert!(parse_line(1, &line("a", "/tokenize"), None).is_err());
     }
 }

@@ -54,6 +54,8 @@ impl RequestLimits {
         }
         let room = self.max_model_len - len;
         let max_tokens = match req.stop.max_tokens {
+            // A pooled request generates nothing, whatever it asked.
+            _ if req.pooling.is_some() => 0,
             Some(0) if req.prompt_logprobs.is_some() => 0,
             Some(0) => return Err(EngineError::ZeroMaxTokens),
             Some(m) if m > room => {

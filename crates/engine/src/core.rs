@@ -157,7 +157,7 @@ impl EngineCore {
             .with_prompt(&req.prompt)
             .with_constraint(req.constraint.map(|c| c.matcher()));
         let (salt, deadline, flow) = (req.cache_salt, req.deadline, req.fairness);
-        let scoring = req.prompt_logprobs;
+        let (scoring, pooling) = (req.prompt_logprobs, req.pooling);
         Sequence::new(
             id,
             admitted.class,
@@ -175,6 +175,7 @@ impl EngineCore {
         .with_refuse_ttft_ms(admitted.refuse_ttft_ms)
         .with_flow(flow)
         .with_prompt_scoring(scoring)
+        .with_pooling(pooling)
     }
 
     pub fn add(&mut self, seq: Sequence) {
@@ -197,7 +198,14 @@ impl EngineCore {
             let t = self.now();
             let res = res.map_err(|e| e.0).and_then(|()| {
                 let want = self.batch.num_logit_rows();
-                if self.logits.vocab_size != self.info.vocab_size || self.logits.num_rows() != want
+                let hidden = self.batch.num_hidden_rows();
+                if hidden != self.logits.num_hidden_rows() {
+                    Err(format!(
+                        "runner returned {} hidden rows (expected {hidden})",
+                        self.logits.num_hidden_rows()
+                    ))
+                } else if self.logits.vocab_size != self.info.vocab_size
+                    || self.logits.num_rows() != want
                 {
                     Err(format!(
                         "runner returned {} logits rows of {} (expected {want} of {})",

@@ -205,8 +205,10 @@ impl EngineHandle {
         let admitted = inner.limits.decide(&inner.cfg, &req)?;
         let class = admitted.class;
         let prompt_len = req.prompt.len();
-        // A scoring request reads no cached prefix (`Request::prompt_logprobs`).
-        let cached = match inner.cfg.enable_prefix_cache && req.prompt_logprobs.is_none() {
+        // A scoring or pooled request reads no cached prefix
+        // (`Request::prompt_logprobs`, `Request::pooling`).
+        let reads_cache = req.prompt_logprobs.is_none() && req.pooling.is_none();
+        let cached = match inner.cfg.enable_prefix_cache && reads_cache {
             true => {
                 sh.cached
                     .cached_prefix_tokens(req.cache_salt, &req.prompt, inner.info.block_size)

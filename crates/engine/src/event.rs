@@ -25,6 +25,10 @@ pub enum Event {
     /// in prompt order from the second token on, sent as each prefill chunk
     /// comes back and all before the first `Token`.
     PromptLogprobs(Vec<PromptLogprob>),
+    /// A pooled request's output (`Request::pooling`), sent once when its
+    /// prompt is done, just before `Finished`: the pooled hidden state (not
+    /// normalised), or the asked-for tokens' logits.
+    Pooled(Vec<f32>),
     /// The last event of every stream.
     Finished(FinishInfo),
 }
@@ -273,6 +277,8 @@ pub struct Completion {
     pub logprobs: Vec<f32>,
     /// The prompt's scores when they were asked (`prompt_logprobs`), else empty.
     pub prompt_logprobs: Vec<PromptLogprob>,
+    /// A pooled request's output (`Event::Pooled`).
+    pub pooled: Option<Vec<f32>>,
     pub finish: FinishInfo,
 }
 
@@ -308,6 +314,7 @@ impl RequestStream {
         let mut tokens = Vec::new();
         let mut logprobs = Vec::new();
         let mut prompt_logprobs = Vec::new();
+        let mut pooled = None;
         while let Some(ev) = self.rx.blocking_recv() {
             match ev {
                 Event::Token { id, logprob, .. } => {
@@ -315,11 +322,13 @@ impl RequestStream {
                     logprobs.extend(logprob);
                 }
                 Event::PromptLogprobs(scores) => prompt_logprobs.extend(scores),
+                Event::Pooled(v) => pooled = Some(v),
                 Event::Finished(finish) => {
                     return Completion {
                         tokens,
                         logprobs,
                         prompt_logprobs,
+                        pooled,
                         finish,
                     };
                 }
@@ -330,6 +339,7 @@ impl RequestStream {
             tokens,
             logprobs,
             prompt_logprobs,
+            pooled,
             finish: FinishInfo {
                 reason: FinishReason::Error("engine stopped without finishing the request".into()),
                 prompt_tokens: 0,

@@ -20,6 +20,7 @@ pub mod engine;
 pub mod error;
 pub mod event;
 pub mod knobs;
+pub mod pooling;
 pub mod prefix_cache;
 pub mod profile;
 pub mod request;
@@ -48,6 +49,7 @@ pub use event::{
     Completion, Event, FinishInfo, FinishReason, PromptLogprob, RequestStream, RequestTimings,
     SloReport,
 };
+pub use pooling::Pooling;
 pub use prefix_cache::PrefixCache;
 pub use profile::{Profile, BUILTIN_PROFILES};
 pub use request::{

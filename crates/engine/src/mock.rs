@@ -20,6 +20,8 @@ use crate::runner::{Batch, Logits, ModelRunner, RunnerError, RunnerInfo};
 pub type BatchLog = Arc<Mutex<Vec<Batch>>>;
 
 const SEED: u64 = 0x5105_e12e_u64;
+/// Width of the mock's hidden states (a pooled request's rows).
+pub const MOCK_HIDDEN: usize = 4;
 
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -245,6 +247,8 @@ impl ModelRunner for MockRunner {
         let vocab = self.info.vocab_size;
         out.vocab_size = vocab;
         out.data.clear();
+        out.hidden_size = MOCK_HIDDEN;
+        out.hidden.clear();
         for s in &batch.seqs {
             let table = batch.block_table(s);
             // Read the whole context back and verify its hash chain.
@@ -263,7 +267,11 @@ impl ModelRunner for MockRunner {
                 h = chain(h, t, pos);
                 let slot = self.slot(table, pos);
                 self.slots[slot] = Some((t, h));
-                if i >= first_row {
+                if i >= first_row && s.hidden {
+                    // A hidden state that depends on the whole prefix (its chain hash).
+                    out.hidden
+                        .extend((0..MOCK_HIDDEN as u64).map(|k| ((h >> (8 * k)) & 0xff) as f32));
+                } else if i >= first_row {
                     let slots = &self.slots;
                     let at = |q: usize| slots[self.slot(table, q)].expect("written").0;
                     let next = self.next_token(h, pos, at) as usize;

@@ -85,6 +85,12 @@ pub struct Request {
     /// `max_tokens` may be 0 (scoring only: no token is sampled, the request
     /// finishes `Length`). `None`: the ordinary path, no extra rows.
     pub prompt_logprobs: Option<usize>,
+    /// A pooled request (an embedding, a reranker's score): its prompt is
+    /// prefilled and nothing is sampled; the rows `pooling` names pool into one
+    /// [`crate::Event::Pooled`] vector before `Finished` (`max_tokens` must be 0).
+    /// It reads no cached prefix (a cached prefix has no hidden states, and its
+    /// output must not depend on what the cache holds). `None`: generation.
+    pub pooling: Option<crate::pooling::Pooling>,
 }
 
 /// Most prompt positions of one scoring request (`Request::prompt_logprobs`) per
@@ -105,6 +111,15 @@ impl Request {
             fairness: None,
             constraint: None,
             prompt_logprobs: None,
+            pooling: None,
+        }
+    }
+
+    /// A pooled request (`Request::pooling`) of `prompt`, default class.
+    pub fn pooled(prompt: Vec<u32>, pooling: crate::pooling::Pooling) -> Self {
+        Request {
+            pooling: Some(pooling),
+            ..Request::greedy(prompt, 0)
         }
     }
 

@@ -45,6 +45,10 @@ pub struct BatchSeq {
     /// draft: one row per position, so every draft token is checked in one step)
     /// and for a prompt-scoring prefill chunk (`Request::prompt_logprobs`).
     pub num_logits: usize,
+    /// Its rows are hidden states (after the output norm, `hidden_size` each, in
+    /// [`Logits::hidden`]) instead of logits: a pooled request's prefill
+    /// (`Request::pooling`).
+    pub hidden: bool,
 }
 
 impl BatchSeq {
@@ -61,7 +65,12 @@ impl BatchSeq {
     /// Whether the runner returns any logits for this sequence.
     #[inline]
     pub fn want_logits(&self) -> bool {
-        self.num_logits > 0
+        self.num_logits > 0 && !self.hidden
+    }
+    /// How many rows it gets back (logits or hidden states).
+    #[inline]
+    pub fn num_rows(&self) -> usize {
+        self.num_logits.min(self.num_tokens)
     }
     /// Offsets in [`Batch::tokens`] of the tokens whose logits rows are returned.
     #[inline]
@@ -107,6 +116,13 @@ impl Batch {
         );
     }
 
+    /// Appends a pooled request's prefill chunk: hidden-state rows (after the
+    /// output norm) for its last `rows` tokens, in [`Logits::hidden`].
+    pub fn push_hidden(&mut self, tokens: &[u32], num_cached: usize, table: &[u32], rows: usize) {
+        self.push_rows(tokens, &[], num_cached, table, rows);
+        self.seqs.last_mut().expect("just pushed").hidden = true;
+    }
+
     /// Appends a prompt-scoring prefill chunk: a logits row for every one of its
     /// tokens (position `p`'s row scores the prompt token at `p + 1`).
     pub fn push_scored(&mut self, tokens: &[u32], num_cached: usize, block_table: &[u32]) {
@@ -135,6 +151,7 @@ impl Batch {
             block_table_start: self.block_tables.len(),
             block_table_len: block_table.len(),
             num_logits,
+            hidden: false,
         });
         self.tokens.extend_from_slice(tokens);
         self.tokens.extend_from_slice(draft);
@@ -162,17 +179,31 @@ impl Batch {
     pub fn num_logit_rows(&self) -> usize {
         self.seqs
             .iter()
-            .map(|s| s.num_logits.min(s.num_tokens))
+            .filter(|s| !s.hidden)
+            .map(BatchSeq::num_rows)
+            .sum()
+    }
+
+    /// Number of hidden-state rows the runner returns (pooled requests' rows).
+    pub fn num_hidden_rows(&self) -> usize {
+        self.seqs
+            .iter()
+            .filter(|s| s.hidden)
+            .map(BatchSeq::num_rows)
             .sum()
     }
 }
 
 /// Logits returned by a runner: rows of `vocab_size`, for each sequence of the
-/// batch in order, one per token of its [`BatchSeq::logit_tokens`] in order.
+/// batch in order, one per token of its [`BatchSeq::logit_tokens`] in order;
+/// the rows of sequences marked [`BatchSeq::hidden`] are hidden states instead,
+/// in `hidden` (rows of `hidden_size`, in the same order).
 #[derive(Debug, Default, Clone)]
 pub struct Logits {
     pub data: Vec<f32>,
     pub vocab_size: usize,
+    pub hidden: Vec<f32>,
+    pub hidden_size: usize,
 }
 
 impl Logits {
@@ -181,6 +212,12 @@ impl Logits {
     }
     pub fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.vocab_size..(i + 1) * self.vocab_size]
+    }
+    pub fn num_hidden_rows(&self) -> usize {
+        self.hidden.len().checked_div(self.hidden_size).unwrap_or(0)
+    }
+    pub fn hidden_row(&self, i: usize) -> &[f32] {
+        &self.hidden[i * self.hidden_size..(i + 1) * self.hidden_size]
     }
 }
 
@@ -203,8 +240,10 @@ impl std::error::Error for RunnerError {}
 /// block_size + pos % block_size`), attends causally over each sequence's own
 /// cached tokens, and fills `out` with the logits rows the batch asks for
 /// ([`BatchSeq::num_logits`]: the last token of a sequence, or each position of
-/// a verification row). A position's row must not depend on how many other
-/// positions share the step (the engine's speculation relies on it).
+/// a verification row), or the hidden states (after the output norm) a pooled
+/// request's rows ask for ([`BatchSeq::hidden`]). A position's row must not
+/// depend on how many other positions share the step (the engine's speculation
+/// relies on it, and a pooled request's embedding on its companions).
 pub trait ModelRunner: Send {
     fn info(&self) -> &RunnerInfo;
     fn execute(&mut self, batch: &Batch, out: &mut Logits) -> Result<(), RunnerError>;

@@ -80,6 +80,8 @@ pub(crate) struct Sequence {
     acceptance: Acceptance,
     /// Its prompt's scoring, when the request asked (`Request::prompt_logprobs`).
     scoring: Option<scoring::PromptScoring>,
+    /// Its pooled output so far, when it is a pooled request (`Request::pooling`).
+    pooling: Option<crate::pooling::PoolState>,
 }
 
 /// A sequence's lifecycle:
@@ -172,6 +174,7 @@ impl Sequence {
             forced: 0,
             acceptance: Acceptance::default(),
             scoring: None,
+            pooling: None,
         }
     }
 
@@ -462,6 +465,7 @@ impl Sequence {
         self.scheduled = 0;
         self.draft.clear();
         self.forced = 0;
+        self.reset_pooled();
     }
 
     /// Takes references on the longest prefix of its tokens that `cache` holds
@@ -470,7 +474,7 @@ impl Sequence {
     /// A sequence still scoring its prompt reads nothing from the cache (a cached
     /// prefix has no logits): 0.
     pub fn lock_cached_prefix(&mut self, cache: &mut PrefixCache, block_size: usize) -> usize {
-        if self.scores_prompt() {
+        if self.scores_prompt() || self.pools() {
             return 0;
         }
         let len = self.tokens.len();
@@ -616,6 +620,7 @@ impl Sequence {
 }
 
 mod draft;
+mod pooled;
 mod scoring;
 
 #[cfg(test)]

@@ -131,7 +131,7 @@ fn run(grammar_max_forced: usize) -> (Vec<Vec<u32>>, EngineStats) {
             while let Some(ev) = s.blocking_recv() {
                 match ev {
                     Event::Token { id, .. } => tokens.push(id),
-                    Event::PromptLogprobs(_) => {}
+                    Event::PromptLogprobs(_) | Event::Pooled(_) => {}
                     Event::Finished(f) => {
                         assert!(
                             matches!(f.reason, FinishReason::Stop | FinishReason::Length),

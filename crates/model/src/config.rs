@@ -79,6 +79,9 @@ pub struct ModelConfig {
     pub sliding_window: Option<SlidingWindow>,
     /// The feed-forward's experts, when it has them.
     pub moe: Option<MoeConfig>,
+    /// `{arch}.pooling_type` (llama.cpp's enum: 0 none, 1 mean, 2 CLS, 3 last,
+    /// 4 rank), when the file says: how an embedding is pooled.
+    pub pooling_type: Option<u32>,
 }
 
 impl ModelConfig {
@@ -234,6 +237,7 @@ impl ModelConfig {
             rope_scaling: RopeScaling::from_gguf(f, &arch, context_length, rope)?,
             sliding_window,
             moe,
+            pooling_type: f.get_usize(&k("pooling_type")).ok().map(|p| p as u32),
             architecture: arch,
         };
         c.check_sizes()

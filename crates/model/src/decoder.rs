@@ -410,7 +410,8 @@ impl Decoder {
     }
 
     /// Final norm and output projection, only for the rows the batch wants logits
-    /// of (each sequence's `logit_tokens`).
+    /// of (each sequence's `logit_tokens`); a pooled sequence's rows
+    /// (`BatchSeq::hidden`) stop after the norm, into `logits.hidden`.
     fn logits(
         &self,
         x: &[f32],
@@ -421,7 +422,26 @@ impl Decoder {
     ) {
         let c = &self.config;
         let h = c.hidden_size;
-        let rows = step.batch.seqs.iter().flat_map(|q| q.logit_tokens());
+        let seqs = &step.batch.seqs;
+        let rows = seqs
+            .iter()
+            .filter(|q| !q.hidden)
+            .flat_map(|q| q.logit_tokens());
+        let hidden = seqs
+            .iter()
+            .filter(|q| q.hidden)
+            .flat_map(|q| q.logit_tokens());
+        logits.hidden_size = h;
+        logits.hidden.clear();
+        if hidden.clone().next().is_some() {
+            let n = hidden.clone().count();
+            logits.hidden.resize(n * h, 0.0);
+            let raw = sized(last, n * h);
+            for (dst, row) in raw.chunks_exact_mut(h).zip(hidden) {
+                dst.copy_from_slice(&x[row * h..(row + 1) * h]);
+            }
+            rms_norm(raw, &self.output_norm, c.rms_norm_eps, &mut logits.hidden);
+        }
         let r = rows.clone().count();
         let last = sized(last, r * h);
         for (dst, row) in last.chunks_exact_mut(h).zip(rows) {
@@ -431,6 +451,9 @@ impl Decoder {
         rms_norm(last, &self.output_norm, c.rms_norm_eps, xn);
         logits.vocab_size = c.vocab_size;
         logits.data.resize(r * c.vocab_size, 0.0);
+        if r == 0 {
+            return;
+        }
         let t = Tokens {
             n: r,
             ..step.tokens

@@ -219,6 +219,7 @@ impl ModelRunner for LlamaRunner {
     fn execute(&mut self, batch: &Batch, out: &mut Logits) -> std::result::Result<(), RunnerError> {
         self.validate(batch)?;
         out.data.clear();
+        out.hidden.clear();
         if batch.is_empty() {
             out.vocab_size = self.info.vocab_size;
             return Ok(());

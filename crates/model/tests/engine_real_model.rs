@@ -190,7 +190,7 @@ fn collect_after(
                 tokens.push(id);
                 top2.push(top_logprobs);
             }
-            Event::PromptLogprobs(_) => {}
+            Event::PromptLogprobs(_) | Event::Pooled(_) => {}
             Event::Finished(f) => {
                 assert_eq!(f.reason, FinishReason::Length, "finish: {:?}", f.reason);
                 assert_eq!(f.completion_tokens, tokens.len());

@@ -124,7 +124,7 @@ fn run(spec_max_draft: usize) -> (Vec<Vec<u32>>, sloserve_engine::EngineStats) {
             while let Some(ev) = s.blocking_recv() {
                 match ev {
                     Event::Token { id, .. } => tokens.push(id),
-                    Event::PromptLogprobs(_) => {}
+                    Event::PromptLogprobs(_) | Event::Pooled(_) => {}
                     Event::Finished(f) => {
                         assert!(
                             matches!(f.reason, FinishReason::Stop | FinishReason::Length),

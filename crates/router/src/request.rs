@@ -33,12 +33,24 @@ pub fn classify(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Routed, ApiError> {
+    classify_as(cfg, cfg.default_class, caller, headers, body)
+}
+
+/// [`classify`] with `default_class` for a request that names no class (a
+/// pooled request's is batch, as on the replica).
+pub fn classify_as(
+    cfg: &RouterConfig,
+    default_class: SloClass,
+    caller: Caller,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Routed, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("malformed JSON body: {e}")))?;
     if !v.is_object() {
         return Err(ApiError::bad_request("the body must be a JSON object"));
     }
-    let class = class_of(cfg, caller, headers, &v)?;
+    let class = class_of(cfg, default_class, caller, headers, &v)?;
     let text = prompt_text(&v);
     let aligned = aligned_prefix(&text, cfg.prefix_chars, cfg.prefix_align);
     let key = (!aligned.is_empty()).then(|| hash_str(aligned));
@@ -58,6 +70,7 @@ pub fn classify(
 /// router's `[objectives]` and default class, capped by the caller's key.
 fn class_of(
     cfg: &RouterConfig,
+    default_class: SloClass,
     caller: Caller,
     headers: &HeaderMap,
     v: &Value,
@@ -78,7 +91,7 @@ fn class_of(
     let asked = Asked::read(body, |n| headers.get(n).map(|h| h.as_bytes()))?.cap(caller.ceiling)?;
     let policy = Policy {
         classes: true,
-        default_class: cfg.default_class,
+        default_class,
         objectives: &cfg.objectives,
         default_ttft_ms: None,
         default_tpot_ms: None,

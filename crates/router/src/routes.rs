@@ -38,6 +38,9 @@ type St = State<Arc<RouterState>>;
 pub enum Forward {
     /// To the request's class's fleet, by class and prompt prefix.
     Class,
+    /// As `Class`, the batch fleet when the request names no class (a pooled
+    /// request: embeddings, rerank, score — batch class on the replica too).
+    Pooled,
     /// To any replica of the default class.
     Default,
     /// To the batch fleet (the Batch API's files and jobs).
@@ -53,6 +56,7 @@ pub fn forward_of(spec: &EndpointSpec) -> Forward {
     use sloserve_api::Endpoint as E;
     match spec.runs {
         Runs::Generation | Runs::Render => Forward::Class,
+        Runs::Pooling => Forward::Pooled,
         Runs::Tokenizer => Forward::Default,
         Runs::Files => Forward::Batch,
         Runs::Models => Forward::Union,
@@ -72,6 +76,7 @@ pub fn router(state: Arc<RouterState>) -> Router {
         let m = method_filter(spec.methods);
         let methods = match (forward_of(spec), spec.endpoint) {
             (Forward::Class, _) => on(m, generate),
+            (Forward::Pooled, _) => on(m, pooled),
             (Forward::Default, _) => on(m, plain),
             (Forward::Batch, _) => on(m, batch),
             (Forward::Union, E::Model) => get(model),
@@ -145,11 +150,31 @@ async fn generate(
     Extension(caller): Extension<Caller>,
     req: Request,
 ) -> Result<Response, RouterError> {
+    let default = state.cfg.default_class;
+    by_class(state, caller, req, default).await
+}
+
+/// A pooled request (embeddings, rerank, score): by class, batch by default.
+async fn pooled(
+    State(state): St,
+    Extension(caller): Extension<Caller>,
+    req: Request,
+) -> Result<Response, RouterError> {
+    by_class(state, caller, req, sloserve_slo::SloClass::Batch).await
+}
+
+async fn by_class(
+    state: Arc<RouterState>,
+    caller: Caller,
+    req: Request,
+    default_class: sloserve_slo::SloClass,
+) -> Result<Response, RouterError> {
     let t0 = Instant::now();
     let pq = path_and_query(&req);
     let (parts, body) = req.into_parts();
     let body = read_body(&state, &parts.headers, body).await?;
-    let routed = request::classify(&state.cfg, caller, &parts.headers, &body)?;
+    let (cfg, headers) = (&state.cfg, &parts.headers);
+    let routed = request::classify_as(cfg, default_class, caller, headers, &body)?;
     let flow = state.cfg.guard.keys.flow_of(&caller);
     let out = Outgoing {
         method: &parts.method,

@@ -100,3 +100,35 @@ fn the_routed_endpoints_are_the_endpoint_table() {
         }
     }
 }
+
+/// The pooled endpoints (embeddings, rerank, score) go to the batch fleet when
+/// they name no class (the replica runs them as batch too), and to the
+/// interactive fleet when they ask.
+#[test]
+fn pooled_endpoints_go_to_the_batch_fleet_by_default() {
+    let i = FakeServer::start("i");
+    let b = FakeServer::start("b");
+    let mut cfg =
+        RouterConfig::with_fleets(&[("interactive", &[i.url()]), ("batch", &[b.url()])]).unwrap();
+    cfg.health_interval = Duration::from_secs(600);
+    let r = TestRouter::start(cfg);
+    let pooled: Vec<_> = sloserve_api::endpoints::TABLE
+        .iter()
+        .filter(|s| s.runs == Runs::Pooling)
+        .map(|s| s.path)
+        .collect();
+    assert_eq!(pooled, ["/v1/embeddings", "/v1/rerank", "/score"]);
+    for path in pooled {
+        let body =
+            json!({"input": "hi", "query": "q", "documents": ["d"], "text_1": "a", "text_2": "b"});
+        let v = post_with(r.addr, path, &[], &body).json();
+        assert_eq!(
+            (v["path"].as_str(), v["backend"].as_str()),
+            (Some(path), Some("b"))
+        );
+        let mut asked = body.clone();
+        asked["slo_class"] = json!("interactive");
+        let v = post_with(r.addr, path, &[], &asked).json();
+        assert_eq!(v["backend"], "i", "{path}");
+    }
+}

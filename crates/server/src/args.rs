@@ -56,6 +56,11 @@ pub struct ServeArgs {
     /// Model name clients use (default: the file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,
+    /// How `/v1/embeddings`, `/v1/rerank` and `/score` pool (llama-server's
+    /// `--pooling`): none, mean, cls, last or rank (a decoder reranker's
+    /// P(yes)); default: the file's `{arch}.pooling_type`, else last.
+    #[arg(long, value_enum)]
+    pub pooling: Option<crate::pooling_mode::PoolingFlag>,
     /// Lock the loaded weights and KV cache in RAM (`mlockall`) so they are never
     /// swapped out; a refusal (`ulimit -l`) is a warning and serving goes on.
     #[arg(long)]

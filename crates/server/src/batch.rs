@@ -25,7 +25,7 @@ use crate::batch_args::BatchApiArgs;
 use crate::error::ServerError;
 use crate::keys::Caller;
 use crate::state::AppState;
-use crate::{chat, completions, responses, ServeArgs};
+use crate::{chat, completions, embeddings, rerank, responses, ServeArgs};
 
 /// Runs a line through the synchronous handlers of a server's state.
 pub struct HandlerDispatch {
@@ -76,6 +76,9 @@ impl Dispatch for HandlerDispatch {
                 E::Completions => run(state, caller, body(), completions::handle).await,
                 E::ChatCompletions => run(state, caller, body(), chat::handle).await,
                 E::Responses => run(state, caller, body(), responses::handle).await,
+                E::Embeddings => run(state, caller, body(), embeddings::handle).await,
+                E::Rerank => run(state, caller, body(), rerank::rerank).await,
+                E::Score => run(state, caller, body(), rerank::score).await,
                 // Not batchable (`from_batch_url` never names them).
                 E::CompletionsRender
                 | E::ChatCompletionsRender

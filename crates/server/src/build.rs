@@ -76,6 +76,16 @@ impl AppState {
             aliases.push(f.to_string_lossy().into_owned());
         }
         aliases.push(args.model.display().to_string());
+        // The pooled endpoints' mode and vector length, from the file's header.
+        let config = sloserve_model::gguf::GgufFile::open(&args.model)
+            .and_then(|f| sloserve_model::config::ModelConfig::from_gguf(&f))
+            .with_context(|| format!("cannot read {}", args.model.display()))?;
+        let pooling = crate::pooling_mode::PoolingMode::resolve(
+            args.pooling,
+            config.pooling_type,
+            &tokenizer,
+        )
+        .context("--pooling")?;
         let max_model_len = engine.info().max_model_len;
         let prompt_bound =
             crate::prompt_bound::PromptBound::new(&tokenizer, engine.limits().max_prompt_len);
@@ -95,6 +105,8 @@ impl AppState {
             model_name: name,
             model_aliases: aliases,
             model_path: args.model.clone(),
+            pooling,
+            embedding_size: config.hidden_size,
             prompt_bound,
             max_body_bytes: args.max_body_bytes,
             shutdown_timeout: args.shutdown_timeout(),

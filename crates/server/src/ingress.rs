@@ -87,6 +87,7 @@ pub fn build(
         fairness,
         constraint,
         prompt_logprobs: params.prompt_scoring(),
+        pooling: None,
     };
     let timeout = match (deadline, state.request_timeout) {
         (Some(own), Some(server)) => Some(own.min(server)),

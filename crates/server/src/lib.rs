@@ -19,6 +19,7 @@ pub mod build;
 pub mod chat;
 pub mod completions;
 pub mod echo;
+pub mod embeddings;
 pub mod engine_flags;
 pub mod error;
 pub mod generate;
@@ -33,11 +34,14 @@ pub mod metric_families;
 pub mod metrics;
 pub mod mlock;
 pub mod openapi;
+pub mod pooled;
+pub mod pooling_mode;
 pub mod prompt_bound;
 pub mod reasoning;
 mod reasoning_budget;
 pub mod render;
 pub mod request_id;
+pub mod rerank;
 pub mod responses;
 pub mod routes;
 pub mod shutdown;
@@ -119,6 +123,9 @@ fn handler(e: Endpoint, m: MethodFilter) -> Option<MethodRouter<Arc<AppState>>> 
         E::Completions => on(m, completions::handle),
         E::ChatCompletions => on(m, chat::handle),
         E::Responses => on(m, responses::handle),
+        E::Embeddings => on(m, embeddings::handle),
+        E::Rerank => on(m, rerank::rerank),
+        E::Score => on(m, rerank::score),
         E::CompletionsRender => on(m, render::completions),
         E::ChatCompletionsRender => on(m, render::chat),
         E::Models => on(m, routes::models),

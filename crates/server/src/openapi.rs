@@ -12,6 +12,9 @@ use sloserve_api::{
     DetokenizeRequest, DetokenizeResponse, ErrorBody, ModelCard, ModelList, ResponseObject,
     ResponsesRequest, TokenizeRequest, TokenizeResponse, TokenizerInfo,
 };
+use sloserve_api::{
+    EmbeddingRequest, EmbeddingResponse, RerankRequest, RerankResponse, ScoreRequest, ScoreResponse,
+};
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -72,6 +75,49 @@ fn chat_completions() {}
     )
 )]
 fn responses() {}
+
+#[utoipa::path(
+    post, path = "/v1/embeddings", tag = "pooling",
+    request_body = EmbeddingRequest,
+    responses(
+        (status = 200, description = "OpenAI's embeddings list: one L2-normalised vector per input (floats, or little-endian f32 in base64), `usage.prompt_tokens`. Batch class unless `slo_class` (or `x-slo-class`) says interactive", body = EmbeddingResponse),
+        (status = 400, description = "Invalid request: empty input, more than 2048 inputs, an input longer than the context, `dimensions` past the model's, a model that does not embed (pooling none or rank)", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 408, description = "The request's deadline passed", body = ErrorBody),
+        (status = 429, description = "Overloaded (Retry-After)", body = ErrorBody),
+        (status = 503, description = "Draining or engine stopped", body = ErrorBody),
+    )
+)]
+fn embeddings() {}
+
+#[utoipa::path(
+    post, path = "/v1/rerank", tag = "pooling",
+    request_body = RerankRequest,
+    responses(
+        (status = 200, description = "The documents by relevance to the query, best first (`top_n` of them): a reranker's P(yes) / (P(yes) + P(no)), else the cosine of the embeddings", body = RerankResponse),
+        (status = 400, description = "Invalid request: no documents, more than 2048, an empty text, a pair longer than the context", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 429, description = "Overloaded (Retry-After)", body = ErrorBody),
+        (status = 503, description = "Draining or engine stopped", body = ErrorBody),
+    )
+)]
+fn rerank() {}
+
+#[utoipa::path(
+    post, path = "/score", tag = "pooling",
+    request_body = ScoreRequest,
+    responses(
+        (status = 200, description = "vLLM's score list: one score per pair (`text_1` against each `text_2`, or pair by pair)", body = ScoreResponse),
+        (status = 400, description = "Invalid request: lists of different lengths, empty texts, more than 2048 pairs", body = ErrorBody),
+        (status = 401, description = "Missing or wrong API key", body = ErrorBody),
+        (status = 404, description = "Unknown model", body = ErrorBody),
+        (status = 429, description = "Overloaded (Retry-After)", body = ErrorBody),
+        (status = 503, description = "Draining or engine stopped", body = ErrorBody),
+    )
+)]
+fn score() {}
 
 #[utoipa::path(
     post, path = "/v1/completions/render", tag = "generation",
@@ -304,7 +350,7 @@ impl Modify for Keys {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "sloserve", description = "OpenAI-compatible LLM serving with SLO classes"),
-    paths(completions, chat_completions, responses, completions_render, chat_completions_render, models, model, tokenize, detokenize, tokenizer_file, tokenizer_info, health, ready, metrics, openapi,
+    paths(completions, chat_completions, responses, embeddings, rerank, score, completions_render, chat_completions_render, models, model, tokenize, detokenize, tokenizer_file, tokenizer_info, health, ready, metrics, openapi,
         upload_file, list_files, get_file, delete_file, file_content, create_batch, list_batches, get_batch, cancel_batch, slo_page, slo_script, slo_style, slo_status),
     modifiers(&Keys, &Table),
     security(("bearer" = []), ("x-api-key" = [])),
@@ -366,6 +412,13 @@ mod tests {
         assert_eq!(chat["x-sloserve-batchable"], true);
         assert_eq!(v["paths"]["/tokenize"]["x-sloserve-streamable"], false);
         assert_eq!(v["paths"]["/health"]["x-sloserve-access"], "Open");
+        let emb = &v["paths"]["/v1/embeddings"];
+        assert_eq!(emb["x-sloserve-runs"], "pooling");
+        assert_eq!(emb["x-sloserve-batchable"], true);
+        let s = &v["components"]["schemas"];
+        for schema in ["EmbeddingRequest", "RerankRequest", "ScoreRequest"] {
+            assert!(s[schema].is_object(), "{schema}");
+        }
     }
 
     #[test]

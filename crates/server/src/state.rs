@@ -32,6 +32,10 @@ pub struct AppState {
     pub model_aliases: Vec<String>,
     /// The GGUF file served (its tokenizer is exported from it on demand).
     pub model_path: PathBuf,
+    /// What the pooled endpoints run (embeddings, rerank, score).
+    pub pooling: crate::pooling_mode::PoolingMode,
+    /// The length of an embedding (the model's hidden size).
+    pub embedding_size: usize,
     pub max_model_len: usize,
     /// Refuses prompt texts too long in bytes before they are tokenized.
     pub prompt_bound: crate::prompt_bound::PromptBound,
@@ -70,6 +74,8 @@ pub struct StateParts {
     pub model_name: String,
     pub model_aliases: Vec<String>,
     pub model_path: PathBuf,
+    pub pooling: crate::pooling_mode::PoolingMode,
+    pub embedding_size: usize,
     pub prompt_bound: crate::prompt_bound::PromptBound,
     pub max_body_bytes: usize,
     pub shutdown_timeout: Duration,
@@ -99,6 +105,8 @@ impl AppState {
             model_name,
             model_aliases,
             model_path,
+            pooling,
+            embedding_size,
             prompt_bound,
             max_body_bytes,
             shutdown_timeout,
@@ -119,6 +127,8 @@ impl AppState {
             model_name,
             model_aliases,
             model_path,
+            pooling,
+            embedding_size,
             prompt_bound,
             created: unix_now(),
             max_body_bytes,

@@ -63,6 +63,9 @@ pub fn routes(app: &App) -> Router {
             E::Completions
             | E::ChatCompletions
             | E::Responses
+            | E::Embeddings
+            | E::Rerank
+            | E::Score
             | E::CompletionsRender
             | E::ChatCompletionsRender
             | E::Models

@@ -27,11 +27,25 @@ impl Scheduler {
     /// events, caches newly full blocks, checks stops.
     pub fn postprocess(&mut self, batch: &Batch, logits: &Logits, t: Instant) -> StepOutcome {
         let mut out = StepOutcome::default();
-        let mut row = 0;
+        let (mut row, mut hidden_row) = (0, 0);
         for k in 0..self.step_seqs.len() {
             let (entry, i) = (batch.seqs[k], self.step_seqs[k]);
             let s = &mut self.running[i];
             s.clear_scheduled();
+            if s.pools() {
+                out.prefill_tokens += entry.num_tokens;
+                let start = s.num_computed();
+                s.advance_computed(entry.num_tokens);
+                let at = if entry.hidden {
+                    &mut hidden_row
+                } else {
+                    &mut row
+                };
+                s.take_pooled(logits, &entry, *at, start);
+                *at += entry.num_rows();
+                self.cache_full_blocks(i);
+                continue;
+            }
             if entry.num_logits > 1 && !s.draft().is_empty() {
                 out.decode_tokens += 1;
                 self.verify(i, logits, row, t);

@@ -248,7 +248,9 @@ impl Scheduler {
             let start = s.num_computed();
             let end = start + s.scheduled();
             debug_assert!(s.blocks().is_writable(start), "writing a shared KV block");
-            if s.scores_prompt() {
+            if s.pools() {
+                s.push_pooled(batch, start, end);
+            } else if s.scores_prompt() {
                 batch.push_scored(&s.tokens()[start..end], start, s.blocks().ids());
             } else if s.draft().is_empty() {
                 batch.push(

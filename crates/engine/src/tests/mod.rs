@@ -10,6 +10,7 @@ mod fairness_tests;
 mod fast_forward_tests;
 mod invariants;
 mod policy_tests;
+mod pooled_tests;
 mod preemption_tests;
 mod prompt_scoring_tests;
 mod slo_steps_tests;
@@ -81,6 +82,8 @@ pub(crate) struct Client {
     pub rx: UnboundedReceiver<Event>,
     pub tokens: Vec<u32>,
     pub finish: Option<FinishInfo>,
+    /// A pooled request's output.
+    pub pooled: Option<Vec<f32>>,
 }
 
 impl Client {
@@ -93,6 +96,13 @@ impl Client {
                     self.tokens.push(id);
                 }
                 Event::PromptLogprobs(_) => {}
+                Event::Pooled(v) => {
+                    assert!(
+                        self.finish.is_none() && self.pooled.is_none(),
+                        "pooled twice"
+                    );
+                    self.pooled = Some(v);
+                }
                 Event::Finished(f) => {
                     assert!(self.finish.is_none(), "two Finished events");
                     self.finish = Some(f);
@@ -118,6 +128,7 @@ pub(crate) fn submit(core: &mut EngineCore, id: u64, req: Request) -> Client {
         rx,
         tokens: Vec::new(),
         finish: None,
+        pooled: None,
     }
 }
 

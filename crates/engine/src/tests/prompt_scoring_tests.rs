@@ -39,6 +39,7 @@ fn drain(c: &mut Client, scores: &mut Vec<PromptLogprob>) {
                 scores.extend(s);
             }
             Event::Token { id, .. } => c.tokens.push(id),
+            Event::Pooled(_) => panic!("a scoring request pooled"),
             Event::Finished(f) => c.finish = Some(f),
         }
     }

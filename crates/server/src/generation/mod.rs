@@ -327,6 +327,8 @@ impl Generation {
                     }
                 }
                 Some(Event::PromptLogprobs(scores)) => self.prompt_scores.extend(scores),
+                // A generation request never pools.
+                Some(Event::Pooled(_)) => {}
                 Some(Event::Finished(info)) => {
                     self.stream = None;
                     return self.finished(info);

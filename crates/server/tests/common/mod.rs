@@ -3,6 +3,8 @@
 //! over `TcpStream` that also reads Server-Sent Events chunk by chunk.
 #![allow(dead_code)]
 
+pub mod batch;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
