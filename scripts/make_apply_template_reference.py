@@ -84,6 +84,10 @@ SETS = {
     "qwen3-coder": (SMOLLM2, "Qwen3-Coder.jinja", TOOL_REQUESTS),
     "hermes-2-pro": (SMOLLM2, "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", TOOL_REQUESTS),
     "r1-distill": (SMOLLM2, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", TOOL_REQUESTS[:2]),
+    "r1-distill-llama": (SMOLLM2, "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", TOOL_REQUESTS[:2]),
+    "hermes-3": (SMOLLM2, "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", TOOL_REQUESTS),
+    "qwq": (SMOLLM2, "Qwen-QwQ-32B.jinja", TOOL_REQUESTS),
+    "ministral-3-reasoning": (SMOLLM2, "mistralai-Ministral-3-14B-Reasoning-2512.jinja", TOOL_REQUESTS),
 }
 
 

@@ -39,6 +39,19 @@ const SETS: &[(&str, &str)] = &[
         "r1-distill",
         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
     ),
+    (
+        "r1-distill-llama",
+        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+    ),
+    (
+        "hermes-3",
+        "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
+    ),
+    ("qwq", "Qwen-QwQ-32B.jinja"),
+    (
+        "ministral-3-reasoning",
+        "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+    ),
 ];
 
 /// An OpenAI message as the server hands it to the template.
@@ -105,6 +118,6 @@ fn templates_render_as_llamacpp() {
             }
         }
     }
-    assert!(n >= 40, "{n} records");
+    assert!(n >= 50, "{n} records");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
