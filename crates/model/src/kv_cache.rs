@@ -69,6 +69,53 @@ impl KvData {
         }
     }
 
+    /// The storage as bytes.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: f32, f16 and the `repr(C)` quantized blocks (no padding: their
+        // sizes are asserted in `kv_quant`) are plain data: any of their bytes may
+        // be read, the slice covers exactly the vector's initialized elements, and
+        // u8 has alignment 1.
+        unsafe {
+            match self {
+                KvData::F32(d) => std::slice::from_raw_parts(d.as_ptr().cast(), 4 * d.len()),
+                KvData::F16(d) => std::slice::from_raw_parts(d.as_ptr().cast(), 2 * d.len()),
+                KvData::Q8_0(d) => std::slice::from_raw_parts(
+                    d.as_ptr().cast(),
+                    std::mem::size_of_val(d.as_slice()),
+                ),
+                KvData::Q4_0(d) => std::slice::from_raw_parts(
+                    d.as_ptr().cast(),
+                    std::mem::size_of_val(d.as_slice()),
+                ),
+            }
+        }
+    }
+
+    /// The storage as bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and every bit pattern is a valid f32, f16 or
+        // block (an f16 scale and bytes), so any bytes written leave valid values;
+        // the borrow is exclusive.
+        unsafe {
+            match self {
+                KvData::F32(d) => {
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), 4 * d.len())
+                }
+                KvData::F16(d) => {
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), 2 * d.len())
+                }
+                KvData::Q8_0(d) => {
+                    let n = std::mem::size_of_val(d.as_slice());
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), n)
+                }
+                KvData::Q4_0(d) => {
+                    let n = std::mem::size_of_val(d.as_slice());
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), n)
+                }
+            }
+        }
+    }
+
     /// Writes `src` at value offset `at` (for blocks, a multiple of `QK`, as is
     /// `src.len()`).
     fn write(&mut self, at: usize, src: &[f32]) {
@@ -131,6 +178,37 @@ impl KvCache {
     #[inline]
     pub fn slot(&self, block_table: &[u32], pos: usize) -> usize {
         block_table[pos / self.block_size] as usize * self.block_size + pos % self.block_size
+    }
+
+    /// Bytes of one block's keys and values over all layers, as
+    /// [`Self::copy_block_out`] lays them out (per layer: keys, then values).
+    pub fn block_bytes(&self) -> usize {
+        2 * self.keys.len() * self.block_size * self.dtype.row_bytes(self.kv_size)
+    }
+
+    /// Copies block `block`'s keys and values, every layer, into `out`
+    /// (`block_bytes` long).
+    pub fn copy_block_out(&self, block: usize, out: &mut [u8]) {
+        let n = self.block_size * self.dtype.row_bytes(self.kv_size);
+        let at = block * n;
+        let parts = self.keys.iter().zip(&self.values).flat_map(|(k, v)| [k, v]);
+        for (d, o) in parts.zip(out.chunks_exact_mut(n)) {
+            o.copy_from_slice(&d.bytes()[at..at + n]);
+        }
+    }
+
+    /// Writes what [`Self::copy_block_out`] copied into block `block`.
+    pub fn copy_block_in(&mut self, block: usize, data: &[u8]) {
+        let n = self.block_size * self.dtype.row_bytes(self.kv_size);
+        let at = block * n;
+        let parts = self
+            .keys
+            .iter_mut()
+            .zip(self.values.iter_mut())
+            .flat_map(|(k, v)| [k, v]);
+        for (d, src) in parts.zip(data.chunks_exact(n)) {
+            d.bytes_mut()[at..at + n].copy_from_slice(src);
+        }
     }
 
     /// Writes one token's keys and values into `slot` of `layer`.
