@@ -219,3 +219,47 @@ impl KvCache {
         self.values[layer].write(at, &v[..self.kv_size]);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block copied out of one cache and into another block of a second one
+    /// holds the same bytes, for every element type; nothing else changes.
+    #[test]
+    fn blocks_copy_out_and_in_exactly() {
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0] {
+            let (layers, kv, bs) = (3, 64, 4);
+            let mut a = KvCache::new(layers, kv, bs, 4, dtype);
+            for layer in 0..layers {
+                for slot in 0..4 * bs {
+                    let row = |s: f32| -> Vec<f32> {
+                        (0..kv)
+                            .map(|i| ((i * 7 + slot * 13 + layer) as f32 * s).sin())
+                            .collect()
+                    };
+                    a.write(layer, slot, &row(0.37), &row(-0.11));
+                }
+            }
+            let mut out = vec![0u8; a.block_bytes()];
+            assert_eq!(out.len(), 2 * layers * bs * dtype.row_bytes(kv));
+            a.copy_block_out(2, &mut out);
+            let mut b = KvCache::new(layers, kv, bs, 4, dtype);
+            b.copy_block_in(1, &out);
+            let n = bs * dtype.row_bytes(kv);
+            for layer in 0..layers {
+                for (x, y) in [
+                    (&a.keys[layer], &b.keys[layer]),
+                    (&a.values[layer], &b.values[layer]),
+                ] {
+                    assert_eq!(&x.bytes()[2 * n..3 * n], &y.bytes()[n..2 * n], "{dtype:?}");
+                    assert!(
+                        y.bytes()[..n].iter().all(|&v| v == 0),
+                        "{dtype:?}: block 0 untouched"
+                    );
+                    assert!(y.bytes()[2 * n..].iter().all(|&v| v == 0), "{dtype:?}");
+                }
+            }
+        }
+    }
+}
