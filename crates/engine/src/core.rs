@@ -259,6 +259,15 @@ impl EngineCore {
         self.sched.spill_stored(out, tokens, &*self.runner);
     }
 
+    /// What other threads see of the disk tier (none without one, or when its
+    /// prefetch thread cannot start).
+    pub fn disk_view(&self) -> Option<crate::disk_tier::DiskView> {
+        let d = self.sched.disk()?;
+        d.view()
+            .map_err(|e| tracing::warn!(error = %e, "disk tier: no prefetch"))
+            .ok()
+    }
+
     pub fn snapshot(&self) -> EngineStats {
         self.sched.snapshot()
     }

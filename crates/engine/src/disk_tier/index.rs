@@ -61,6 +61,13 @@ impl Index {
         self.entries.contains_key(&hash)
     }
 
+    /// Whether block `hash` of `salt` under `parent` is on disk (not marked used).
+    pub fn is_written(&self, hash: u64, salt: u64, parent: u64) -> bool {
+        self.entries
+            .get(&hash)
+            .is_some_and(|e| e.state == State::Written && e.salt == salt && e.parent == parent)
+    }
+
     /// The written block `hash` of `salt` under `parent`, marked recently used.
     pub fn touch(&mut self, hash: u64, salt: u64, parent: u64) -> bool {
         let Some(e) = self.entries.get_mut(&hash) else {

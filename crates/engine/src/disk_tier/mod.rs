@@ -16,7 +16,10 @@
 
 pub mod file;
 pub mod index;
+mod prefetch;
 mod writer;
+
+pub use prefetch::DiskView;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -174,6 +177,11 @@ impl DiskTier {
             loads: Vec::new(),
             spare: Vec::new(),
         })
+    }
+
+    /// The view other threads get (admission's estimate, prefetch).
+    pub fn view(&self) -> Result<DiskView, String> {
+        DiskView::new(self.shared.clone(), self.block_size)
     }
 
     /// The writer's counters.

@@ -14,6 +14,11 @@ use crate::step_cost::StepShape;
 
 impl Scheduler {
     /// The disk tier, if any.
+    pub fn disk(&self) -> Option<&DiskTier> {
+        self.disk.as_ref()
+    }
+
+    /// The disk tier, if any.
     pub fn disk_mut(&mut self) -> Option<&mut DiskTier> {
         self.disk.as_mut()
     }

@@ -1,7 +1,8 @@
 //! The prefix cache's disk tier against the `MockRunner` (whose KV slots carry
 //! the hash of their whole prefix, so a block read back wrong fails the step):
-//! reuse across a restart, isolation between salts, damaged files skipped, the
-//! load-or-recompute decision, the size limit, and a seeded mixed workload.
+//! reuse across a restart (and what `submit` counts and prefetches), isolation
+//! between salts, damaged files skipped, the load-or-recompute decision, the
+//! size limit, and a seeded mixed workload.
 
 use std::path::Path;
 
@@ -94,6 +95,12 @@ fn a_restarted_engine_loads_the_prefix_from_disk() {
 
     // A fresh process: empty RAM cache, a runner whose KV was never written.
     let mut core = core_on(disk_cfg(64, dir.path()));
+    // What `submit` counts (and reads ahead): the prefix on disk past the RAM hit.
+    let view = core.disk_view().unwrap();
+    assert_eq!(view.prefetch(0, &p, 0), 96);
+    assert_eq!(view.prefetch(0, &p, 32), 64);
+    assert_eq!(view.prefetch(5, &p, 0), 0, "another salt");
+    assert_eq!(view.prefetch(0, &p[..40], 0), 32, "all but the last token");
     assert_eq!(serve(&mut core, 0, &p, 0), (expect, 96));
     let d = core.snapshot().counters.disk;
     assert_eq!(
