@@ -225,3 +225,45 @@ fn seeded_workload_with_evictions_and_restarts() {
         assert_all_blocks_return(&mut core);
     }
 }
+
+/// A preempted batch sequence whose blocks RAM evicted for the interactive one
+/// resumes from disk: only its last partial block is computed again.
+#[test]
+fn a_preempted_sequence_resumes_from_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut core = core_on(disk_cfg(10, dir.path()));
+    let pa = prompt(20, 100);
+    let mut a = submit(&mut core, 0, greedy(pa.clone(), 40, SloClass::Batch));
+    let (mut ch, mut toks) = (Vec::new(), Vec::new());
+    let mut step = |core: &mut EngineCore| {
+        core.step();
+        core.take_cache_changes(&mut ch, &mut toks);
+        (ch.clear(), toks.clear());
+        core.sched_mut().disk_mut().unwrap().flush();
+    };
+    for _ in 0..12 {
+        step(&mut core);
+    }
+    let pb = prompt(21, 100);
+    let mut b = submit(&mut core, 1, greedy(pb.clone(), 4, SloClass::Interactive));
+    let mut n = 0;
+    while core.has_work() {
+        step(&mut core);
+        n += 1;
+        assert!(n < 500);
+    }
+    a.poll();
+    b.poll();
+    assert_eq!(a.tokens, MockRunner::reference(&pa, 40, VOCAB));
+    assert_eq!(b.tokens, MockRunner::reference(&pb, 4, VOCAB));
+    let c = core.snapshot().counters;
+    assert_eq!(c.preemptions, 1);
+    assert!(c.disk.loads >= 1, "{:?}", c.disk);
+    // At most its last (partial or just-filled) block.
+    assert!(
+        c.recomputed_tokens <= 16,
+        "recomputed {}",
+        c.recomputed_tokens
+    );
+    assert_all_blocks_return(&mut core);
+}
