@@ -33,8 +33,14 @@ use index::Index;
 
 use crate::prefix_cache::{chain_hash, root_hash};
 
-/// Spilled blocks waiting for the writer, at most.
-pub const QUEUE_BLOCKS: usize = 1024;
+/// Bytes of spilled blocks waiting for the writer, at most (and at least 16
+/// blocks, at most 4,096).
+pub const QUEUE_BYTES: usize = 256 << 20;
+
+/// The writer queue's length in blocks of `block_bytes`.
+fn queue_blocks(block_bytes: usize) -> usize {
+    (QUEUE_BYTES / block_bytes.max(1)).clamp(16, 4096)
+}
 
 /// Bytes per second assumed for reading blocks until loads are measured (a
 /// slow disk's; the measured rate replaces it).
@@ -158,7 +164,7 @@ impl DiskTier {
             counters: WriterCounters::default(),
         });
         shared.publish_gauges(&shared.lock_index());
-        let (tx, rx) = mpsc::sync_channel(QUEUE_BLOCKS);
+        let (tx, rx) = mpsc::sync_channel(queue_blocks(block_bytes));
         let (recycle_tx, recycle) = mpsc::channel();
         let sh = shared.clone();
         let writer = std::thread::Builder::new()
@@ -361,7 +367,7 @@ impl DiskTier {
             if let Some(w) = self.writer.take() {
                 let _ = w.join();
             }
-            let (tx, rx) = mpsc::sync_channel(QUEUE_BLOCKS);
+            let (tx, rx) = mpsc::sync_channel(queue_blocks(self.block_bytes));
             let (recycle_tx, recycle) = mpsc::channel();
             let sh = self.shared.clone();
             self.writer = Some(std::thread::spawn(move || writer::run(sh, rx, recycle_tx)));
