@@ -238,7 +238,8 @@ fn a_preempted_sequence_resumes_from_disk() {
     let mut step = |core: &mut EngineCore| {
         core.step();
         core.take_cache_changes(&mut ch, &mut toks);
-        (ch.clear(), toks.clear());
+        ch.clear();
+        toks.clear();
         core.sched_mut().disk_mut().unwrap().flush();
     };
     for _ in 0..12 {
