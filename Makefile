@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-structured bench-grammar
+.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar
 
 all: build
 
@@ -225,6 +225,13 @@ fuzz: model
 # build). ARGS: e.g. --rounds 5 --model models/gemma-3-270m-q4_k_m.gguf.
 bench-vs-llama: model $(VENV)/.plots-installed
 	$(VENV)/bin/python scripts/bench_vs_llama.py $(ARGS)
+
+# TTFT of a ~4,000-token system prompt on Qwen2.5-Coder 0.5B: cold, after a restart with the
+# prefix cache's disk tier, and llama-server restoring a saved slot (release build; ARGS:
+# --rounds N, --kill for SIGKILL, --no-llama). docs/serving.md, "Prefix cache tiers".
+bench-prefix-disk: model-qwen0.5b
+	$(CARGO) build --release -p sloserve
+	python3 scripts/bench_prefix_disk.py $(ARGS)
 
 # The --quantize table for the default model (README "Quantization as a lever"):
 # speed and accuracy per weight type. ARGS: --quick, --accuracy-only or --speed-only.

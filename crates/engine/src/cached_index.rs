@@ -96,7 +96,12 @@ mod tests {
         index.apply(&log);
         assert_eq!(index.cached_prefix_tokens(3, &prompt, 4), 0);
         index.apply(&[
-            CacheChange::Stored { hash: 1, parent: 0 },
+            CacheChange::Stored {
+                hash: 1,
+                parent: 0,
+                block: 0,
+                salt: 0,
+            },
             CacheChange::Cleared,
         ]);
         assert!(index.blocks.lock().unwrap().is_empty());

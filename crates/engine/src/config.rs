@@ -210,6 +210,16 @@ pub struct EngineConfig {
     /// Reuse cached KV of shared prompt prefixes (the flag disables it).
     [flag "no-prefix-cache" off]
     pub enable_prefix_cache: bool = true,
+    /// Also keep the prefix cache's full blocks on disk under this directory
+    /// (written as they are cached, off the engine thread), so a prefix evicted
+    /// from RAM or lost in a restart is loaded instead of recomputed
+    /// (docs/serving.md, "Prefix cache tiers"). Unset: RAM only.
+    [flag "prefix-cache-dir"]
+    pub prefix_cache_dir: Option<std::path::PathBuf> = None,
+    /// Most bytes the prefix cache's disk tier keeps (suffixes KiB, MiB, GiB);
+    /// past it the least recently used block files are deleted.
+    [flag "prefix-cache-disk-size" bytes]
+    pub prefix_cache_disk_size: u64 = 10 << 30,
     /// Serve interactive before batch requests. Off: every request is
     /// `default_slo_class`, first-come first-served.
     pub slo_classes: bool = true,

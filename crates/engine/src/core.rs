@@ -9,6 +9,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::admission::RequestLimits;
 use crate::config::EngineConfig;
+use crate::disk_tier::DiskTier;
 use crate::error::EngineError;
 use crate::event::{Event, FinishReason};
 use crate::prefix_cache::CacheChange;
@@ -46,6 +47,16 @@ pub(crate) struct EngineCore {
 
 impl EngineCore {
     pub fn new(runner: Box<dyn ModelRunner>, cfg: EngineConfig) -> Result<Self, EngineError> {
+        Self::build(runner, cfg, None)
+    }
+
+    /// `new`, with the disk tier of a core it replaces (`None`: opened from the
+    /// configuration).
+    fn build(
+        runner: Box<dyn ModelRunner>,
+        cfg: EngineConfig,
+        carried_disk: Option<Option<DiskTier>>,
+    ) -> Result<Self, EngineError> {
         cfg.validate()?;
         let mut info = runner.info().clone();
         if info.block_size == 0 || info.vocab_size == 0 {
@@ -84,8 +95,12 @@ impl EngineCore {
             info.block_size,
             info.vocab_size,
         );
+        let disk = match carried_disk {
+            Some(d) => d,
+            None => open_disk(&cfg, &*runner)?,
+        };
         Ok(EngineCore {
-            sched: Scheduler::new(cfg, &info),
+            sched: Scheduler::new(cfg, &info).with_disk(disk),
             runner,
             batch: Batch::default(),
             logits: Logits::default(),
@@ -190,6 +205,13 @@ impl EngineCore {
     pub fn step(&mut self) -> StepReport {
         let now = self.now();
         self.sched.schedule(now, &mut self.batch);
+        if let Some(disk) = self.sched.disk_mut() {
+            // Blocks read back from disk at admission, before any step reads them.
+            let runner = &mut self.runner;
+            if let Err(e) = disk.apply_loads(|b, data| runner.write_kv_block(b, data)) {
+                panic!("writing a KV block read back from disk failed: {e}");
+            }
+        }
         let mut report = StepReport::default();
         if !self.batch.is_empty() {
             let t0 = Instant::now();
@@ -239,8 +261,19 @@ impl EngineCore {
     /// The scheduler's view of the engine's gauges and counters.
     /// Moves the prefix cache's changes since the last call into `out`, and the
     /// token ids of the blocks they store into `tokens` (none when the cache is off).
+    /// Blocks newly stored are also handed to the disk tier, if any.
     pub fn take_cache_changes(&mut self, out: &mut Vec<CacheChange>, tokens: &mut Vec<u32>) {
         self.sched.take_cache_changes(out, tokens);
+        self.sched.spill_stored(out, tokens, &*self.runner);
+    }
+
+    /// What other threads see of the disk tier (none without one, or when its
+    /// prefetch thread cannot start).
+    pub fn disk_view(&self) -> Option<crate::disk_tier::DiskView> {
+        let d = self.sched.disk()?;
+        d.view()
+            .map_err(|e| tracing::warn!(error = %e, "disk tier: no prefetch"))
+            .ok()
     }
 
     pub fn snapshot(&self) -> EngineStats {
@@ -269,13 +302,20 @@ impl EngineCore {
     /// counters and the step-time model carry over.
     pub fn restart(self) -> Result<EngineCore, String> {
         let EngineCore {
-            sched, mut runner, ..
+            mut sched,
+            mut runner,
+            ..
         } = self;
         runner
             .reset()
             .map_err(|e| format!("runner reset failed: {e}"))?;
         let cfg = sched.cfg().clone();
-        let mut core = EngineCore::new(runner, cfg).map_err(|e| e.to_string())?;
+        // The disk tier goes on (its files are sound); reads for the old KV do not.
+        let mut disk = sched.take_disk();
+        if let Some(d) = disk.as_mut() {
+            d.clear_loads();
+        }
+        let mut core = EngineCore::build(runner, cfg, Some(disk)).map_err(|e| e.to_string())?;
         core.sched.carry_over(&sched);
         Ok(core)
     }
@@ -285,4 +325,29 @@ impl EngineCore {
         let now = self.now();
         self.sched.fail_all(reason, now);
     }
+}
+
+/// The disk tier `cfg` asks for (`prefix_cache_dir`, with the prefix cache on).
+fn open_disk(
+    cfg: &EngineConfig,
+    runner: &dyn ModelRunner,
+) -> Result<Option<DiskTier>, EngineError> {
+    let Some(dir) = cfg
+        .prefix_cache_dir
+        .as_deref()
+        .filter(|_| cfg.enable_prefix_cache)
+    else {
+        return Ok(None);
+    };
+    let (Some(identity), bytes) = (runner.kv_identity(), runner.kv_block_bytes()) else {
+        return Err(EngineError::InvalidConfig(
+            "prefix_cache_dir: this model runner cannot copy its KV blocks".into(),
+        ));
+    };
+    let bs = runner.info().block_size;
+    // The block size the engine runs with is part of what a block means.
+    let identity = crate::prefix_cache::chain_hash(identity, &[bs as u32]);
+    DiskTier::open(dir, cfg.prefix_cache_disk_size, identity, bs, bytes)
+        .map(Some)
+        .map_err(EngineError::InvalidConfig)
 }

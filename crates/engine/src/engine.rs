@@ -15,6 +15,7 @@ use crate::admission::{AdmissionState, RequestLimits};
 use crate::cached_index::CachedIndex;
 use crate::config::EngineConfig;
 use crate::core::{EngineCore, StepReport};
+use crate::disk_tier::DiskView;
 use crate::error::EngineError;
 use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTimings, SloReport};
 use crate::prefix_cache::CacheChange;
@@ -48,6 +49,8 @@ struct Shared {
     admission: Mutex<AdmissionState>,
     /// The prefix cache's blocks, for admission at submit.
     cached: CachedIndex,
+    /// The disk tier's index, for admission at submit and prefetch.
+    disk: std::sync::OnceLock<DiskView>,
     stats: Mutex<EngineStats>,
     stopping: AtomicBool,
     alive: AtomicBool,
@@ -133,6 +136,7 @@ impl Engine {
         let shared = Arc::new(Shared {
             admission: Mutex::new(AdmissionState::default()),
             cached: CachedIndex::default(),
+            disk: std::sync::OnceLock::new(),
             stats: Mutex::new(EngineStats::default()),
             stopping: AtomicBool::new(false),
             alive: AtomicBool::new(true),
@@ -152,6 +156,9 @@ impl Engine {
                 }
                 Ok(core) => {
                     let init = (core.info.clone(), core.limits, core.cfg().clone());
+                    if let Some(v) = core.disk_view() {
+                        let _ = sh.disk.set(v);
+                    }
                     publish(&core, &sh, &StepReport::default());
                     let _ = init_tx.send(Ok(init));
                     run(core, rx, &sh, sink);
@@ -214,6 +221,14 @@ impl EngineHandle {
                     .cached_prefix_tokens(req.cache_salt, &req.prompt, inner.info.block_size)
             }
             false => 0,
+        };
+        // Past the RAM hit, the prefix on disk: loaded at admission (its files
+        // read ahead now, while the request waits), so not predicted as prefill.
+        let cached = match (sh.disk.get(), inner.cfg.enable_prefix_cache) {
+            (Some(d), true) if req.prompt_logprobs.is_none() => {
+                cached + d.prefetch(req.cache_salt, &req.prompt, cached)
+            }
+            _ => cached,
         };
         let n = n.max(1);
         lock(&sh.admission).try_admit_choices(

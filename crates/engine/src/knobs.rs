@@ -216,6 +216,20 @@ impl KnobType for crate::config::StepBudgetPolicy {
     };
 }
 
+impl KnobType for std::path::PathBuf {
+    const VALUE: KnobValue = KnobValue::Parse {
+        parse: path,
+        name: "PATH",
+    };
+}
+
+fn path(s: &str) -> Result<toml::Value, String> {
+    match s.trim() {
+        "" => Err("an empty path".into()),
+        p => Ok(toml::Value::String(p.to_string())),
+    }
+}
+
 impl KnobType for crate::config::KvCacheType {
     const VALUE: KnobValue = KnobValue::Parse {
         parse: text::<Self>,

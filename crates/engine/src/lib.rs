@@ -16,6 +16,7 @@ mod cached_index;
 pub mod config;
 mod core;
 mod departures;
+pub mod disk_tier;
 pub mod engine;
 pub mod error;
 pub mod event;
@@ -55,5 +56,7 @@ pub use profile::{Profile, BUILTIN_PROFILES};
 pub use request::{
     Admitted, Asked, Request, SloClass, SloTargets, StopConditions, PROMPT_SCORING_CHUNK,
 };
-pub use stats::{Counters, EngineStats, ForcedCounters, PerClass, SloAttainment, SpecCounters};
+pub use stats::{
+    Counters, DiskCounters, EngineStats, ForcedCounters, PerClass, SloAttainment, SpecCounters,
+};
 pub use step_cost::{ExpertRouting, StepCostFigures, StepCostModel, StepShape};

@@ -296,7 +296,48 @@ impl ModelRunner for MockRunner {
         self.slots.fill(None);
         Ok(())
     }
+
+    fn kv_identity(&self) -> Option<u64> {
+        let i = &self.info;
+        Some(splitmix(
+            SEED ^ ((i.block_size as u64) << 32) ^ i.vocab_size as u64,
+        ))
+    }
+
+    /// A slot: written (1 byte), token (4), prefix hash (8).
+    fn kv_block_bytes(&self) -> usize {
+        MOCK_SLOT_BYTES * self.info.block_size
+    }
+
+    fn read_kv_block(&self, block: u32, out: &mut [u8]) -> Result<(), RunnerError> {
+        let bs = self.info.block_size;
+        let slots = &self.slots[block as usize * bs..(block as usize + 1) * bs];
+        for (s, o) in slots.iter().zip(out.chunks_exact_mut(MOCK_SLOT_BYTES)) {
+            let (t, h) = s.unwrap_or((0, 0));
+            o[0] = s.is_some() as u8;
+            o[1..5].copy_from_slice(&t.to_le_bytes());
+            o[5..].copy_from_slice(&h.to_le_bytes());
+        }
+        Ok(())
+    }
+
+    fn write_kv_block(&mut self, block: u32, data: &[u8]) -> Result<(), RunnerError> {
+        let bs = self.info.block_size;
+        if data.len() != MOCK_SLOT_BYTES * bs {
+            return Err(RunnerError("KV block of the wrong size".into()));
+        }
+        let slots = &mut self.slots[block as usize * bs..(block as usize + 1) * bs];
+        for (s, d) in slots.iter_mut().zip(data.chunks_exact(MOCK_SLOT_BYTES)) {
+            let t = u32::from_le_bytes(d[1..5].try_into().expect("4 bytes"));
+            let h = u64::from_le_bytes(d[5..].try_into().expect("8 bytes"));
+            *s = (d[0] == 1).then_some((t, h));
+        }
+        Ok(())
+    }
 }
+
+/// Bytes of one mock KV slot as `read_kv_block` copies it.
+const MOCK_SLOT_BYTES: usize = 13;
 
 #[cfg(test)]
 mod tests {

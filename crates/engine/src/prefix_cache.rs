@@ -49,8 +49,14 @@ struct Node {
 pub enum CacheChange {
     /// The cache is new and empty (engine start or restart).
     Cleared,
-    /// A block was cached: its chain hash and its parent's.
-    Stored { hash: u64, parent: u64 },
+    /// A block was cached: its chain hash and its parent's, the KV block holding
+    /// it and the salt of its trie.
+    Stored {
+        hash: u64,
+        parent: u64,
+        block: u32,
+        salt: u64,
+    },
     /// A cached block was evicted.
     Removed { hash: u64 },
 }
@@ -138,6 +144,14 @@ impl PrefixCache {
     /// are copied per stored block, and the buffer is kept in step by the engine.
     pub fn take_stored_tokens(&mut self, out: &mut Vec<u32>) {
         out.append(&mut self.stored_tokens);
+    }
+
+    /// The chain hash of the block KV block `block` caches (`None`: not cached).
+    pub fn hash_of(&self, block: u32) -> Option<u64> {
+        match self.block_node.get(block as usize) {
+            Some(&n) if n != NONE => Some(self.nodes[n as usize].hash),
+            _ => None,
+        }
     }
 
     /// Number of cached blocks.
@@ -234,7 +248,12 @@ impl PrefixCache {
             let parent = self.nodes[node as usize].hash;
             let hash = chain_hash(parent, chunk);
             self.nodes[id as usize].hash = hash;
-            self.changes.push(CacheChange::Stored { hash, parent });
+            self.changes.push(CacheChange::Stored {
+                hash,
+                parent,
+                block,
+                salt,
+            });
             self.stored_tokens.extend_from_slice(chunk);
             self.nodes[node as usize].children.insert(chunk.into(), id);
             self.pool.mark_cached(block);
@@ -486,15 +505,21 @@ mod tests {
             vec![
                 CacheChange::Stored {
                     hash: h1,
-                    parent: root_hash(0)
+                    parent: root_hash(0),
+                    block: a.ids()[0],
+                    salt: 0,
                 },
                 CacheChange::Stored {
                     hash: h2,
-                    parent: h1
+                    parent: h1,
+                    block: a.ids()[1],
+                    salt: 0,
                 },
                 CacheChange::Stored {
                     hash: s1,
-                    parent: root_hash(9)
+                    parent: root_hash(9),
+                    block: t.ids()[0],
+                    salt: 9,
                 },
             ]
         );

@@ -256,4 +256,32 @@ pub trait ModelRunner: Send {
     fn reset(&mut self) -> Result<(), RunnerError> {
         Ok(())
     }
+
+    /// What a KV block's bytes mean, as one hash: the model file (its header and
+    /// size, so its tokenizer too), the KV element type, the precision, the block
+    /// size, anything else that changes the values. Blocks are kept on disk
+    /// (`--prefix-cache-dir`) under it and never read back under another. `None`:
+    /// the runner cannot copy its blocks (no disk tier).
+    fn kv_identity(&self) -> Option<u64> {
+        None
+    }
+
+    /// Bytes of one KV block as [`Self::read_kv_block`] copies it (all layers'
+    /// keys and values).
+    fn kv_block_bytes(&self) -> usize {
+        0
+    }
+
+    /// Copies KV block `block` into `out` (`kv_block_bytes` long).
+    fn read_kv_block(&self, block: u32, out: &mut [u8]) -> Result<(), RunnerError> {
+        let _ = (block, out);
+        Err(RunnerError("this runner cannot copy KV blocks".into()))
+    }
+
+    /// Writes `data` (what `read_kv_block` copied, maybe in an earlier process
+    /// of the same `kv_identity`) into KV block `block`.
+    fn write_kv_block(&mut self, block: u32, data: &[u8]) -> Result<(), RunnerError> {
+        let _ = (block, data);
+        Err(RunnerError("this runner cannot copy KV blocks".into()))
+    }
 }

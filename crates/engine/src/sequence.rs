@@ -486,6 +486,24 @@ impl Sequence {
         matched
     }
 
+    /// The salt of its prefix-cache trie.
+    pub fn cache_salt(&self) -> u64 {
+        self.cache_salt
+    }
+
+    /// Caches the blocks pushed past its locked prefix (read back from disk:
+    /// their KV is written before the next step runs) and counts them computed.
+    pub fn adopt_cached_blocks(&mut self, cache: &mut PrefixCache, block_size: usize) {
+        let n = self.blocks.len();
+        cache.insert_salted(
+            self.cache_salt,
+            &self.tokens[..n * block_size],
+            &mut self.blocks,
+        );
+        self.num_computed = n * block_size;
+        self.num_cache_inserted = n;
+    }
+
     /// Offers its newly full computed blocks to `cache`.
     pub fn cache_full_blocks(&mut self, cache: &mut PrefixCache, block_size: usize) {
         let full = self.num_computed / block_size;

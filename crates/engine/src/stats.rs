@@ -100,6 +100,38 @@ pub struct Counters {
     pub spec: PerClass<SpecCounters>,
     /// Grammar fast-forward (tokens a grammar forced, verified as drafts), per class.
     pub forced: PerClass<ForcedCounters>,
+    /// The prefix cache's disk tier (`--prefix-cache-dir`).
+    pub disk: DiskCounters,
+}
+
+/// What the prefix cache's disk tier did (all 0 without one).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct DiskCounters {
+    /// Tokens found on disk at admission (loaded or recomputed: see below); the
+    /// RAM tier's are `prefix_cache_hit_tokens` less the loaded ones.
+    pub hit_tokens: u64,
+    /// Prefixes found on disk and loaded (the step-time model predicted loading
+    /// cheaper than recomputing), and their tokens ...
+    pub loads: u64,
+    pub loaded_tokens: u64,
+    /// ... and prefixes found on disk but recomputed.
+    pub recomputes: u64,
+    /// Bytes of block files read back.
+    pub bytes_read: u64,
+    /// Bytes of block files written, and blocks.
+    pub bytes_written: u64,
+    pub blocks_written: u64,
+    /// Blocks not spilled: the writer's queue was full.
+    pub spill_drops: u64,
+    /// Block files deleted by the size limit (least recently used first).
+    pub blocks_evicted: u64,
+    /// Block files found damaged or foreign when read back (skipped, deleted).
+    pub bad_files: u64,
+    /// Writes that failed (the block is not on disk).
+    pub write_errors: u64,
+    /// Blocks and bytes on disk now.
+    pub blocks: u64,
+    pub bytes: u64,
 }
 
 /// What grammar fast-forward did for one class.

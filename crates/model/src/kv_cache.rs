@@ -69,6 +69,53 @@ impl KvData {
         }
     }
 
+    /// The storage as bytes.
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: f32, f16 and the `repr(C)` quantized blocks (no padding: their
+        // sizes are asserted in `kv_quant`) are plain data: any of their bytes may
+        // be read, the slice covers exactly the vector's initialized elements, and
+        // u8 has alignment 1.
+        unsafe {
+            match self {
+                KvData::F32(d) => std::slice::from_raw_parts(d.as_ptr().cast(), 4 * d.len()),
+                KvData::F16(d) => std::slice::from_raw_parts(d.as_ptr().cast(), 2 * d.len()),
+                KvData::Q8_0(d) => std::slice::from_raw_parts(
+                    d.as_ptr().cast(),
+                    std::mem::size_of_val(d.as_slice()),
+                ),
+                KvData::Q4_0(d) => std::slice::from_raw_parts(
+                    d.as_ptr().cast(),
+                    std::mem::size_of_val(d.as_slice()),
+                ),
+            }
+        }
+    }
+
+    /// The storage as bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and every bit pattern is a valid f32, f16 or
+        // block (an f16 scale and bytes), so any bytes written leave valid values;
+        // the borrow is exclusive.
+        unsafe {
+            match self {
+                KvData::F32(d) => {
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), 4 * d.len())
+                }
+                KvData::F16(d) => {
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), 2 * d.len())
+                }
+                KvData::Q8_0(d) => {
+                    let n = std::mem::size_of_val(d.as_slice());
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), n)
+                }
+                KvData::Q4_0(d) => {
+                    let n = std::mem::size_of_val(d.as_slice());
+                    std::slice::from_raw_parts_mut(d.as_mut_ptr().cast(), n)
+                }
+            }
+        }
+    }
+
     /// Writes `src` at value offset `at` (for blocks, a multiple of `QK`, as is
     /// `src.len()`).
     fn write(&mut self, at: usize, src: &[f32]) {
@@ -133,11 +180,86 @@ impl KvCache {
         block_table[pos / self.block_size] as usize * self.block_size + pos % self.block_size
     }
 
+    /// Bytes of one block's keys and values over all layers, as
+    /// [`Self::copy_block_out`] lays them out (per layer: keys, then values).
+    pub fn block_bytes(&self) -> usize {
+        2 * self.keys.len() * self.block_size * self.dtype.row_bytes(self.kv_size)
+    }
+
+    /// Copies block `block`'s keys and values, every layer, into `out`
+    /// (`block_bytes` long).
+    pub fn copy_block_out(&self, block: usize, out: &mut [u8]) {
+        let n = self.block_size * self.dtype.row_bytes(self.kv_size);
+        let at = block * n;
+        let parts = self.keys.iter().zip(&self.values).flat_map(|(k, v)| [k, v]);
+        for (d, o) in parts.zip(out.chunks_exact_mut(n)) {
+            o.copy_from_slice(&d.bytes()[at..at + n]);
+        }
+    }
+
+    /// Writes what [`Self::copy_block_out`] copied into block `block`.
+    pub fn copy_block_in(&mut self, block: usize, data: &[u8]) {
+        let n = self.block_size * self.dtype.row_bytes(self.kv_size);
+        let at = block * n;
+        let parts = self
+            .keys
+            .iter_mut()
+            .zip(self.values.iter_mut())
+            .flat_map(|(k, v)| [k, v]);
+        for (d, src) in parts.zip(data.chunks_exact(n)) {
+            d.bytes_mut()[at..at + n].copy_from_slice(src);
+        }
+    }
+
     /// Writes one token's keys and values into `slot` of `layer`.
     #[inline]
     pub fn write(&mut self, layer: usize, slot: usize, k: &[f32], v: &[f32]) {
         let at = slot * self.kv_size;
         self.keys[layer].write(at, &k[..self.kv_size]);
         self.values[layer].write(at, &v[..self.kv_size]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A block copied out of one cache and into another block of a second one
+    /// holds the same bytes, for every element type; nothing else changes.
+    #[test]
+    fn blocks_copy_out_and_in_exactly() {
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8_0, KvDtype::Q4_0] {
+            let (layers, kv, bs) = (3, 64, 4);
+            let mut a = KvCache::new(layers, kv, bs, 4, dtype);
+            for layer in 0..layers {
+                for slot in 0..4 * bs {
+                    let row = |s: f32| -> Vec<f32> {
+                        (0..kv)
+                            .map(|i| ((i * 7 + slot * 13 + layer) as f32 * s).sin())
+                            .collect()
+                    };
+                    a.write(layer, slot, &row(0.37), &row(-0.11));
+                }
+            }
+            let mut out = vec![0u8; a.block_bytes()];
+            assert_eq!(out.len(), 2 * layers * bs * dtype.row_bytes(kv));
+            a.copy_block_out(2, &mut out);
+            let mut b = KvCache::new(layers, kv, bs, 4, dtype);
+            b.copy_block_in(1, &out);
+            let n = bs * dtype.row_bytes(kv);
+            for layer in 0..layers {
+                for (x, y) in [
+                    (&a.keys[layer], &b.keys[layer]),
+                    (&a.values[layer], &b.values[layer]),
+                ] {
+                    assert_eq!(&x.bytes()[2 * n..3 * n], &y.bytes()[n..2 * n], "{dtype:?}");
+                    assert!(
+                        y.bytes()[..n].iter().all(|&v| v == 0),
+                        "{dtype:?}: block 0 untouched"
+                    );
+                    assert!(y.bytes()[2 * n..].iter().all(|&v| v == 0), "{dtype:?}");
+                }
+            }
+        }
     }
 }

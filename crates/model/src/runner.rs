@@ -57,6 +57,31 @@ pub struct LlamaRunner {
     cache: KvCache,
     scratch: Scratch,
     info: RunnerInfo,
+    kv_identity: Option<u64>,
+}
+
+/// What this runner's KV blocks mean, as one hash (`ModelRunner::kv_identity`):
+/// SHA-256 over the GGUF file's header bytes (its metadata, the tokenizer among
+/// them, and its tensor table) and size, the KV element type, the precision,
+/// the block size, `--quantize` and the RoPE override. `None` if the header
+/// cannot be read back.
+fn kv_identity(file: &GgufFile, dtype: KvDtype, opts: &RunnerOptions) -> Option<u64> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let f = std::fs::File::open(&file.path).ok()?;
+    let size = f.metadata().ok()?.len();
+    let header_len = file.content.tensor_data_offset.min(size);
+    let mut header = Vec::with_capacity(header_len as usize);
+    f.take(header_len).read_to_end(&mut header).ok()?;
+    let what = format!(
+        "sloserve kv v1\0{size}\0{dtype:?}\0{:?}\0{}\0{:?}\0{:?}",
+        opts.precision, opts.block_size, opts.quantize, opts.rope
+    );
+    let d = Sha256::new()
+        .chain_update(what.as_bytes())
+        .chain_update(&header)
+        .finalize();
+    Some(u64::from_le_bytes(d[..8].try_into().expect("8 bytes")))
 }
 
 impl LlamaRunner {
@@ -139,6 +164,7 @@ impl LlamaRunner {
             }),
         };
         Ok(LlamaRunner {
+            kv_identity: kv_identity(file, dtype, opts),
             model,
             cache,
             scratch: Scratch::default(),
@@ -226,6 +252,41 @@ impl ModelRunner for LlamaRunner {
         }
         self.model
             .forward(batch, &mut self.cache, &mut self.scratch, out);
+        Ok(())
+    }
+
+    fn kv_identity(&self) -> Option<u64> {
+        self.kv_identity
+    }
+
+    fn kv_block_bytes(&self) -> usize {
+        self.cache.block_bytes()
+    }
+
+    fn read_kv_block(&self, block: u32, out: &mut [u8]) -> std::result::Result<(), RunnerError> {
+        self.check_block(block, out.len())?;
+        self.cache.copy_block_out(block as usize, out);
+        Ok(())
+    }
+
+    fn write_kv_block(&mut self, block: u32, data: &[u8]) -> std::result::Result<(), RunnerError> {
+        self.check_block(block, data.len())?;
+        self.cache.copy_block_in(block as usize, data);
+        Ok(())
+    }
+}
+
+impl LlamaRunner {
+    /// A block id and byte count `read_kv_block` / `write_kv_block` can take.
+    fn check_block(&self, block: u32, len: usize) -> std::result::Result<(), RunnerError> {
+        if block as usize >= self.cache.num_blocks || len != self.cache.block_bytes() {
+            return Err(RunnerError(format!(
+                "KV block {block} of {} bytes: the cache has {} blocks of {} bytes",
+                len,
+                self.cache.num_blocks,
+                self.cache.block_bytes()
+            )));
+        }
         Ok(())
     }
 }

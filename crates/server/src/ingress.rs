@@ -6,7 +6,6 @@
 //! (`x-request-timeout-ms`), the gateway's fairness id (the request's flow) and
 //! the output constraint compiled from `response_format` ([`crate::structured`]).
 
-use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use axum::http::HeaderMap;
@@ -82,7 +81,7 @@ pub fn build(
             ignore_eos: params.sampling.ignore_eos,
         },
         slo,
-        cache_salt: cache_salt(state.cache_scope, params.cache_salt.as_deref(), caller),
+        cache_salt: cache_salt(state.cache_scope, params.cache_salt.as_deref(), own),
         deadline,
         fairness,
         constraint,
@@ -164,18 +163,14 @@ pub fn fairness_id(headers: &HeaderMap) -> Result<Option<String>, ServerError> {
 }
 
 /// The prefix-cache salt of a request: its `cache_salt`, and under the per-key
-/// scope its API key; 0 (the shared cache) when neither applies.
-pub fn cache_salt(scope: PrefixCacheScope, salt: Option<&str>, caller: &Caller) -> u64 {
-    let key = match scope {
-        PrefixCacheScope::PerKey => caller.key_index,
+/// scope its API key's digest (`owner`); 0 (the shared cache) when neither
+/// applies ([`sloserve_slo::cache_scope_salt`]).
+pub fn cache_salt(scope: PrefixCacheScope, salt: Option<&str>, owner: Option<&str>) -> u64 {
+    let owner = match scope {
+        PrefixCacheScope::PerKey => owner,
         PrefixCacheScope::Global => None,
     };
-    if salt.is_none() && key.is_none() {
-        return 0;
-    }
-    let mut h = std::hash::DefaultHasher::new();
-    (salt, key).hash(&mut h);
-    h.finish().max(1)
+    sloserve_slo::cache_scope_salt(owner, salt)
 }
 
 #[cfg(test)]
@@ -254,8 +249,19 @@ mod tests {
 
     #[test]
     fn salts_isolate_keys_only_under_the_per_key_scope() {
-        let open = Caller::OPEN;
-        assert_eq!(cache_salt(PrefixCacheScope::PerKey, None, &open), 0);
-        assert_ne!(cache_salt(PrefixCacheScope::Global, Some("s"), &open), 0);
+        use PrefixCacheScope::{Global, PerKey};
+        assert_eq!(cache_salt(PerKey, None, None), 0);
+        assert_ne!(cache_salt(Global, Some("s"), None), 0);
+        let (a, b) = (Some("key-a"), Some("key-b"));
+        assert_ne!(cache_salt(PerKey, None, a), cache_salt(PerKey, None, b));
+        assert_eq!(cache_salt(Global, None, a), 0, "one cache for all keys");
+        assert_ne!(
+            cache_salt(PerKey, Some("s"), a),
+            cache_salt(PerKey, None, a)
+        );
+        assert_ne!(
+            cache_salt(PerKey, Some("s"), a),
+            cache_salt(Global, Some("s"), None)
+        );
     }
 }

@@ -34,6 +34,20 @@ sloserve_api::families! { ALL;
         "Prompt tokens looked up in the prefix cache.";
     PREFIX_CACHE_HITS_TOTAL = Counter "sloserve:prefix_cache_hits_total" ["model_name"]
         "Prompt tokens found in the prefix cache.";
+    PREFIX_CACHE_TIER_HITS_TOTAL = Counter "sloserve:prefix_cache_tier_hits_total" ["model_name", "tier"]
+        "Prompt tokens found cached, by tier: ram (the radix cache), disk (--prefix-cache-dir; loaded or recomputed, see prefix_cache_disk_decisions_total).";
+    PREFIX_CACHE_DISK_DECISIONS_TOTAL = Counter "sloserve:prefix_cache_disk_decisions_total" ["model_name", "decision"]
+        "Prefixes found on disk: loaded (the step-time model predicted loading cheaper) or recomputed.";
+    PREFIX_CACHE_DISK_BYTES_TOTAL = Counter "sloserve:prefix_cache_disk_bytes_total" ["model_name", "direction"]
+        "Bytes of KV block files read back from or written to the disk tier.";
+    PREFIX_CACHE_DISK_SPILL_DROPS_TOTAL = Counter "sloserve:prefix_cache_disk_spill_drops_total" ["model_name"]
+        "Blocks not written to the disk tier because its writer's queue was full.";
+    PREFIX_CACHE_DISK_BAD_FILES_TOTAL = Counter "sloserve:prefix_cache_disk_bad_files_total" ["model_name"]
+        "Block files found damaged or foreign when read back (skipped with a warning, deleted).";
+    PREFIX_CACHE_DISK_EVICTIONS_TOTAL = Counter "sloserve:prefix_cache_disk_evictions_total" ["model_name"]
+        "Block files deleted by --prefix-cache-disk-size, least recently used first.";
+    PREFIX_CACHE_DISK_BYTES = Gauge "sloserve:prefix_cache_disk_bytes" ["model_name"]
+        "Bytes of KV block files the disk tier holds.";
     PROMPT_TOKENS_TOTAL = Counter "sloserve:prompt_tokens_total" ["model_name"]
         "Prompt tokens of started requests (computed plus cached).";
     GENERATION_TOKENS_TOTAL = Counter "sloserve:generation_tokens_total" ["model_name"]

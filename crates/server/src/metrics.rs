@@ -288,6 +288,41 @@ impl Metrics {
         w.single(&F::PREFIX_CACHE_QUERIES_TOTAL, &[m], queried);
         let hits = c.prefix_cache_hit_tokens as f64;
         w.single(&F::PREFIX_CACHE_HITS_TOTAL, &[m], hits);
+        let d = &c.disk;
+        // Hits by tier: RAM's are all hits but the loaded disk blocks.
+        let ram = c.prefix_cache_hit_tokens.saturating_sub(d.loaded_tokens);
+        w.head(&F::PREFIX_CACHE_TIER_HITS_TOTAL);
+        w.sample(&F::PREFIX_CACHE_TIER_HITS_TOTAL, &[m, &"ram"], ram as f64);
+        w.sample(
+            &F::PREFIX_CACHE_TIER_HITS_TOTAL,
+            &[m, &"disk"],
+            d.hit_tokens as f64,
+        );
+        w.head(&F::PREFIX_CACHE_DISK_DECISIONS_TOTAL);
+        let decisions = [("load", d.loads), ("recompute", d.recomputes)];
+        for (k, v) in decisions {
+            w.sample(&F::PREFIX_CACHE_DISK_DECISIONS_TOTAL, &[m, &k], v as f64);
+        }
+        w.head(&F::PREFIX_CACHE_DISK_BYTES_TOTAL);
+        for (k, v) in [("read", d.bytes_read), ("written", d.bytes_written)] {
+            w.sample(&F::PREFIX_CACHE_DISK_BYTES_TOTAL, &[m, &k], v as f64);
+        }
+        w.single(
+            &F::PREFIX_CACHE_DISK_SPILL_DROPS_TOTAL,
+            &[m],
+            d.spill_drops as f64,
+        );
+        w.single(
+            &F::PREFIX_CACHE_DISK_BAD_FILES_TOTAL,
+            &[m],
+            d.bad_files as f64,
+        );
+        w.single(
+            &F::PREFIX_CACHE_DISK_EVICTIONS_TOTAL,
+            &[m],
+            d.blocks_evicted as f64,
+        );
+        w.single(&F::PREFIX_CACHE_DISK_BYTES, &[m], d.bytes as f64);
         let prompt = (c.prompt_tokens_computed + c.prompt_tokens_cached) as f64;
         w.single(&F::PROMPT_TOKENS_TOTAL, &[m], prompt);
         w.single(

@@ -36,7 +36,7 @@ pub async fn run(
     let deadline = crate::ingress::client_deadline(headers)?;
     let own = state.api_keys.flow_of(caller);
     let fairness = crate::ingress::flow(state.trust_gateway_headers, headers, own)?;
-    let salt = crate::ingress::cache_salt(state.cache_scope, None, caller);
+    let salt = crate::ingress::cache_salt(state.cache_scope, None, own);
     let limits = state.engine.limits();
     let mut reqs = Vec::with_capacity(prompts.len());
     for (i, prompt) in prompts.into_iter().enumerate() {

@@ -56,6 +56,29 @@ pub fn key_digest(key: &str) -> String {
     format!("key-{hex}")
 }
 
+/// The prefix-cache salt of a request's scope: its key's digest ([`key_digest`],
+/// `None` without a per-key scope) and its `cache_salt`; 0 (the shared cache)
+/// when neither applies. SHA-256, so the salt is the same in every process and
+/// release: the disk tier keeps blocks under it across restarts, and a scope
+/// never meets another's salt by a key's position in a list.
+pub fn cache_scope_salt(owner: Option<&str>, cache_salt: Option<&str>) -> u64 {
+    use sha2::{Digest, Sha256};
+    if owner.is_none() && cache_salt.is_none() {
+        return 0;
+    }
+    let part = |s: Option<&str>| match s {
+        Some(s) => format!("1{}:{s}", s.len()),
+        None => "0".into(),
+    };
+    let d = Sha256::new()
+        .chain_update(b"sloserve cache scope v1\0")
+        .chain_update(part(owner).as_bytes())
+        .chain_update(b"\0")
+        .chain_update(part(cache_salt).as_bytes())
+        .finalize();
+    u64::from_le_bytes(d[..8].try_into().expect("8 bytes")).max(1)
+}
+
 /// The key a request presents: `Authorization: Bearer KEY` (either header value
 /// given as bytes), else `x-api-key: KEY` ([`crate::headers::API_KEY`]).
 pub fn presented_key<'a>(

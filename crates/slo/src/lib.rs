@@ -15,5 +15,5 @@ mod resolve;
 pub use asked::{check_target_ms, Asked};
 pub use class::SloClass;
 pub use error::SloError;
-pub use key::{key_digest, match_key, presented_key, KeySpec};
+pub use key::{cache_scope_salt, key_digest, match_key, presented_key, KeySpec};
 pub use resolve::{resolve, Policy, SloTargets};

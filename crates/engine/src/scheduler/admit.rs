@@ -106,12 +106,14 @@ impl Scheduler {
     }
 
     /// Looks up the longest cached prefix (leaving at least one token to compute)
-    /// and takes references on it; returns the matched token count.
+    /// and takes references on it, in RAM, then on disk; returns the matched
+    /// token count.
     fn lock_cached_prefix(&mut self, s: &mut Sequence) -> usize {
         let Some(cache) = &mut self.cache else {
             return 0;
         };
-        s.lock_cached_prefix(cache, self.pool.block_size())
+        let ram = s.lock_cached_prefix(cache, self.pool.block_size());
+        ram + self.load_from_disk(s)
     }
 
     /// Moves an admitted sequence to the running set, with its bookkeeping.

@@ -47,6 +47,7 @@
 //! its class's queue.
 
 mod admit;
+mod disk;
 mod fair;
 mod finish;
 mod forced;
@@ -62,6 +63,7 @@ use std::time::{Duration, Instant};
 use crate::block_pool::{BlockPool, BlockTable};
 use crate::budget::StepBudget;
 use crate::config::{EngineConfig, StepBudgetPolicy};
+use crate::disk_tier::{DiskTier, Spill};
 use crate::prefix_cache::PrefixCache;
 use crate::request::SloClass;
 use crate::runner::{Batch, RunnerInfo};
@@ -138,6 +140,10 @@ pub(crate) struct Scheduler {
     step_bound: Option<f64>,
     /// Scratch: a row's n-gram draft while it is planned.
     ngram: Vec<u32>,
+    /// The prefix cache's disk tier (`--prefix-cache-dir`).
+    disk: Option<DiskTier>,
+    /// Scratch: a step's blocks to spill to disk.
+    spill_buf: Vec<Spill>,
 }
 
 impl Scheduler {
@@ -173,7 +179,15 @@ impl Scheduler {
             interference_credit: 0.0,
             step_bound: None,
             ngram: Vec::new(),
+            disk: None,
+            spill_buf: Vec::new(),
         }
+    }
+
+    /// With the prefix cache's disk tier (nothing without a prefix cache).
+    pub fn with_disk(mut self, disk: Option<DiskTier>) -> Self {
+        self.disk = disk.filter(|_| self.cache.is_some());
+        self
     }
 
     pub fn cfg(&self) -> &EngineConfig {
@@ -306,6 +320,10 @@ impl Scheduler {
         }
         let pool = &self.pool;
         let (total, used) = (pool.num_blocks(), pool.num_used());
+        let mut counters = self.counters;
+        if let Some(d) = &self.disk {
+            d.fill(&mut counters.disk);
+        }
         EngineStats {
             waiting,
             running,
@@ -316,7 +334,7 @@ impl Scheduler {
             kv_blocks_free: pool.num_free(),
             kv_usage: used as f64 / total as f64,
             prefix_cache_blocks: self.cache.as_ref().map_or(0, |c| c.size()),
-            counters: self.counters,
+            counters,
             last_step_tokens: self.planned.shape.tokens(),
             step_cost: self.cost.figures(),
             last_step_predicted_s: self.planned.predicted_s,

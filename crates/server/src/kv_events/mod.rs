@@ -335,6 +335,8 @@ mod tests {
             let change = CacheChange::Stored {
                 hash: h,
                 parent: root_hash(0),
+                block: 0,
+                salt: 0,
             };
             // A subscription reaches the PUB a moment after the connect: publish
             // until one batch arrives.

@@ -67,7 +67,7 @@ impl Encoder {
                     self.published.clear();
                     out.push(Event::Cleared);
                 }
-                CacheChange::Stored { hash, parent } => {
+                CacheChange::Stored { hash, parent, .. } => {
                     let chunk = chunks.next().unwrap_or(&[]);
                     if parent != root && !self.published.contains(&parent) {
                         continue; // under a salt
@@ -174,18 +174,26 @@ mod tests {
             CacheChange::Stored {
                 hash: h1,
                 parent: r,
+                block: 0,
+                salt: 0,
             },
             CacheChange::Stored {
                 hash: h2,
                 parent: h1,
+                block: 0,
+                salt: 0,
             },
             CacheChange::Stored {
                 hash: s1,
                 parent: root_hash(7),
+                block: 0,
+                salt: 0,
             },
             CacheChange::Stored {
                 hash: s2,
                 parent: s1,
+                block: 0,
+                salt: 0,
             },
             CacheChange::Removed { hash: s2 },
             CacheChange::Removed { hash: h2 },
@@ -212,6 +220,8 @@ mod tests {
             &[CacheChange::Stored {
                 hash: h3,
                 parent: h1,
+                block: 0,
+                salt: 0,
             }],
             &[9, 9],
             2,
