@@ -168,7 +168,7 @@ fn a_cheap_prefill_is_recomputed_instead() {
     drop(core);
     let mut core = core_on(disk_cfg(64, dir.path()));
     // A step-time model that predicts prefill free.
-    *core.sched_mut().cost_model_mut() = StepCostModel::with_prior([0.0; 5]);
+    *core.sched_mut().cost_model_mut() = StepCostModel::with_prior([0.0; crate::step_cost::TERMS]);
     let (tokens, cached) = serve(&mut core, 0, &p, 0);
     assert_eq!((tokens, cached), (MockRunner::reference(&p, 8, VOCAB), 0));
     let d = core.snapshot().counters.disk;
