@@ -7,101 +7,17 @@
 #[path = "../../bench/tests/support/plots.rs"]
 mod plots;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
 
-/// A `sloserve serve` child process, killed on drop.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::Server;
 
 impl Server {
-    fn start() -> Server {
-        let model = root().join(sloserve_model::DEFAULT_MODEL_PATH);
-        assert!(
-            model.exists(),
-            "{} is missing: run `make model`",
-            model.display()
-        );
-        // A free port: bind :0, read it, release it for the server.
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_sloserve"))
-            .args([
-                "serve",
-                "--model",
-                model.to_str().unwrap(),
-                "--port",
-                &port.to_string(),
-            ])
-            .args(["--profile", "mixed", "--kv-cache-memory", "64000000"])
-            // Nothing here uses the Batch API: write no store into the crate's directory.
-            .arg("--no-batch-api")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sloserve serve starts");
-        let server = Server {
-            child,
-            addr: format!("127.0.0.1:{port}"),
-        };
-        let t0 = Instant::now();
-        while server.get("/ready").0 != 200 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "server not ready in 120 s"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        server
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// GET over HTTP/1.0 (the server closes the connection): (status, body); status 0 when not reachable.
-    fn get(&self, path: &str) -> (u16, String) {
-        let Ok(mut s) = TcpStream::connect(&self.addr) else {
-            return (0, String::new());
-        };
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).unwrap();
-        let mut text = String::new();
-        if s.read_to_string(&mut text).is_err() {
-            return (0, String::new());
-        }
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_string())
-            .unwrap_or_default();
-        (status, body)
-    }
-
     /// Sum of every sample of a counter (all label sets).
     fn counter(&self, name: &str) -> f64 {
         let (status, text) = self.get("/metrics");
@@ -175,7 +91,13 @@ fn check_results(dir: &Path, points: usize) -> (u64, u64) {
 
 #[test]
 fn bench_a_real_server_synthetic_run_and_sweep() {
-    let server = Server::start();
+    let server = Server::start(&[
+        "--profile",
+        "mixed",
+        "--kv-cache-memory",
+        "64000000",
+        "--no-batch-api",
+    ]);
     let url = server.url();
     let counters = || {
         (

@@ -4,95 +4,39 @@
 //! run's in exact precision), another API key never gets them (from RAM or disk,
 //! before or after a restart), and damaged block files are skipped.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+mod common;
+
+use common::Server;
 
 /// A `sloserve serve` child with a disk tier in `dir` and two API keys.
-struct Server {
-    child: Child,
-    addr: String,
+fn start(dir: &Path) -> Server {
+    Server::start(&[
+        "--precision",
+        "exact",
+        "--kv-cache-memory",
+        "64MiB",
+        "--max-model-len",
+        "2048",
+        "--prefix-cache-dir",
+        dir.to_str().unwrap(),
+        "--api-key",
+        "key-a-secret",
+        "--api-key",
+        "key-b-secret",
+        "--no-batch-api",
+        "--served-model-name",
+        "m",
+    ])
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// This file's requests.
 impl Server {
-    fn start(dir: &Path) -> Server {
-        let model = root().join(sloserve_model::DEFAULT_MODEL_PATH);
-        assert!(
-            model.exists(),
-            "{} is missing: run `make model`",
-            model.display()
-        );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_sloserve"))
-            .args(["serve", "--model", model.to_str().unwrap()])
-            .args(["--port", &port.to_string(), "--precision", "exact"])
-            .args(["--kv-cache-memory", "64MiB", "--max-model-len", "2048"])
-            .args(["--prefix-cache-dir", dir.to_str().unwrap()])
-            .args(["--api-key", "key-a-secret", "--api-key", "key-b-secret"])
-            .args(["--no-batch-api", "--served-model-name", "m"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("sloserve serve starts");
-        let s = Server {
-            child,
-            addr: format!("127.0.0.1:{port}"),
-        };
-        let t0 = Instant::now();
-        while s.http("GET", "/ready", "", None).0 != 200 {
-            assert!(
-                t0.elapsed() < Duration::from_secs(120),
-                "not ready in 120 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        s
-    }
-
-    /// One HTTP/1.0 exchange: (status, body); status 0 when not reachable.
-    fn http(&self, method: &str, path: &str, body: &str, key: Option<&str>) -> (u16, String) {
-        let Ok(mut s) = TcpStream::connect(&self.addr) else {
-            return (0, String::new());
-        };
-        let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
-        let req = format!(
-            "{method} {path} HTTP/1.0\r\nHost: {}\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        s.write_all(req.as_bytes()).unwrap();
-        let mut text = String::new();
-        if s.read_to_string(&mut text).is_err() {
-            return (0, String::new());
-        }
-        let status = text
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0);
-        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string());
-        (status, body.unwrap_or_default())
-    }
-
     /// A greedy chat turn under a long system prompt: (text, cached tokens).
     fn chat(&self, key: &str, system: &str) -> (String, u64) {
         let body = json!({
@@ -199,7 +143,7 @@ fn the_disk_tier_survives_sigterm_and_sigkill_and_keeps_keys_apart() {
     let (p1, p2) = (system_prompt("invoices"), system_prompt("shipping"));
 
     // Run 1: cold.
-    let s = Server::start(&dir);
+    let s = start(&dir);
     let (t1, cached) = s.chat(a, &p1);
     assert_eq!(cached, 0);
     s.settle();
@@ -208,7 +152,7 @@ fn the_disk_tier_survives_sigterm_and_sigkill_and_keeps_keys_apart() {
     assert!(!block_files(&dir).is_empty(), "blocks written");
 
     // Run 2, after SIGTERM: key B gets nothing of key A's (from disk), key A all.
-    let s = Server::start(&dir);
+    let s = start(&dir);
     assert_eq!(s.chat(b, &p1), (t1.clone(), 0), "key B, from disk");
     let (text, cached) = s.chat(a, &p1);
     assert!(cached >= 160, "key A reuses its prefix from disk: {cached}");
@@ -224,7 +168,7 @@ fn the_disk_tier_survives_sigterm_and_sigkill_and_keeps_keys_apart() {
     s.sigkill();
 
     // Run 3, after SIGKILL: what was written survives.
-    let s = Server::start(&dir);
+    let s = start(&dir);
     let (text, cached) = s.chat(a, &p2);
     assert!(cached >= 160, "after SIGKILL: {cached}");
     assert_eq!(text, t2, "the output is the cold run's");
