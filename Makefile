@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar
+.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar bench-clients bench-embed-flood
 
 all: build
 
@@ -232,6 +232,25 @@ bench-vs-llama: model $(VENV)/.plots-installed
 bench-prefix-disk: model-qwen0.5b
 	$(CARGO) build --release -p sloserve
 	python3 scripts/bench_prefix_disk.py $(ARGS)
+
+# NVIDIA aiperf 0.13.0 and `sloserve bench` on the same prompts, each on a fresh release server,
+# alternating (docs/benchmarking.md, "aiperf beside sloserve bench"). ARGS: --rounds N,
+# --concurrency 1,4, --requests N, --json FILE.
+VENV_AIPERF := .venv-aiperf
+$(VENV_AIPERF)/.requirements-installed: scripts/requirements-aiperf.txt
+	python3 -m venv $(VENV_AIPERF)
+	$(VENV_AIPERF)/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements-aiperf.txt
+	touch $@
+
+bench-clients: model $(VENV_AIPERF)/.requirements-installed
+	$(CARGO) build --release -p sloserve
+	python3 scripts/bench_clients.py --aiperf $(VENV_AIPERF)/bin/aiperf $(ARGS)
+
+# An interactive chat stream's TTFT beside a /v1/embeddings flood on one server (SmolLM2, mean
+# pooling; release build). ARGS: --rounds N, --phase SECONDS, --flood CLIENTS, --json FILE.
+bench-embed-flood: model
+	$(CARGO) build --release -p sloserve
+	python3 scripts/bench_embed_flood.py $(ARGS)
 
 # The --quantize table for the default model (README "Quantization as a lever"):
 # speed and accuracy per weight type. ARGS: --quick, --accuracy-only or --speed-only.
