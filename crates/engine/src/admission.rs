@@ -12,6 +12,7 @@ use crate::error::EngineError;
 use crate::request::{Admitted, Request, SloClass};
 use crate::scheduler::{QueueExits, Released};
 use crate::stats::PerClass;
+use crate::step_cost::StepCostModel;
 
 /// What a request must fit in (fixed at engine start).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +118,10 @@ pub(crate) struct AdmissionState {
     step_s: f64,
     /// When the last step ended; `None` after the engine went idle.
     last_step_end: Option<Instant>,
+    /// The scheduler's step-time model as of the last step, and its prefill chunk
+    /// (0: not seen yet): a long prompt's own prefill, chunk by chunk.
+    cost: StepCostModel,
+    prefill_chunk: usize,
     pub rejected: PerClass<u64>,
 }
 
@@ -125,6 +130,9 @@ const RATE_EMA_ALPHA: f64 = 0.2;
 const MIN_RATE_SAMPLE_TOKENS: usize = 16;
 /// Weight of a step's longest start wait in the felt wait.
 const FELT_EMA_ALPHA: f64 = 0.5;
+/// Steps the step-time model must have seen before its prefill prediction
+/// replaces the measured rate (its prior is deliberately slow).
+const MIN_MODEL_STEPS: u64 = 32;
 
 impl AdmissionState {
     /// Admits a request of `class` with `prompt_len` tokens or refuses it; on
@@ -182,7 +190,7 @@ impl AdmissionState {
         let refusal = match class {
             SloClass::Interactive => {
                 let uncached = prompt_len.saturating_sub(cached).max(1);
-                self.interactive_refusal(cfg, uncached, ttft_slo_ms, wait_s, retry_after_s)
+                self.interactive_refusal(cfg, cached, uncached, ttft_slo_ms, wait_s, retry_after_s)
             }
             SloClass::Batch => {
                 deadline_s
@@ -205,11 +213,13 @@ impl AdmissionState {
 
     /// Why an interactive request predicted to wait `wait_s` would be refused
     /// for its latency, if it would: its wait past `max_queue_wait_s`, or its
-    /// predicted TTFT (the wait, its own prefill of `prefill_tokens` and one step)
-    /// past its target times `ttft_reject_factor`.
+    /// predicted TTFT (the wait, its own prefill of `prefill_tokens` after `cached`
+    /// ones and one step) past its target times `ttft_reject_factor`.
+    #[allow(clippy::too_many_arguments)]
     fn interactive_refusal(
         &self,
         cfg: &AdmissionConfig,
+        cached: usize,
         prefill_tokens: usize,
         ttft_slo_ms: Option<f64>,
         wait_s: f64,
@@ -223,17 +233,34 @@ impl AdmissionState {
             });
         }
         let slo = ttft_slo_ms.filter(|_| cfg.ttft_reject_factor > 0.0)?;
-        let own_prefill_s = if self.prefill_rate > 0.0 {
-            prefill_tokens as f64 / self.prefill_rate
-        } else {
-            0.0
-        };
+        let own_prefill_s = self.own_prefill_s(cached, prefill_tokens);
         let predicted_ms = (wait_s + own_prefill_s + self.step_s) * 1e3;
         (predicted_ms > slo * cfg.ttft_reject_factor).then_some(EngineError::TtftUnreachable {
             predicted_ms,
             target_ms: slo,
             retry_after_s,
         })
+    }
+
+    /// Seconds to prefill `n` uncached prompt tokens after `cached` ones: the
+    /// step-time model's chunk-by-chunk prediction once it has seen
+    /// `MIN_MODEL_STEPS` steps (it knows attention's growth with the context, which
+    /// a rate measured on short prompts misses: an 8k prompt's later chunks cost
+    /// more per token), else the measured prefill rate.
+    pub fn own_prefill_s(&self, cached: usize, n: usize) -> f64 {
+        if self.prefill_chunk > 0 && self.cost.figures().steps_observed >= MIN_MODEL_STEPS {
+            self.cost.predict_prefill_s(cached, n, self.prefill_chunk)
+        } else if self.prefill_rate > 0.0 {
+            n as f64 / self.prefill_rate
+        } else {
+            0.0
+        }
+    }
+
+    /// The scheduler's step-time model after a step, and its prefill chunk.
+    pub fn observe_cost_model(&mut self, model: &StepCostModel, prefill_chunk: usize) {
+        self.cost.clone_from(model);
+        self.prefill_chunk = prefill_chunk;
     }
 
     fn refuse(&mut self, class: SloClass, e: EngineError) -> EngineError {

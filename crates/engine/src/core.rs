@@ -146,6 +146,12 @@ impl EngineCore {
         None
     }
 
+    /// The scheduler's step-time model (admission forecasts a prompt's prefill
+    /// with it).
+    pub fn cost_model(&self) -> &crate::step_cost::StepCostModel {
+        self.sched.cost_model()
+    }
+
     /// The scheduler, for the engine's scenario tests.
     #[cfg(test)]
     pub fn sched(&self) -> &Scheduler {

@@ -561,6 +561,7 @@ fn publish(core: &EngineCore, sh: &Shared, report: &StepReport) {
         let mut a = lock(&sh.admission);
         a.observe_step(&report.released, out.secs, Instant::now());
         a.observe_prefill(out.prefill_tokens, out.secs);
+        a.observe_cost_model(core.cost_model(), core.cfg().max_prefill_chunk);
         a.prefill_rate
     };
     let mut st = core.snapshot();

@@ -227,6 +227,21 @@ impl StepCostModel {
         (0..TERMS).map(|j| self.coef[j] * x[j]).sum()
     }
 
+    /// Predicted seconds to prefill `n` tokens after `cached` ones in chunks of
+    /// `chunk` tokens, one step each: the attention term grows with every chunk,
+    /// so a long prompt costs more than its tokens at a short prompt's rate.
+    pub fn predict_prefill_s(&self, mut cached: usize, mut n: usize, chunk: usize) -> f64 {
+        let chunk = chunk.max(1);
+        let mut s = 0.0;
+        while n > 0 {
+            let k = n.min(chunk);
+            s += self.predict(&StepShape::of_seq(k, cached, false));
+            cached += k;
+            n -= k;
+        }
+        s
+    }
+
     /// Takes in a step that ran: its shape and measured seconds.
     pub fn observe(&mut self, shape: &StepShape, secs: f64) {
         if shape.is_empty() || !secs.is_finite() || secs <= 0.0 {

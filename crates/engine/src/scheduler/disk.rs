@@ -10,7 +10,6 @@ use crate::disk_tier::{DiskTier, Spill};
 use crate::prefix_cache::CacheChange;
 use crate::runner::ModelRunner;
 use crate::sequence::Sequence;
-use crate::step_cost::StepShape;
 
 impl Scheduler {
     /// The disk tier, if any.
@@ -26,19 +25,6 @@ impl Scheduler {
     /// Takes the disk tier out (an engine restart hands it to the new core).
     pub fn take_disk(&mut self) -> Option<DiskTier> {
         self.disk.take()
-    }
-
-    /// Predicted seconds to prefill `n` tokens after `cached` ones, chunk by chunk.
-    fn predict_prefill_s(&self, mut cached: usize, mut n: usize) -> f64 {
-        let chunk = self.cfg.max_prefill_chunk.max(1);
-        let mut s = 0.0;
-        while n > 0 {
-            let k = n.min(chunk);
-            s += self.cost.predict(&StepShape::of_seq(k, cached, false));
-            cached += k;
-            n -= k;
-        }
-        s
     }
 
     /// After `s`'s RAM lookup (its first blocks locked): the continuation of its
@@ -62,7 +48,9 @@ impl Scheduler {
         let n = found.len();
         self.counters.disk.hit_tokens += (n * bs) as u64;
         let load_s = disk.predict_load_s(n);
-        let recompute_s = self.predict_prefill_s(from * bs, n * bs);
+        let recompute_s =
+            self.cost
+                .predict_prefill_s(from * bs, n * bs, self.cfg.max_prefill_chunk);
         if load_s >= recompute_s || !self.ensure_free(n) {
             tracing::debug!(
                 seq = s.id(),

@@ -357,6 +357,11 @@ impl Scheduler {
             c.take_stored_tokens(tokens);
         }
     }
+
+    /// The step-time model (admission's prefill forecast reads it).
+    pub fn cost_model(&self) -> &StepCostModel {
+        &self.cost
+    }
 }
 
 /// Read access for the engine's scenario tests.

@@ -10,6 +10,7 @@ mod engine_tests;
 mod fairness_tests;
 mod fast_forward_tests;
 mod invariants;
+mod long_prompt_tests;
 mod policy_tests;
 mod pooled_tests;
 mod preemption_tests;
