@@ -133,6 +133,9 @@ const FELT_EMA_ALPHA: f64 = 0.5;
 /// Steps the step-time model must have seen before its prefill prediction
 /// replaces the measured rate (its prior is deliberately slow).
 const MIN_MODEL_STEPS: u64 = 32;
+/// ... and predicts steps within this mean relative error (a model that does not
+/// fit the machine yet leaves the forecast to the measured rate).
+const MAX_MODEL_ERROR: f64 = 0.5;
 
 impl AdmissionState {
     /// Admits a request of `class` with `prompt_len` tokens or refuses it; on
@@ -244,11 +247,15 @@ impl AdmissionState {
 
     /// Seconds to prefill `n` uncached prompt tokens after `cached` ones: the
     /// step-time model's chunk-by-chunk prediction once it has seen
-    /// `MIN_MODEL_STEPS` steps (it knows attention's growth with the context, which
+    /// `MIN_MODEL_STEPS` steps and predicts them within `MAX_MODEL_ERROR` (it knows attention's growth with the context, which
     /// a rate measured on short prompts misses: an 8k prompt's later chunks cost
     /// more per token), else the measured prefill rate.
     pub fn own_prefill_s(&self, cached: usize, n: usize) -> f64 {
-        if self.prefill_chunk > 0 && self.cost.figures().steps_observed >= MIN_MODEL_STEPS {
+        let model = self.cost.figures();
+        if self.prefill_chunk > 0
+            && model.steps_observed >= MIN_MODEL_STEPS
+            && model.mean_abs_rel_error < MAX_MODEL_ERROR
+        {
             self.cost.predict_prefill_s(cached, n, self.prefill_chunk)
         } else if self.prefill_rate > 0.0 {
             n as f64 / self.prefill_rate
