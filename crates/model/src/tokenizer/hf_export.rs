@@ -204,7 +204,7 @@ fn context_length(content: &Content) -> Option<u64> {
         .to_string()
         .ok()?;
     let v = content.metadata.get(&format!("{arch}.context_length"))?;
-    super::as_i64(v).and_then(|n| u64::try_from(n).ok())
+    super::meta::as_i64(v).and_then(|n| u64::try_from(n).ok())
 }
 
 /// The tokens of `types` as `added_tokens` entries; control and unknown tokens are
