@@ -11,6 +11,7 @@ mod fairness_tests;
 mod fast_forward_tests;
 mod invariants;
 mod policy_tests;
+mod encoder_tests;
 mod pooled_tests;
 mod preemption_tests;
 mod prompt_scoring_tests;
