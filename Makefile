@@ -68,7 +68,7 @@ serve: model release
 # Every test: unit tests, the model against llama.cpp's reference, the engine. The kernel
 # tests write which instruction sets they ran to a ledger; the report prints them and fails
 # when a route this CPU has was skipped (scripts/isa_report.py).
-test: model model-gemma3 model-qwen0.5b models-generated
+test: model model-gemma3 model-qwen0.5b models-generated model-minilm
 	rm -rf "$(TARGET_DIR)/isa-ledger"
 	SLOSERVE_ISA_LEDGER="$(TARGET_DIR)/isa-ledger" $(CARGO) test --workspace --no-fail-fast
 	python3 scripts/isa_report.py "$(TARGET_DIR)/isa-ledger"
