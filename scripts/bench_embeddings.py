@@ -9,7 +9,7 @@ batches, as sloserve's do. Standard library only; loopback only.
 
 Usage: bench_embeddings.py --sloserve target/release/sloserve --llama-bin <llama.cpp build/bin>
            [--model models/SmolLM2-135M-Instruct.Q4_1.gguf] [--batch 32] [--rounds 8] [--threads 2]
-           [--max-model-len 2048]
+           [--max-model-len 2048] [--llama-ubatch 4096]
 (all-MiniLM-L6-v2: --model models/all-MiniLM-L6-v2.F16.gguf; `make bench-embeddings-minilm`.)
 """
 import argparse, json, os, socket, subprocess, sys, time, urllib.request
@@ -84,6 +84,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", default="interactive")
     ap.add_argument("--max-model-len", type=int, default=2048)
+    # llama-server's batch and micro-batch (-b, -ub): a non-causal model attends over the whole
+    # micro-batch (masked), so a smaller one can be faster for an encoder; 4096: one request, one batch.
+    ap.add_argument("--llama-ubatch", type=int, default=4096)
     a = ap.parse_args()
     p1, p2 = free_port(), free_port()
     env = dict(os.environ, LD_LIBRARY_PATH=a.llama_bin)
@@ -97,7 +100,8 @@ def main():
         servers["llama-server"] = (start("llama-server", [os.path.join(a.llama_bin, "llama-server"), "-m", a.model,
                                                           "--port", str(p2), "--host", "127.0.0.1", "--embedding",
                                                           "--pooling", "mean", "-t", str(a.threads), "-np", str(a.batch),
-                                                          "-c", str(a.batch * 128), "-b", "4096", "-ub", "4096"],
+                                                          "-c", str(a.batch * 128), "-b", str(a.llama_ubatch),
+                                                          "-ub", str(a.llama_ubatch)],
                                          p2, "/health", env), p2)
         for name, (_, port) in servers.items():
             one_round(port, a.batch, 48)  # warm-up

@@ -149,7 +149,13 @@ impl Loader<'_> {
         l
     }
 
-    pub(crate) fn linear(&mut self, name: &str, n_out: usize, k: usize, bias: bool) -> Result<Linear> {
+    pub(crate) fn linear(
+        &mut self,
+        name: &str,
+        n_out: usize,
+        k: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         let b = if bias {
             Some(self.vector(&format!("{name}.bias"), n_out)?)
         } else {

@@ -117,9 +117,7 @@ impl Encoder {
             }
             None => vec![0.0; h],
         };
-        let position_embd = ld
-            .tensor("position_embd.weight", &[positions, h])?
-            .to_f32();
+        let position_embd = ld.tensor("position_embd.weight", &[positions, h])?.to_f32();
         ld.held.f32 += position_embd.len() * 4;
         let embd_norm = Norm::load(&mut ld, "token_embd_norm", h)?;
         let layers = (0..c.num_layers)
@@ -213,8 +211,8 @@ impl Encoder {
         let h = self.config.hidden_size;
         for seq in &batch.seqs {
             let toks = batch.seq_tokens(seq);
-            let rows = x[seq.token_start * h..(seq.token_start + seq.num_tokens) * h]
-                .chunks_exact_mut(h);
+            let rows =
+                x[seq.token_start * h..(seq.token_start + seq.num_tokens) * h].chunks_exact_mut(h);
             for (i, (row, &tok)) in rows.zip(toks).enumerate() {
                 self.token_embd.dequantize_rows(tok as usize, h, row);
                 let pos = &self.position_embd[seq.position(i) * h..][..h];
@@ -229,6 +227,6 @@ impl Encoder {
 /// `x += r` (the residual add: llama.cpp's `cur + inpL`).
 fn add_into(x: &mut [f32], r: &[f32]) {
     for (a, b) in x.iter_mut().zip(r) {
-        *a = *b + *a;
+        *a += *b;
     }
 }

@@ -124,10 +124,16 @@ fn describe_config(w: &mut String, c: &ModelConfig) {
         );
     }
     if c.family.layout == crate::family::Layout::Encoder {
-        let _ = writeln!(w, "positions:       learned (position_embd), token type 0 added");
+        let _ = writeln!(
+            w,
+            "positions:       learned (position_embd), token type 0 added"
+        );
         let _ = writeln!(w, "layer norm eps:  {}", c.rms_norm_eps);
         let _ = writeln!(w, "activation:      {:?} (ungated)", c.activation);
-        let _ = writeln!(w, "KV per token:    none (no KV cache: each input runs whole)");
+        let _ = writeln!(
+            w,
+            "KV per token:    none (no KV cache: each input runs whole)"
+        );
         return;
     }
     let _ = writeln!(

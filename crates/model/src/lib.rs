@@ -53,9 +53,9 @@ pub fn set_compute_threads(threads: Option<usize>) {
 }
 
 pub use config::ModelConfig;
+pub use encoder::EncoderRunner;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
-pub use encoder::EncoderRunner;
 pub use loaded::{LoadedModel, Runner};
 pub use requantize::WeightType;
 pub use runner::{LlamaRunner, RunnerOptions};

@@ -25,16 +25,20 @@ pub struct LoadedModel {
 /// The runner of a loaded model: a decoder's (KV cache, generation and pooling)
 /// or an encoder's (pooling only).
 pub enum Runner {
-    Decoder(LlamaRunner),
-    Encoder(EncoderRunner),
+    Decoder(Box<LlamaRunner>),
+    Encoder(Box<EncoderRunner>),
 }
 
 impl Runner {
     /// The runner `opts` loads for the file's family.
     pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
         match ModelConfig::from_gguf(file)?.family.layout {
-            Layout::Decoder => Ok(Runner::Decoder(LlamaRunner::from_gguf(file, opts)?)),
-            Layout::Encoder => Ok(Runner::Encoder(EncoderRunner::from_gguf(file, opts)?)),
+            Layout::Decoder => Ok(Runner::Decoder(Box::new(LlamaRunner::from_gguf(
+                file, opts,
+            )?))),
+            Layout::Encoder => Ok(Runner::Encoder(Box::new(EncoderRunner::from_gguf(
+                file, opts,
+            )?))),
         }
     }
 
@@ -48,15 +52,15 @@ impl Runner {
 
     fn inner(&self) -> &dyn ModelRunner {
         match self {
-            Runner::Decoder(r) => r,
-            Runner::Encoder(r) => r,
+            Runner::Decoder(r) => r.as_ref(),
+            Runner::Encoder(r) => r.as_ref(),
         }
     }
 
     fn inner_mut(&mut self) -> &mut dyn ModelRunner {
         match self {
-            Runner::Decoder(r) => r,
-            Runner::Encoder(r) => r,
+            Runner::Decoder(r) => r.as_mut(),
+            Runner::Encoder(r) => r.as_mut(),
         }
     }
 }

@@ -98,14 +98,18 @@ fn minilm_mean_pooling_equals_llama_cpp_and_numpy() {
             r.ids.len()
         );
         assert!(cl >= MIN_COSINE, "{}: cosine {cl} to llama.cpp's", r.id);
-        assert!(cn >= MIN_COSINE, "{}: cosine {cn} to the NumPy forward", r.id);
+        assert!(
+            cn >= MIN_COSINE,
+            "{}: cosine {cn} to the NumPy forward",
+            r.id
+        );
         let alone = pooled(&e, std::slice::from_ref(&r.ids));
         let c = cosine(&alone[0], got);
         assert!(c >= 0.99999, "{}: alone vs together, cosine {c}", r.id);
     }
     // The context (512) runs in one step; past it, refused naming the limit.
     let long: Vec<u32> = (0..512).map(|i| 1000 + (i * 7) % 20000).collect();
-    assert_eq!(pooled(&e, &[long.clone()])[0].len(), 384);
+    assert_eq!(pooled(&e, std::slice::from_ref(&long))[0].len(), 384);
     let mut longer = long.clone();
     longer.push(1000);
     match e.submit(Request::pooled(longer, Pooling::Mean)) {

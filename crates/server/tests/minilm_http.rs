@@ -18,7 +18,11 @@ fn server() -> &'static TestServer {
         let mut a = test_args();
         a.model = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../models/all-MiniLM-L6-v2.F16.gguf");
-        assert!(a.model.exists(), "{}: run `make model-minilm`", a.model.display());
+        assert!(
+            a.model.exists(),
+            "{}: run `make model-minilm`",
+            a.model.display()
+        );
         a.engine.set("max-model-len", "512").unwrap();
         a.served_model_name = Some("minilm".into());
         TestServer::start(a)
@@ -115,11 +119,15 @@ fn past_the_context_and_generation_are_400s() {
     assert_eq!(param, "input[0]");
     assert!(msg.contains("512"), "{msg}");
     for (path, body) in [
-        ("/v1/completions", json!({"prompt": "Hello", "max_tokens": 4})),
+        (
+            "/v1/completions",
+            json!({"prompt": "Hello", "max_tokens": 4}),
+        ),
         (
             "/v1/chat/completions",
             json!({"messages": [{"role": "user", "content": "Hi"}]}),
         ),
+        ("/v1/responses", json!({"input": "Hi"})),
     ] {
         let r = post(server().addr, path, &body);
         assert_eq!(r.status, 400, "{path}: {}", r.text());

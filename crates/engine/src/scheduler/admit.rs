@@ -67,7 +67,10 @@ impl Scheduler {
             }
             let mut s = self.waiting[q].pop_front().expect("non-empty");
             let matched = self.lock_cached_prefix(&mut s);
-            let mut n = s.num_uncomputed().min(self.chunk_cap(&s)).min(budget.remaining());
+            let mut n = s
+                .num_uncomputed()
+                .min(self.chunk_cap(&s))
+                .min(budget.remaining());
             n = self.whole(&s, n);
             if rank == SloClass::Batch && n > 0 {
                 // Not running yet: it competes as if last run when it arrived.

@@ -10,9 +10,7 @@ use crate::pooling::Pooling;
 
 fn encoder_core(cfg: EngineConfig) -> (EngineCore, BatchLog) {
     let n = cfg.num_kv_blocks.unwrap_or(256);
-    let (runner, log) = MockRunner::new(n, 16, VOCAB, 4096)
-        .as_encoder()
-        .with_log();
+    let (runner, log) = MockRunner::new(n, 16, VOCAB, 4096).as_encoder().with_log();
     (EngineCore::new(Box::new(runner), cfg).unwrap(), log)
 }
 
