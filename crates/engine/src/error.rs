@@ -61,6 +61,9 @@ pub enum EngineError {
         max_model_len: usize,
         room: usize,
     },
+    /// A generation request to an encoder (`RunnerInfo::encoder`): it only pools.
+    #[error("this model is an encoder: it serves /v1/embeddings, /v1/rerank and /score (pooled requests), not generation")]
+    PooledOnly,
     /// `max_tokens` was 0.
     #[error("max_tokens must be at least 1")]
     ZeroMaxTokens,

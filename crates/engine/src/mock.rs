@@ -63,6 +63,7 @@ impl MockRunner {
                 vocab_size,
                 max_model_len,
                 kv_bytes_per_token: 1,
+                encoder: false,
                 small_batch_max_tokens: 0,
                 experts: None,
             },
@@ -82,6 +83,13 @@ impl MockRunner {
         let log = BatchLog::default();
         self.log = Some(log.clone());
         (self, log)
+    }
+
+    /// Reports itself an encoder (`RunnerInfo::encoder`): pooled requests only,
+    /// each prompt whole in one step.
+    pub fn as_encoder(mut self) -> Self {
+        self.info.encoder = true;
+        self
     }
 
     /// Sleeps this long per batch token (simulated model cost).

@@ -23,6 +23,11 @@ pub struct RunnerInfo {
     /// A mixture of experts' routing (`None`: dense), so the step-time model counts
     /// the experts a step touches.
     pub experts: Option<crate::step_cost::ExpertRouting>,
+    /// A bidirectional (non-causal) encoder (`bert`): it serves pooled requests
+    /// only (`Request::pooling`), and a position's row depends on every position
+    /// of its prompt, so each prompt runs whole in one step, never chunked (and
+    /// at most `max_num_batched_tokens` long).
+    pub encoder: bool,
 }
 
 /// One sequence's slice of a [`Batch`].

@@ -3,7 +3,7 @@
 //! says the file does not (norms, activation, RoPE pairing, expert routing).
 
 use crate::error::{ModelError, Result};
-use crate::family::{self, ExpertRules, Family, FfnLayout, LocalRope};
+use crate::family::{self, ExpertRules, Family, FfnLayout, Layout, LocalRope};
 use crate::gguf::GgufFile;
 use crate::rope::{RopeFactors, RopeOverride, RopeScaling};
 
@@ -52,6 +52,7 @@ pub struct ModelConfig {
     pub head_dim: usize,
     pub vocab_size: usize,
     pub context_length: usize,
+    /// The norms' epsilon: RMSNorm's in a decoder, LayerNorm's in an encoder.
     pub rms_norm_eps: f32,
     pub rope_theta: f32,
     pub rope_style: RopeStyle,
@@ -220,7 +221,10 @@ impl ModelConfig {
             head_dim,
             vocab_size,
             context_length,
-            rms_norm_eps: f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+            rms_norm_eps: match fam.layout {
+                Layout::Decoder => f.get_f32(&k("attention.layer_norm_rms_epsilon"))?,
+                Layout::Encoder => f.get_f32(&k("attention.layer_norm_epsilon"))?,
+            },
             rope_theta,
             rope_style: fam.rope_style,
             rope_dims,
@@ -376,8 +380,9 @@ impl ModelConfig {
     }
 
     /// Multiply-adds of the weight matrices per token (every layer and the output
-    /// projection; attention over the context comes on top). With experts, only
-    /// the ones a token runs (and the router).
+    /// projection, which an encoder has not; attention over the context comes on
+    /// top). With experts, only the ones a token runs (and the router); an
+    /// encoder's feed-forward has two matrices, not three.
     pub fn matmul_macs_per_token(&self) -> usize {
         let (h, q, kv, f) = (
             self.hidden_size,
@@ -386,7 +391,11 @@ impl ModelConfig {
             self.ffn_width_active(),
         );
         let router = self.moe.map_or(0, |m| h * m.experts);
-        self.num_layers * (h * q + 2 * h * kv + q * h + 3 * h * f + router) + self.vocab_size * h
+        let (ffn_mats, output) = match self.family.layout {
+            Layout::Decoder => (3, self.vocab_size * h),
+            Layout::Encoder => (2, 0),
+        };
+        self.num_layers * (h * q + 2 * h * kv + q * h + ffn_mats * h * f + router) + output
     }
 
     /// Bytes of KV cache per token, all layers, keys and values, at `elem` bytes per value.

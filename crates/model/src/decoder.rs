@@ -35,7 +35,7 @@ pub struct Scratch {
     last_norm: Vec<f32>,
 }
 
-fn sized(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
+pub(crate) fn sized(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
     if buf.len() < n {
         buf.resize(n, 0.0);
     }
@@ -106,15 +106,15 @@ impl Progress {
 const LOAD_CHUNK_BYTES: usize = 8 << 20;
 
 /// Loads named tensors, checking their shapes against the config.
-struct Loader<'a> {
-    file: &'a mut GgufFile,
-    precision: Precision,
+pub(crate) struct Loader<'a> {
+    pub(crate) file: &'a mut GgufFile,
+    pub(crate) precision: Precision,
     /// What the layers loaded so far hold, by form.
-    held: HeldBytes,
+    pub(crate) held: HeldBytes,
 }
 
 impl Loader<'_> {
-    fn tensor(&mut self, name: &str, expect: &[usize]) -> Result<WeightData> {
+    pub(crate) fn tensor(&mut self, name: &str, expect: &[usize]) -> Result<WeightData> {
         let (data, dims) = self.file.read_tensor(name)?;
         if dims != expect {
             return Err(ModelError::BadTensor {
@@ -126,7 +126,7 @@ impl Loader<'_> {
         Ok(data)
     }
 
-    fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
+    pub(crate) fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
         let v = self.tensor(name, &[len])?.to_f32();
         self.held.f32 += v.len() * 4;
         Ok(v)
@@ -149,7 +149,13 @@ impl Loader<'_> {
         l
     }
 
-    fn linear(&mut self, name: &str, n_out: usize, k: usize, bias: bool) -> Result<Linear> {
+    pub(crate) fn linear(
+        &mut self,
+        name: &str,
+        n_out: usize,
+        k: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         let b = if bias {
             Some(self.vector(&format!("{name}.bias"), n_out)?)
         } else {

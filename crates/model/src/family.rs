@@ -1,12 +1,31 @@
-//! `Family`: what one GGUF architecture is, described once: how its RoPE pairs
+//! `Family`: what one GGUF architecture is, described once: a decoder or an encoder
+//! (`Layout`), how its RoPE pairs
 //! dimensions, its norms, activation, embedding scale, sliding-window pattern, where
 //! its feed-forward's experts are and how tokens are routed to them. The decoder
-//! (`crate::decoder`) and `ModelConfig` read these facts, the tool-call format
+//! (`crate::decoder`), the encoder (`crate::encoder`) and `ModelConfig` read these facts, the tool-call format
 //! (`crate::tool_format`) starts from its default; adding an architecture is
 //! one entry in `FAMILIES` plus its tests. llama.cpp's `src/models/*.cpp` is the
 //! reference for each entry.
 
 use crate::tool_format::ToolCallFormat;
+
+/// What a model of the family is built as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// A causal decoder (`crate::decoder`): pre-norm RMSNorm blocks, RoPE, a gated
+    /// feed-forward, a KV cache; it generates (and pools).
+    Decoder,
+    /// A bidirectional encoder (`crate::encoder`, llama.cpp's `bert.cpp`): learned
+    /// absolute positions (`position_embd`) and token type 0 (`token_types`) added to
+    /// the token embedding, then LayerNorm (`token_embd_norm`); post-norm blocks
+    /// (LayerNorm with a bias after each residual add: `attn_output_norm`,
+    /// `layer_output_norm`), biases on q/k/v, the output and the feed-forward, whose
+    /// activation is ungated (`ffn_up`, the activation, `ffn_down`); every position
+    /// attends to every other; the norm epsilon is `attention.layer_norm_epsilon`.
+    /// No KV cache and no output head: it only pools (embeddings, rerank, score),
+    /// each prompt whole in one step.
+    Encoder,
+}
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +42,8 @@ pub enum RopeStyle {
 pub enum Activation {
     /// SwiGLU: `silu(gate) · up` (llama, qwen).
     Silu,
-    /// GEGLU with the tanh GELU, computed as llama.cpp's CPU backend does (gemma3).
+    /// The tanh GELU, computed as llama.cpp's CPU backend does: GEGLU in a decoder
+    /// (gemma3), alone in an encoder's feed-forward (bert).
     GeluTanh,
     /// gpt-oss's clamped SwiGLU (ggml's `swiglu_oai`): with `g = min(gate, limit)` and
     /// `u = clamp(up, -limit, limit)`, `g · sigmoid(alpha · g) · (u + 1)`.
@@ -93,6 +113,7 @@ pub enum LocalRope {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Family {
     pub arch: &'static str,
+    pub layout: Layout,
     pub rope_style: RopeStyle,
     /// Per-head RMSNorm of q and k before RoPE (`attn_q_norm`, `attn_k_norm`).
     pub qk_norm: bool,
@@ -141,6 +162,7 @@ const QWEN3_MOE: ExpertRules = ExpertRules {
 
 const DENSE: Family = Family {
     arch: "",
+    layout: Layout::Decoder,
     rope_style: RopeStyle::HalfSplit,
     qk_norm: false,
     post_norms: false,
@@ -239,6 +261,14 @@ pub const FAMILIES: &[Family] = &[
         ffn_up_holds_gate: true,
         ..DENSE
     },
+    // llama.cpp's `bert.cpp` (BERT, MiniLM, BGE): an encoder (`Layout::Encoder`) with
+    // the tanh GELU (ggml's `ggml_gelu`; Hugging Face's is erf's, within the bar).
+    Family {
+        arch: "bert",
+        layout: Layout::Encoder,
+        activation: Activation::GeluTanh,
+        ..DENSE
+    },
 ];
 
 /// The family of `arch`, if sloserve runs it.
@@ -269,5 +299,11 @@ mod tests {
         assert!(family("phi3").is_some_and(|f| f.long_rope && f.sliding.is_none()));
         assert!(supported_list().contains("qwen3moe"));
         assert!(supported_list().contains("gpt-oss"));
+        let encoders: Vec<_> = FAMILIES
+            .iter()
+            .filter(|f| f.layout == Layout::Encoder)
+            .map(|f| f.arch)
+            .collect();
+        assert_eq!(encoders, ["bert"]);
     }
 }

@@ -93,6 +93,18 @@ pub fn export_tokenizer(file: &GgufFile, dir: &std::path::Path) -> Result<String
 
 fn describe_config(w: &mut String, c: &ModelConfig) {
     let _ = writeln!(w, "architecture:    {}", c.architecture);
+    let _ = match c.family.layout {
+        crate::family::Layout::Decoder => writeln!(
+            w,
+            "family:          {}: a causal decoder (generation; pooling with --pooling)",
+            c.family.arch
+        ),
+        crate::family::Layout::Encoder => writeln!(
+            w,
+            "family:          {}: a bidirectional encoder (serves /v1/embeddings, /v1/rerank and /score only)",
+            c.family.arch
+        ),
+    };
     let _ = writeln!(w, "layers:          {}", c.num_layers);
     let _ = writeln!(w, "hidden size:     {}", c.hidden_size);
     let _ = writeln!(w, "ffn size:        {}", c.intermediate_size);
@@ -103,6 +115,27 @@ fn describe_config(w: &mut String, c: &ModelConfig) {
     );
     let _ = writeln!(w, "vocabulary:      {}", c.vocab_size);
     let _ = writeln!(w, "context length:  {}", c.context_length);
+    if let Some(p) = c.pooling_type {
+        let name = ["none", "mean", "cls", "last", "rank"].get(p as usize);
+        let _ = writeln!(
+            w,
+            "pooling:         {} (the file's pooling_type {p})",
+            name.unwrap_or(&"unknown")
+        );
+    }
+    if c.family.layout == crate::family::Layout::Encoder {
+        let _ = writeln!(
+            w,
+            "positions:       learned (position_embd), token type 0 added"
+        );
+        let _ = writeln!(w, "layer norm eps:  {}", c.rms_norm_eps);
+        let _ = writeln!(w, "activation:      {:?} (ungated)", c.activation);
+        let _ = writeln!(
+            w,
+            "KV per token:    none (no KV cache: each input runs whole)"
+        );
+        return;
+    }
     let _ = writeln!(
         w,
         "rope:            theta {}, {:?} pairs",

@@ -1,6 +1,7 @@
-//! sloserve's model core: GGUF loading, tokenizer, chat template, and the Llama /
-//! Qwen2 forward pass over a paged KV cache on the CPU (`LlamaRunner`, the
-//! `ModelRunner`), with its hand-written kernels in `kernels`.
+//! sloserve's model core: GGUF loading, tokenizer, chat template, the decoder
+//! forward pass over a paged KV cache on the CPU (`LlamaRunner`, the
+//! `ModelRunner`), the encoder's (`EncoderRunner`: bert, pooling only), with
+//! their hand-written kernels in `kernels`.
 
 pub mod chat_message;
 pub mod chat_prompt;
@@ -9,6 +10,7 @@ pub mod chat_tools;
 pub mod config;
 pub mod decoder;
 pub mod detokenizer;
+pub mod encoder;
 pub mod error;
 pub mod family;
 pub mod generate;
@@ -51,9 +53,10 @@ pub fn set_compute_threads(threads: Option<usize>) {
 }
 
 pub use config::ModelConfig;
+pub use encoder::EncoderRunner;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
-pub use loaded::LoadedModel;
+pub use loaded::{LoadedModel, Runner};
 pub use requantize::WeightType;
 pub use runner::{LlamaRunner, RunnerOptions};
 pub use weights::Precision;

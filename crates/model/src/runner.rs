@@ -92,6 +92,13 @@ impl LlamaRunner {
 
     pub fn from_gguf(file: &mut GgufFile, opts: &RunnerOptions) -> Result<Self> {
         let c = &ModelConfig::from_gguf_with(file, &opts.rope)?;
+        if c.family.layout == crate::family::Layout::Encoder {
+            return Err(crate::error::ModelError::Runtime(format!(
+                "{}: `{}` is an encoder (it only pools): load it with `EncoderRunner` (or `LoadedModel`)",
+                file.path.display(),
+                c.architecture
+            )));
+        }
         let plan = MemoryPlan::new(file, opts.precision, opts.kv_cache_memory)?;
         let block_size = opts.block_size.max(1);
         let dtype = match (opts.kv_dtype, opts.kv_cache_type, opts.precision) {
@@ -158,6 +165,7 @@ impl LlamaRunner {
             // Only f16/bf16 weights switch kernels with the batch (a step's cost
             // jumps there); quantized and f32 weights never do.
             small_batch_max_tokens: model.small_batch_max_tokens().unwrap_or(0),
+            encoder: false,
             experts: c.moe.map(|m| sloserve_engine::ExpertRouting {
                 count: m.experts,
                 used: m.used,

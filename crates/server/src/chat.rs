@@ -27,6 +27,7 @@ pub fn encode_messages(
     add_bos: bool,
     kwargs: Option<&serde_json::Map<String, serde_json::Value>>,
 ) -> Result<Vec<u32>, ServerError> {
+    state.check_generates()?;
     let msgs = sloserve_api::chat::text_messages(messages)?;
     let Some(template) = &state.chat_template else {
         return Err(ApiError::invalid(

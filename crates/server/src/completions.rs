@@ -29,6 +29,7 @@ pub async fn prompt_and_params(
     state: &Arc<AppState>,
     req: CompletionRequest,
 ) -> Result<(Vec<u32>, GenParams), ServerError> {
+    state.check_generates()?;
     let params = req.params()?;
     let prompt = match req.prompt {
         Prompt::Text(text) => {

@@ -240,6 +240,7 @@ fn engine_error(e: &EngineError, prompt_param: &str) -> ApiError {
         EngineError::EmptyPrompt => {
             ApiError::invalid(prompt_param, format!("{prompt_param}: the prompt is empty"))
         }
+        EngineError::PooledOnly => ApiError::invalid("model", e.to_string()),
         EngineError::PromptTooLong { len, max } => ApiError::invalid(
             prompt_param,
             format!(
@@ -401,6 +402,7 @@ mod tests {
                 None,
             ),
             (EngineError::EmptyPrompt, 400, None),
+            (EngineError::PooledOnly, 400, None),
             (EngineError::ZeroMaxTokens, 400, None),
             (
                 EngineError::TokenOutOfVocab {

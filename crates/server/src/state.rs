@@ -194,6 +194,18 @@ impl AppState {
         }
     }
 
+    /// A 400 on a model that cannot generate (an encoder: it only pools), before
+    /// a generation request's prompt is rendered or tokenized.
+    pub fn check_generates(&self) -> Result<(), ServerError> {
+        match self.engine.limits().pooled_only {
+            true => Err(ServerError::engine(
+                sloserve_engine::EngineError::PooledOnly,
+                "model",
+            )),
+            false => Ok(()),
+        }
+    }
+
     /// `None` or a known name is fine; another name is a 404.
     pub fn check_model(&self, model: Option<&str>) -> Result<(), ServerError> {
         match model {

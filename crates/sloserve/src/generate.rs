@@ -71,6 +71,13 @@ pub fn run(a: GenerateArgs) -> anyhow::Result<()> {
         ..Default::default()
     };
     let mut m = LoadedModel::load(&a.model, &opts)?;
+    if m.config.family.layout == sloserve_model::family::Layout::Encoder {
+        bail!(
+            "{}: `{}` is an encoder: it embeds (sloserve serve: /v1/embeddings), it cannot generate",
+            a.model.display(),
+            m.config.architecture
+        );
+    }
     let prompt = match (&a.prompt, &a.chat) {
         (Some(p), None) => m.tokenizer.encode_prompt(p)?,
         (None, Some(c)) => {

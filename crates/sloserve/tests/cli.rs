@@ -1,5 +1,6 @@
 //! The `sloserve` binary end to end: `generate` streams the reference continuation
-//! and a timing line, `inspect` describes the model, bad files give clear errors.
+//! and a timing line, `inspect` describes the model (and names an encoder's
+//! family), bad files give clear errors.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -108,6 +109,25 @@ fn inspect_describes_the_default_model() {
     ] {
         assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
     }
+}
+
+#[test]
+fn inspect_names_the_encoder_family_of_minilm() {
+    let m = root().join("models/all-MiniLM-L6-v2.F16.gguf");
+    assert!(m.exists(), "{}: run `make model-minilm`", m.display());
+    let (ok, out, err) = sloserve(&["inspect", "--model", m.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    for needle in [
+        "architecture:    bert",
+        "family:          bert: a bidirectional encoder",
+        "pooling:         mean",
+        "positions:       learned",
+        "context length:  512",
+        "supported:       yes",
+    ] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+    assert!(!out.contains("rope:"), "an encoder has no RoPE:\n{out}");
 }
 
 #[test]

@@ -69,16 +69,18 @@ impl Scheduler {
             let matched = self.lock_cached_prefix(&mut s);
             let mut n = s
                 .num_uncomputed()
-                .min(s.prefill_chunk_cap(self.cfg.max_prefill_chunk))
+                .min(self.chunk_cap(&s))
                 .min(budget.remaining());
-            if rank == SloClass::Batch {
+            n = self.whole(&s, n);
+            if rank == SloClass::Batch && n > 0 {
                 // Not running yet: it competes as if last run when it arrived.
                 n = self.fit_batch_prefill(s.num_computed(), n, self.step, budget);
-                if n == 0 {
-                    s.reset_kv();
-                    self.waiting[q].push_front(s);
-                    return;
-                }
+                n = self.whole(&s, n);
+            }
+            if n == 0 {
+                s.reset_kv();
+                self.waiting[q].push_front(s);
+                return;
             }
             let need = self.pool.blocks_for(s.num_computed() + n) - s.blocks().len();
             let reserve = if self.num_active() == 0 {

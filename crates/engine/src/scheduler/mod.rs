@@ -144,6 +144,9 @@ pub(crate) struct Scheduler {
     disk: Option<DiskTier>,
     /// Scratch: a step's blocks to spill to disk.
     spill_buf: Vec<Spill>,
+    /// Each prompt runs whole in one step or not at all (an encoder:
+    /// `RunnerInfo::encoder`).
+    whole_prompts: bool,
 }
 
 impl Scheduler {
@@ -181,6 +184,25 @@ impl Scheduler {
             ngram: Vec::new(),
             disk: None,
             spill_buf: Vec::new(),
+            whole_prompts: info.encoder,
+        }
+    }
+
+    /// The most prefill tokens `s` may run this step: its chunk cap, or its whole
+    /// uncomputed prompt for an encoder (`whole_prompts`).
+    fn chunk_cap(&self, s: &Sequence) -> usize {
+        match self.whole_prompts {
+            true => s.num_uncomputed(),
+            false => s.prefill_chunk_cap(self.cfg.max_prefill_chunk),
+        }
+    }
+
+    /// `n` of `s`'s uncomputed prompt tokens fit the step: all of them, or 0 for an
+    /// encoder that cannot take them all (`whole_prompts`); `n` otherwise.
+    fn whole(&self, s: &Sequence, n: usize) -> usize {
+        match self.whole_prompts && n < s.num_uncomputed() {
+            true => 0,
+            false => n,
         }
     }
 

@@ -107,7 +107,10 @@ impl Scheduler {
             .iter()
             .any(|s| s.is_active() && s.rank() == SloClass::Batch && s.is_decoding());
         budget.set_limit(None);
-        budget.cap(if decoding { 1 } else { self.pool.block_size() });
+        if decoding || !self.whole_prompts {
+            // An encoder's unit is a whole prompt (within the token budget).
+            budget.cap(if decoding { 1 } else { self.pool.block_size() });
+        }
         self.plan_batch_decodes(budget);
         self.plan_prefills(SloClass::Batch, budget);
         self.admit(now, budget, false);
@@ -187,12 +190,16 @@ impl Scheduler {
             }
             let n = s
                 .num_uncomputed()
-                .min(s.prefill_chunk_cap(self.cfg.max_prefill_chunk))
+                .min(self.chunk_cap(s))
                 .min(budget.remaining());
+            let n = self.whole(s, n);
             let (cached, last) = (s.num_computed(), s.last_run_step());
             let n = match rank {
                 SloClass::Interactive => n,
-                SloClass::Batch => self.fit_batch_prefill(cached, n, last, budget),
+                SloClass::Batch => {
+                    let fits = self.fit_batch_prefill(cached, n, last, budget);
+                    self.whole(&self.running[i], fits)
+                }
             };
             if n > 0 {
                 self.plan_running(i, n, budget);
@@ -202,7 +209,7 @@ impl Scheduler {
 
     /// How many of `n` prefill tokens (after `cached` tokens of context) of a batch
     /// sequence last run at `last` fit the step's time limit; at least a block
-    /// when batch prefill is starving.
+    /// (an encoder: all `n`, a whole prompt) when batch prefill is starving.
     pub(super) fn fit_batch_prefill(
         &mut self,
         cached: usize,
@@ -227,7 +234,10 @@ impl Scheduler {
                 hi = mid - 1;
             }
         }
-        let block = self.pool.block_size().min(n);
+        let block = match self.whole_prompts {
+            true => n,
+            false => self.pool.block_size().min(n),
+        };
         let starving = self.is_starving(last) || self.is_starving(self.last_batch_prefill_step);
         let k = if starving { lo.max(block) } else { lo };
         if k > 0 {

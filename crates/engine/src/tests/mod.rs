@@ -6,6 +6,7 @@ mod batch_admission_tests;
 mod batch_alone_steps_tests;
 mod cancel_tests;
 mod disk_tier_tests;
+mod encoder_tests;
 mod engine_tests;
 mod fairness_tests;
 mod fast_forward_tests;

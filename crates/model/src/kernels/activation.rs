@@ -2,7 +2,8 @@
 //! `silu_mul` (SwiGLU), `gelu_mul` (GEGLU with the tanh GELU, rounded through f16
 //! exactly as llama.cpp's CPU backend computes it) and `swiglu_oai_mul` (gpt-oss's
 //! clamped SwiGLU), in place over two matrices or (`_rows`) from one stacked gate/up
-//! matrix into a third.
+//! matrix into a third; and `gelu`, the same GELU ungated in place (an encoder's
+//! feed-forward).
 
 use std::sync::OnceLock;
 
@@ -142,6 +143,16 @@ fn gelu_ggml(table: &[f16], x: f32) -> f32 {
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
     let table = gelu_table();
     zip_map(gate, up, |g, u| gelu_ggml(table, g) * u);
+}
+
+/// `x[i] = gelu(x[i])` (ggml's `ggml_vec_gelu_f32`: `gelu_mul` without the gate).
+pub fn gelu(x: &mut [f32]) {
+    let table = gelu_table();
+    parallel_rows(x, 1, CHUNK, &|_, x| {
+        for v in x.iter_mut() {
+            *v = gelu_ggml(table, *v);
+        }
+    });
 }
 
 /// `out[r] = gelu(gate_r) · up_r` for each row of `gate_up`, as `silu_mul_rows`.
