@@ -198,7 +198,12 @@ impl ChatTemplate {
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let (messages, tools) = with_fallback(|| self.tool_support(), messages, tools);
+        let (messages, tools) = with_fallback(
+            self.tool_call_format(),
+            || self.tool_support(),
+            messages,
+            tools,
+        );
         self.render_raw(&messages, tools.as_ref(), add_generation_prompt)
     }
 
@@ -243,7 +248,12 @@ impl ChatTemplate {
             .get_or_init(|| ControlTokens::new(tok).map_err(|e| e.to_string()))
             .as_ref()
             .map_err(|e| ModelError::Tokenizer(e.clone()))?;
-        let (messages, tools) = with_fallback(|| self.tool_support(), messages, tools);
+        let (messages, tools) = with_fallback(
+            self.tool_call_format(),
+            || self.tool_support(),
+            messages,
+            tools,
+        );
         let render = |m: &[ChatMessage], t: Option<&serde_json::Value>| {
             self.render_kwargs(m, t, add_generation_prompt, kwargs)
         };
