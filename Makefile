@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar
+.PHONY: all check-docs model models-generated model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-tools-auto test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-prefix-disk bench-structured bench-grammar
 
 all: build
 
@@ -70,6 +70,12 @@ check-docs:
 test-slow: model model-gemma3 model-qwen0.5b
 	$(CARGO) test -p sloserve-model --test qwen_reference --test gemma3_reference \
 		--test forward_reference --test engine_real_model --test teacher_forced -- --ignored
+
+# `tool_choice: auto` with a strict function over HTTP in the Llama 3, Mistral (both) and
+# Phi-4-mini tool formats, on the Qwen 0.5B with each format's template (five generations,
+# about 3 minutes on 2 shared cores: not in `make test`).
+test-tools-auto: model-qwen0.5b
+	$(CARGO) test -p sloserve-server --test tool_auto_e2e -- --ignored
 
 # The real `openai` Python SDK (pinned in tests/python/requirements.txt) and the README's
 # curl examples against `sloserve serve`.
