@@ -8,7 +8,7 @@
 //! returns as `tool_calls`. Not strict, Llama 3's call goes past the bound ("Paris"), and
 //! the other formats' calls are not even well formed (the model does not know them).
 //! Slow (five generations on the 0.5B, about 3 minutes with the build on 2 shared cores):
-//! `make test-tools-auto`, not `make test`.
+//! `make test-tools-slow`, not `make test`.
 
 mod common;
 
@@ -37,7 +37,7 @@ fn weather(strict: bool) -> Value {
 }
 
 #[test]
-#[ignore = "slow: make test-tools-auto"]
+#[ignore = "slow: make test-tools-slow"]
 fn strict_functions_are_constrained_under_auto_in_each_format() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
