@@ -4,7 +4,7 @@ CARGO ?= cargo
 # Where cargo puts its builds (honours CARGO_TARGET_DIR and .cargo/config); evaluated when used.
 TARGET_DIR = $(shell $(CARGO) metadata --format-version 1 --no-deps | python3 -c 'import sys, json; print(json.load(sys.stdin)["target_directory"])')
 
-.PHONY: all check-docs model models-generated model-minilm model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-embeddings-minilm minilm-reference bench-prefix-disk bench-structured bench-grammar bench-clients bench-embed-flood
+.PHONY: all check-docs model models-generated model-minilm model-gemma3 model-qwen0.5b model-qwen1.5b build release serve test test-slow test-tools-slow test-rust test-python test-batch-large test-export-tokenizer test-structured test-browser test-lmeval slo-screenshot browser-deps test-k8s test-gateway bench-gateway fleet-demo gateway-demo fmt clippy clean fuzz quant-table bench-vs-llama bench-embeddings-minilm minilm-reference bench-prefix-disk bench-structured bench-grammar bench-clients bench-embed-flood
 
 all: build
 
@@ -86,6 +86,13 @@ check-docs:
 test-slow: model model-gemma3 model-qwen0.5b
 	$(CARGO) test -p sloserve-model --test qwen_reference --test gemma3_reference \
 		--test forward_reference --test engine_real_model --test teacher_forced -- --ignored
+
+# Tool calls over HTTP beyond `make test`: `auto` with a strict function in the Llama 3,
+# Mistral (both) and Phi-4-mini formats on the Qwen 0.5B with each format's template
+# (tool_auto_e2e.rs), and forced calls in the R1 and Phi-4-mini formats on SmolLM2
+# (tool_formats_e2e.rs); about 4 minutes on 2 shared cores.
+test-tools-slow: model model-qwen0.5b
+	$(CARGO) test -p sloserve-server --test tool_auto_e2e --test tool_formats_e2e -- --ignored
 
 # The real `openai` Python SDK (pinned in tests/python/requirements.txt) and the README's
 # curl examples against `sloserve serve`.

@@ -9,7 +9,10 @@ Templates (crates/model/tests/data/templates/, copied from llama.cpp's models/te
   phi3  microsoft-Phi-3.5-mini-instruct.jinja on models/generated/phi3.gguf
   the tool-calling templates (Llama 3.x, Mistral Nemo / Small 3.2 / Devstral, Qwen2.5, Qwen3,
   Qwen3-Coder, Hermes 2 Pro) and the R1 distill's on SmolLM2's vocabulary: plain turns, tools
-  offered, a call and its result. A request the template refuses is recorded with its error.
+  offered, a call and its result; for the thinking templates (Qwen3, QwQ, the R1 distills,
+  Ministral 3 Reasoning) also assistant turns that carry `reasoning_content` (gpt-oss's
+  reasoning turns: make_harmony_template_reference.py). A request the template refuses is
+  recorded with its error.
 
 Standard library only; talks to llama-server on 127.0.0.1 only.
 
@@ -67,6 +70,32 @@ TOOL_REQUESTS = [
      "tools": [WEATHER]},
 ]
 
+# Reasoning turns: assistant history that carries `reasoning_content` (as clients send a
+# thinking model's answers back), plain and around a call with its result.
+REASONING_REQUESTS = [
+    {"messages": [{"role": "user", "content": "What is 2+2?"},
+                  {"role": "assistant", "content": "4.",
+                   "reasoning_content": "Two plus two.\nThat is 4."},
+                  {"role": "user", "content": "And 3+3?"}]},
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "", "reasoning_content": "I should call the tool.",
+                   "tool_calls": [
+                      {"id": "call12345", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                  {"role": "tool", "tool_call_id": "call12345", "content": "{\"temp_c\": 21}"},
+                  {"role": "assistant", "content": "It is 21 C.", "reasoning_content": "21 C is mild."},
+                  {"role": "user", "content": "Thanks!"}],
+     "tools": [WEATHER]},    # After the last user turn (Qwen3 renders only these turns' reasoning).
+    {"messages": [{"role": "user", "content": "Weather in Paris?"},
+                  {"role": "assistant", "content": "Let me check.",
+                   "reasoning_content": "I should call the tool.",
+                   "tool_calls": [
+                      {"id": "call12345", "type": "function",
+                       "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+                  {"role": "tool", "tool_call_id": "call12345", "content": "{\"temp_c\": 21}"}],
+     "tools": [WEATHER]},
+]
+
 # The default model's vocabulary (SmolLM2) for the templates of families with no generated file:
 # both sides give the template its bos/eos texts.
 SMOLLM2 = os.path.join(ROOT, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -80,14 +109,17 @@ SETS = {
     "mistral-small-3.2": (SMOLLM2, "Mistral-Small-3.2-24B-Instruct-2506.jinja", TOOL_REQUESTS),
     "devstral": (SMOLLM2, "unsloth-mistral-Devstral-Small-2507.jinja", TOOL_REQUESTS),
     "qwen2.5": (SMOLLM2, "Qwen-Qwen2.5-7B-Instruct.jinja", TOOL_REQUESTS),
-    "qwen3": (SMOLLM2, "Qwen-Qwen3-0.6B.jinja", TOOL_REQUESTS),
+    "qwen3": (SMOLLM2, "Qwen-Qwen3-0.6B.jinja", TOOL_REQUESTS + REASONING_REQUESTS),
     "qwen3-coder": (SMOLLM2, "Qwen3-Coder.jinja", TOOL_REQUESTS),
     "hermes-2-pro": (SMOLLM2, "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja", TOOL_REQUESTS),
-    "r1-distill": (SMOLLM2, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", TOOL_REQUESTS[:2]),
-    "r1-distill-llama": (SMOLLM2, "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja", TOOL_REQUESTS[:2]),
+    "r1-distill": (SMOLLM2, "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
+                   TOOL_REQUESTS[:2] + REASONING_REQUESTS[:1]),
+    "r1-distill-llama": (SMOLLM2, "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+                         TOOL_REQUESTS[:2] + REASONING_REQUESTS[:1]),
     "hermes-3": (SMOLLM2, "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", TOOL_REQUESTS),
-    "qwq": (SMOLLM2, "Qwen-QwQ-32B.jinja", TOOL_REQUESTS),
-    "ministral-3-reasoning": (SMOLLM2, "mistralai-Ministral-3-14B-Reasoning-2512.jinja", TOOL_REQUESTS),
+    "qwq": (SMOLLM2, "Qwen-QwQ-32B.jinja", TOOL_REQUESTS + REASONING_REQUESTS),
+    "ministral-3-reasoning": (SMOLLM2, "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
+                              TOOL_REQUESTS + REASONING_REQUESTS),
 }
 
 

@@ -1,13 +1,11 @@
 //! Tool-call grammars in the model's own format (`sloserve_model::tool_format`, which
-//! spells the markers and keys): Hermes / Qwen2.5
-//! `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>`, for `tool_choice`
-//! `required` (any of the tools), a named function, or `auto` with strict functions
-//! (free text, or text then calls whose arguments are constrained); Llama 3's JSON,
-//! Mistral's `[TOOL_CALLS]` forms and Qwen3-Coder's XML for `required` and named calls
-//! (`crate::tool_formats`; their `auto` is not constrained).
+//! spells the markers and keys; `crate::tool_formats` writes each format's calls), for
+//! `tool_choice` `required` (any of the tools), a named function, or `auto` with strict
+//! functions (free text, or text then calls whose arguments are constrained; every
+//! format but harmony's).
 
 use serde_json::{json, Value};
-use sloserve_model::tool_format::{ToolCallFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+use sloserve_model::tool_format::ToolCallFormat;
 
 use crate::{Constraint, GrammarError};
 
@@ -26,8 +24,9 @@ pub enum ToolChoice {
     Required,
     /// Exactly the named function.
     Named(String),
-    /// Free text with no `<tool_call>` in it, or text followed by calls to any of
-    /// the tools (the model chooses; the calls it makes are constrained).
+    /// Free text with no opening marker (`<tool_call>`, ...) in it, or text followed
+    /// by calls to any of the tools (the model chooses; the calls it makes are
+    /// constrained).
     Auto,
 }
 
@@ -43,8 +42,8 @@ pub fn tool_call_constraint(
     tool_call_constraint_in(ToolCallFormat::Hermes, &[], tools, choice, parallel)
 }
 
-/// [`tool_call_constraint`] in `format`: the calls as the model writes them. `auto`
-/// is constrained in the Hermes form only (an error in the others). `markers`: the
+/// [`tool_call_constraint`] in `format`: the calls as the model writes them (`auto`
+/// in harmony is an error: `ToolCallFormat::constrains_auto`). `markers`: the
 /// format's markers that are control tokens of the vocabulary, with their ids (the
 /// grammar then asks for the token, as the model writes it, not the marker's text).
 pub fn tool_call_constraint_in(
@@ -82,99 +81,108 @@ pub fn tool_call_constraint_in(
             p
         })
         .collect();
-    if format != ToolCallFormat::Hermes {
-        if *choice == ToolChoice::Auto {
-            return Err(GrammarError::Invalid(format!(
-                "tool_choice auto with strict functions is constrained in the Hermes format only, not {}",
-                format.name()
-            )));
-        }
-        return Ok(Constraint::Lark(crate::tool_formats::grammar(
-            format, markers, &chosen, &params, parallel,
-        )));
-    }
-    let alternatives: Vec<Value> = chosen
-        .iter()
-        .zip(&params)
-        .map(|(t, p)| {
-            json!({
-                "type": "object",
-                "properties": {"name": {"const": t.name}, "arguments": p},
-                "required": ["name", "arguments"],
-                "additionalProperties": false,
-            })
-        })
-        .collect();
-    let mut schema = if alternatives.len() == 1 {
-        alternatives.into_iter().next().unwrap_or_default()
-    } else {
-        json!({ "anyOf": alternatives })
-    };
-    if let Some(obj) = schema.as_object_mut() {
-        obj.insert("x-guidance".into(), json_options());
-    }
-    let repeat = if parallel { "(\"\\n\" call)*" } else { "" };
     Ok(Constraint::Lark(match choice {
-        ToolChoice::Auto => auto_grammar(&chosen, &params, &schema, parallel),
-        _ => format!(
-            "start: call {repeat}\n\
-             call: \"{TOOL_CALL_OPEN}\\n\" body \"\\n{TOOL_CALL_CLOSE}\"\n\
-             body: %json {schema}\n"
-        ),
+        ToolChoice::Auto if !format.constrains_auto() => {
+            return Err(GrammarError::Invalid(format!(
+                "tool_choice auto with strict functions is not constrained in {}",
+                format.name()
+            )))
+        }
+        ToolChoice::Auto => auto_grammar(format, markers, &chosen, &params, parallel),
+        _ => crate::tool_formats::grammar(format, markers, &chosen, &params, parallel),
     }))
 }
 
-/// `auto`: a reply is text, or calls then text. A call is tagged
-/// (`<tool_call>\n{json}\n</tool_call>`, the body one of `body`'s objects) or, at
-/// the start of the reply, bare: `{"name": "<function>", "arguments": {...}}`, as
-/// the server's parser reads it (small models often leave the tags out).
+/// Escapes the regex syntax characters of a marker's text.
+fn regex_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `auto`, in any format but harmony's: a reply is text, or text then calls. A call
+/// opens with the format's marker (`ToolCallFormat::open`) and what follows it is
+/// constrained (`crate::tool_formats::after_open`: the call, or a section of them);
+/// where the format takes bare calls (`ToolCallFormat::bare_calls`: Hermes, Llama 3,
+/// Mistral's array), a call may also come bare at the start of the reply,
+/// `{"name": "f", "arguments": ` for a function `f` (Llama 3: `"parameters"`; Mistral:
+/// in `[...]`), as the server's parser reads it (small models often leave the markers
+/// out).
 ///
 /// llguidance's lexer ends a lexeme only where no other can go on (no look-back),
-/// so text and a call must part at one byte: TEXT holds no `<tool_call>` and does
-/// not begin with a bare call's head (`{"name": "f", "arguments": ` for a function
-/// `f`), which is one literal lexeme, so that TEXT dies on the byte that completes
-/// it; `pre` (text up to a tag) is one lexeme for the same reason. JSON that names
-/// no function stays text. After a call the text is free but for tags (the parser
-/// takes it as content, or a further bare call, unconstrained); with `parallel` a
-/// tag there opens another constrained call.
+/// so text and a call must part at one byte: TEXT holds no opening marker's text and
+/// does not begin with a bare call's head, which is one literal lexeme, so that TEXT
+/// dies on the byte that completes it; `pre` (text up to the marker) is one lexeme for
+/// the same reason (a marker that is a control token is its own token, which text never
+/// holds). JSON that names no function stays text. After a call the text is free but
+/// for the marker (the parser takes it as content, or a further bare call,
+/// unconstrained); with `parallel` the marker there opens another constrained call.
 fn auto_grammar(
+    format: ToolCallFormat,
+    markers: &[(&str, u32)],
     chosen: &[&ToolFunction],
     params: &[Value],
-    body: &Value,
     parallel: bool,
 ) -> String {
+    use crate::tool_formats::{after_open, lit, marker, marker_token, with_options};
+    let open_text = format.open();
+    let open = marker(open_text, markers);
+    // A control token is no lexeme: the rule before it is no lexeme either.
+    let lazy = if marker_token(open_text, markers).is_some() {
+        ""
+    } else {
+        "[lazy]"
+    };
+    let no_open = format!("~/(?s:.*{}.*)/", regex_escape(open_text));
+    let more = if parallel { " | next rest tail" } else { "" };
+    let mut g = format!(
+        "TAIL: /(?s:.+)/ & {no_open}\n\
+         pre{lazy}: TEXT? {open}\n\
+         next{lazy}: TAIL? {open}\n\
+         tail: (TAIL{more})?\n{}",
+        after_open(format, markers, chosen, params, parallel)
+    );
+    if !format.bare_calls() {
+        g.push_str(&format!(
+            "start: TEXT? | pre rest tail\nTEXT: /(?s:.+)/ & {no_open}\n"
+        ));
+        return g;
+    }
+    // Mistral's bare calls are an array (more items with `parallel`: `after_open`'s
+    // `item`).
+    let (lead, end) = match format {
+        ToolCallFormat::MistralArray if parallel => ("[", "(\", \" item)* \"]\""),
+        ToolCallFormat::MistralArray => ("[", "\"]\""),
+        _ => ("", ""),
+    };
+    let key = format.arguments_key();
     let mut bare = Vec::new();
-    let mut args = String::new();
     for (i, (t, p)) in chosen.iter().zip(params).enumerate() {
-        let mut p = p.clone();
-        if let Some(obj) = p.as_object_mut() {
-            obj.insert("x-guidance".into(), json_options());
-        }
         // Names are `[a-zA-Z0-9_-]` (checked at the API): literal in Lark and regex.
         bare.push(format!(
-            "\"{{\\\"name\\\": \\\"{}\\\", \\\"arguments\\\": \" args{i} \"}}\"",
-            t.name
+            "{} bargs{i} \"}}\" {end}",
+            lit(&format!("{lead}{{\"name\": \"{}\", \"{key}\": ", t.name))
         ));
-        args.push_str(&format!("args{i}: %json {p}\n"));
+        g.push_str(&format!("bargs{i}: %json {}\n", with_options(p.clone())));
     }
     let names: Vec<&str> = chosen.iter().map(|t| t.name.as_str()).collect();
     let head = format!(
-        "\\{{\"name\": \"({})\", \"arguments\": (?s:.*)",
+        "{}\\{{\"name\": \"({})\", \"{key}\": (?s:.*)",
+        regex_escape(lead),
         names.join("|").replace('-', "\\-")
     );
-    let more = if parallel { " | next rest tail" } else { "" };
-    format!(
+    g.push_str(&format!(
         "start: TEXT? | pre rest tail | bare tail\n\
-         TEXT: /(?s:.+)/ & ~/(?s:.*{TOOL_CALL_OPEN}.*)/ & ~/{head}/\n\
-         TAIL: /(?s:.+)/ & ~/(?s:.*{TOOL_CALL_OPEN}.*)/\n\
-         pre[lazy]: TEXT? \"{TOOL_CALL_OPEN}\\n\"\n\
-         next[lazy]: TAIL? \"{TOOL_CALL_OPEN}\\n\"\n\
-         rest: body \"\\n{TOOL_CALL_CLOSE}\"\n\
-         bare: {}\n\
-         tail: (TAIL{more})?\n\
-         body: %json {body}\n{args}",
+         TEXT: /(?s:.+)/ & {no_open} & ~/{head}/\n\
+         bare: {}\n",
         bare.join(" | ")
-    )
+    ));
+    g
 }
 
 /// How call JSON is written: the separators models are trained on, no free

@@ -170,6 +170,13 @@ impl ChatTemplate {
         } else {
             messages
         };
+        let messages = if self.reasoning_as_blocks()
+            && messages.iter().any(|m| m.reasoning_content.is_some())
+        {
+            Value::from_serialize(messages.iter().map(thinking_block).collect::<Vec<_>>())
+        } else {
+            Value::from_serialize(messages)
+        };
         tmpl.render(context! {
             messages => messages,
             add_generation_prompt => add_generation_prompt,
@@ -198,7 +205,12 @@ impl ChatTemplate {
         tools: Option<&[serde_json::Value]>,
         add_generation_prompt: bool,
     ) -> Result<String> {
-        let (messages, tools) = with_fallback(|| self.tool_support(), messages, tools);
+        let (messages, tools) = with_fallback(
+            self.tool_call_format(),
+            || self.tool_support(),
+            messages,
+            tools,
+        );
         self.render_raw(&messages, tools.as_ref(), add_generation_prompt)
     }
 
@@ -243,7 +255,12 @@ impl ChatTemplate {
             .get_or_init(|| ControlTokens::new(tok).map_err(|e| e.to_string()))
             .as_ref()
             .map_err(|e| ModelError::Tokenizer(e.clone()))?;
-        let (messages, tools) = with_fallback(|| self.tool_support(), messages, tools);
+        let (messages, tools) = with_fallback(
+            self.tool_call_format(),
+            || self.tool_support(),
+            messages,
+            tools,
+        );
         let render = |m: &[ChatMessage], t: Option<&serde_json::Value>| {
             self.render_kwargs(m, t, add_generation_prompt, kwargs)
         };
@@ -252,6 +269,15 @@ impl ChatTemplate {
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// Whether the template reads an assistant turn's reasoning as a `thinking` content
+    /// block (Ministral 3 / Magistral: llama.cpp's `common/parsers/ministral3.cpp`, chosen
+    /// by the checks of its `common_chat_try_specialized_template`).
+    fn reasoning_as_blocks(&self) -> bool {
+        use crate::tool_format::{MISTRAL_ARGS, MISTRAL_CALLS, MISTRAL_CALL_ID};
+        let has = |s: &str| self.source.contains(s);
+        has("[SYSTEM_PROMPT]") && has(MISTRAL_CALLS) && has(MISTRAL_ARGS) && !has(MISTRAL_CALL_ID)
     }
 
     /// How this template's model marks its reasoning (`crate::reasoning`).
@@ -264,6 +290,23 @@ impl ChatTemplate {
     pub fn tool_call_format(&self) -> crate::tool_format::ToolCallFormat {
         crate::tool_format::ToolCallFormat::for_model(None, Some(&self.source))
     }
+}
+
+/// A system or assistant turn with reasoning as llama.cpp gives it to Ministral 3's
+/// template: `content` the blocks `[{"type": "thinking", ...}, {"type": "text", ...}]`.
+fn thinking_block(m: &ChatMessage) -> serde_json::Value {
+    let mut v = serde_json::to_value(m).unwrap_or_default();
+    if let (Some(r), Some(obj)) = (&m.reasoning_content, v.as_object_mut()) {
+        if m.role == "assistant" || m.role == "system" {
+            obj.insert(
+                "content".into(),
+                serde_json::json!([{"type": "thinking", "thinking": r},
+                    {"type": "text", "text": m.content}]),
+            );
+            obj.remove("reasoning_content");
+        }
+    }
+    v
 }
 
 const MONTHS: [&str; 12] = [

@@ -6,10 +6,12 @@
 //!
 //! The fallback (docs/tool-calling.md): the tools go into a system message (the
 //! first one, or a new one) as a preamble in the Qwen / Hermes wording, with the
-//! `<tool_call>{"name": ..., "arguments": ...}</tool_call>` format the server
-//! parses; where the template does not render `tool_calls` either, an assistant
-//! message's calls become `<tool_call>` blocks in its text and `tool` messages
-//! (consecutive ones merged) a user message of `<tool_response>` blocks.
+//! model's call format (`<tool_call>{"name": ..., "arguments": ...}</tool_call>` where
+//! the template shows none; the format's own example where it does, e.g. R1 distills
+//! and Phi-4-mini, whose templates render no tools); where the template does not
+//! render `tool_calls` either, an assistant message's calls become calls in that
+//! format in its text and `tool` messages (consecutive ones merged) a user message of
+//! `<tool_response>` blocks.
 
 use minijinja::value::Kwargs;
 use minijinja::{Error, ErrorKind, Value};
@@ -18,7 +20,7 @@ use serde_json::{json, Value as Json};
 
 use crate::chat_message::ChatMessage;
 use crate::error::Result;
-use crate::tool_format::{TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
+use crate::tool_format::{ToolCallFormat, TOOL_CALL_CLOSE, TOOL_CALL_OPEN};
 
 /// What a template renders natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,8 +60,10 @@ impl ToolSupport {
 }
 
 /// The messages and tools to render: as given where the template supports them
-/// (`support` is asked only when tools or calls are present), else the fallback.
+/// (`support` is asked only when tools or calls are present), else the fallback, in
+/// the model's call `format`.
 pub fn with_fallback(
+    format: ToolCallFormat,
     support: impl FnOnce() -> ToolSupport,
     messages: &[ChatMessage],
     tools: Option<&[Json]>,
@@ -72,14 +76,14 @@ pub fn with_fallback(
     }
     let s = support();
     let mut out = if has_calls && !s.tool_calls {
-        calls_as_text(messages)
+        calls_as_text(format, messages)
     } else {
         messages.to_vec()
     };
     match tools {
         Some(t) if s.tools => (out, Some(Json::Array(t.to_vec()))),
         Some(t) => {
-            let preamble = tools_preamble(t);
+            let preamble = tools_preamble(format, t);
             match out.first_mut() {
                 Some(m) if m.role == "system" => {
                     m.content = format!("{}\n\n{preamble}", m.content);
@@ -92,9 +96,19 @@ pub fn with_fallback(
     }
 }
 
-/// The system-message text that describes `tools` (the Qwen / Hermes wording).
-pub fn tools_preamble(tools: &[Json]) -> String {
+/// The system-message text that describes `tools` (the Qwen / Hermes wording; in
+/// another `format`, its call written for an example function).
+pub fn tools_preamble(format: ToolCallFormat, tools: &[Json]) -> String {
     let list: Vec<String> = tools.iter().map(|t| python_json(t, None)).collect();
+    if format != ToolCallFormat::Hermes {
+        return format!(
+            "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
+             You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{}\n</tools>\n\n\
+             For each function call, write it in this format:\n{}",
+            list.join("\n"),
+            format.write_call("function_name", &json!({"argument": "value"}))
+        );
+    }
     format!(
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n\
          You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{}\n</tools>\n\n\
@@ -104,9 +118,9 @@ pub fn tools_preamble(tools: &[Json]) -> String {
     )
 }
 
-/// Calls as `<tool_call>` text in their assistant message; tool results as a user
+/// Calls as text in `format` in their assistant message; tool results as a user
 /// message of `<tool_response>` blocks.
-fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
+fn calls_as_text(format: ToolCallFormat, messages: &[ChatMessage]) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
     let mut prev_tool = false;
     for m in messages {
@@ -128,12 +142,9 @@ fn calls_as_text(messages: &[ChatMessage]) -> Vec<ChatMessage> {
             }
             for c in &calls {
                 let f = c.get("function").unwrap_or(c);
-                let body = json!({"name": f.get("name").cloned().unwrap_or_default(),
-                    "arguments": f.get("arguments").cloned().unwrap_or_else(|| json!({}))});
-                parts.push(format!(
-                    "{TOOL_CALL_OPEN}\n{}\n{TOOL_CALL_CLOSE}",
-                    python_json(&body, None)
-                ));
+                let name = f.get("name").and_then(Json::as_str).unwrap_or_default();
+                let args = f.get("arguments").cloned().unwrap_or_else(|| json!({}));
+                parts.push(format.write_call(name, &args));
             }
             m.content = parts.join("\n");
         }
@@ -236,7 +247,7 @@ mod tests {
             ChatMessage::new("tool", "r1"),
             ChatMessage::new("tool", "r2"),
         ];
-        let (out, t) = with_fallback(|| none, &msgs, Some(&tools));
+        let (out, t) = with_fallback(ToolCallFormat::Hermes, || none, &msgs, Some(&tools));
         assert!(t.is_none());
         assert_eq!(out[0].role, "system");
         assert!(out[0]
@@ -257,13 +268,13 @@ mod tests {
             tools: true,
             tool_calls: true,
         };
-        let (out, t) = with_fallback(|| all, &msgs, Some(&tools));
+        let (out, t) = with_fallback(ToolCallFormat::Hermes, || all, &msgs, Some(&tools));
         assert_eq!(
             (out.as_slice(), t),
             (&msgs[..], Some(Json::Array(tools.to_vec())))
         );
         let plain = [ChatMessage::new("user", "q")];
-        let (out, _) = with_fallback(|| panic!("probed"), &plain, None);
+        let (out, _) = with_fallback(ToolCallFormat::Hermes, || panic!("probed"), &plain, None);
         assert_eq!(out, plain);
     }
 }

@@ -144,6 +144,10 @@ pub struct Family {
     pub ffn_norm: &'static str,
     pub ffn: FfnLayout,
     /// The tool-call format when the chat template shows none (`ToolCallFormat::for_model`).
+    /// Formats of models that share an architecture come from their templates
+    /// (`ToolCallFormat::detect`): the DeepSeek-R1 distills (`qwen2`, `llama` files) by
+    /// `<｜tool▁calls▁begin｜>`, Phi-4-mini (`phi3`) by the `<|tool|>` its template offers
+    /// tools in.
     pub tool_format: ToolCallFormat,
 }
 

@@ -30,6 +30,14 @@ pub enum ToolCallFormat {
     /// commentary json<|message|>{...}<|call|>`, as the template writes history); the
     /// reasoning splitter (`crate::harmony`) gives each call out in the first form.
     Harmony,
+    /// DeepSeek-R1 (and its distills): `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function
+    /// <｜tool▁sep｜>f\n```json\n{...}\n```<｜tool▁call▁end｜>` (more calls each after a
+    /// newline) `<｜tool▁calls▁end｜>`, as llama.cpp's `common/chat-diff-analyzer.cpp`
+    /// reads it.
+    DeepSeekR1,
+    /// Phi-4-mini: `functools[{"name": "f", "arguments": {...}}, ...]`, as vLLM's
+    /// `phi4_mini_json` parser reads it (the vendored llama.cpp has none).
+    Phi4MiniJson,
 }
 
 /// Hermes / Qwen3-Coder's block tags.
@@ -45,6 +53,22 @@ pub const MISTRAL_ARGS: &str = "[ARGS]";
 pub const MISTRAL_CALL_ID: &str = "[CALL_ID]";
 /// What opens a harmony call as the splitter gives it out (`crate::harmony::call_open`).
 pub const HARMONY_CALL_OPEN: &str = "<|channel|>commentary to=functions.";
+/// DeepSeek-R1's markers (added tokens of its vocabulary, fullwidth bars and `▁`).
+pub const R1_CALLS_BEGIN: &str = "<｜tool▁calls▁begin｜>";
+pub const R1_CALLS_END: &str = "<｜tool▁calls▁end｜>";
+pub const R1_CALL_BEGIN: &str = "<｜tool▁call▁begin｜>";
+pub const R1_CALL_END: &str = "<｜tool▁call▁end｜>";
+pub const R1_SEP: &str = "<｜tool▁sep｜>";
+/// What R1 writes between `<｜tool▁sep｜>` and the arguments: the call's type, then
+/// after the name the fence that the arguments sit in.
+pub const R1_TYPE: &str = "function";
+pub const R1_FENCE_OPEN: &str = "```json\n";
+pub const R1_FENCE_CLOSE: &str = "\n```";
+/// Phi-4-mini's marker, with the array's bracket (vLLM: `functools\[(.*?)\]`).
+pub const PHI4_CALLS: &str = "functools[";
+/// Phi-4-mini's own template passes tools in the system message between these.
+pub const PHI4_TOOLS_OPEN: &str = "<|tool|>";
+pub const PHI4_TOOLS_CLOSE: &str = "<|/tool|>";
 /// Qwen3-Coder's function and parameter tags.
 pub const XML_FUNCTION: &str = "<function=";
 pub const XML_FUNCTION_CLOSE: &str = "</function>";
@@ -52,13 +76,15 @@ pub const XML_PARAMETER: &str = "<parameter=";
 pub const XML_PARAMETER_CLOSE: &str = "</parameter>";
 
 /// Every format, for tests and tables.
-pub const ALL: [ToolCallFormat; 6] = [
+pub const ALL: [ToolCallFormat; 8] = [
     ToolCallFormat::Hermes,
     ToolCallFormat::Llama3Json,
     ToolCallFormat::MistralArray,
     ToolCallFormat::MistralArgs,
     ToolCallFormat::Qwen3CoderXml,
     ToolCallFormat::Harmony,
+    ToolCallFormat::DeepSeekR1,
+    ToolCallFormat::Phi4MiniJson,
 ];
 
 impl ToolCallFormat {
@@ -68,6 +94,12 @@ impl ToolCallFormat {
         let has = |s: &str| template.contains(s);
         if has(harmony::CHANNEL) && has(harmony::FUNCTIONS) {
             Some(ToolCallFormat::Harmony)
+        } else if has(R1_CALLS_BEGIN) && has("```json") {
+            // R1 and its distills (DeepSeek V3.1 writes no fence: not this format).
+            Some(ToolCallFormat::DeepSeekR1)
+        } else if has(PHI4_CALLS) || (has(PHI4_TOOLS_OPEN) && has(PHI4_TOOLS_CLOSE)) {
+            // vLLM's Phi-4-mini template, or Phi-4-mini's own (tools in `<|tool|>`).
+            Some(ToolCallFormat::Phi4MiniJson)
         } else if has(MISTRAL_CALLS) && has(MISTRAL_ARGS) {
             Some(ToolCallFormat::MistralArgs)
         } else if has(MISTRAL_CALLS) {
@@ -102,27 +134,42 @@ impl ToolCallFormat {
                 "qwen3-coder (<tool_call><function=name><parameter=p>)"
             }
             ToolCallFormat::Harmony => "harmony (<|channel|>commentary to=functions.name)",
+            ToolCallFormat::DeepSeekR1 => {
+                "deepseek-r1 (<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>name)"
+            }
+            ToolCallFormat::Phi4MiniJson => "phi4-mini (functools[{json}, ...])",
         }
     }
 
-    /// What opens a call (Hermes, Qwen3-Coder, Mistral) or may (Llama 3's
-    /// `<|python_tag|>`).
+    /// What opens a call (Hermes, Qwen3-Coder, Mistral's `[ARGS]` form) or the calls
+    /// (Mistral's array, R1, Phi-4-mini), or may (Llama 3's `<|python_tag|>`).
     pub fn open(self) -> &'static str {
         match self {
             ToolCallFormat::Hermes | ToolCallFormat::Qwen3CoderXml => TOOL_CALL_OPEN,
             ToolCallFormat::Llama3Json => PYTHON_TAG,
             ToolCallFormat::MistralArray | ToolCallFormat::MistralArgs => MISTRAL_CALLS,
             ToolCallFormat::Harmony => HARMONY_CALL_OPEN,
+            ToolCallFormat::DeepSeekR1 => R1_CALLS_BEGIN,
+            ToolCallFormat::Phi4MiniJson => PHI4_CALLS,
         }
     }
 
-    /// What closes a call; `None` where the end of its JSON does.
+    /// What closes a call (or R1's calls); `None` where the end of its JSON does.
     pub fn close(self) -> Option<&'static str> {
         match self {
             ToolCallFormat::Hermes | ToolCallFormat::Qwen3CoderXml => Some(TOOL_CALL_CLOSE),
             ToolCallFormat::Harmony => Some(harmony::CALL),
+            ToolCallFormat::DeepSeekR1 => Some(R1_CALLS_END),
             _ => None,
         }
+    }
+
+    /// Whether `tool_choice: auto` with a strict function is constrained in this format
+    /// (free text, or text then calls whose arguments follow the schemas: the grammar
+    /// parts text from a call at [`Self::open`]). Not harmony's: its calls are messages
+    /// after the reasoning's, which the grammar does not see apart.
+    pub fn constrains_auto(self) -> bool {
+        self != ToolCallFormat::Harmony
     }
 
     /// The JSON key of a call's arguments where the call is a JSON object.
@@ -156,6 +203,14 @@ impl ToolCallFormat {
             ToolCallFormat::MistralArgs => &[MISTRAL_CALLS, MISTRAL_ARGS, MISTRAL_CALL_ID],
             // User-defined in o200k_harmony (decoded anyway): named for the grammar.
             ToolCallFormat::Harmony => &[harmony::CHANNEL, harmony::CONSTRAIN, harmony::MESSAGE],
+            ToolCallFormat::DeepSeekR1 => &[
+                R1_CALLS_BEGIN,
+                R1_CALL_BEGIN,
+                R1_SEP,
+                R1_CALL_END,
+                R1_CALLS_END,
+            ],
+            ToolCallFormat::Phi4MiniJson => &[],
         }
     }
 
@@ -209,8 +264,25 @@ impl ToolCallFormat {
                     crate::chat_tools::python_json(arguments, None)
                 )
             }
+            ToolCallFormat::DeepSeekR1 => format!(
+                "{R1_CALLS_BEGIN}{}{R1_CALLS_END}",
+                r1_call(name, &crate::chat_tools::python_json(arguments, None))
+            ),
+            ToolCallFormat::Phi4MiniJson => format!(
+                "{PHI4_CALLS}{}]",
+                crate::chat_tools::python_json(
+                    &serde_json::json!({"name": name, key: arguments}),
+                    None
+                )
+            ),
         }
     }
+}
+
+/// One of R1's calls (between its calls' markers; more than one are joined by a
+/// newline, as its template writes them).
+pub fn r1_call(name: &str, arguments: &str) -> String {
+    format!("{R1_CALL_BEGIN}{R1_TYPE}{R1_SEP}{name}\n{R1_FENCE_OPEN}{arguments}{R1_FENCE_CLOSE}{R1_CALL_END}")
 }
 
 #[cfg(test)]
@@ -237,6 +309,12 @@ mod tests {
         );
         assert_eq!(ToolCallFormat::detect("{{ messages }}"), None);
         assert_eq!(
+            ToolCallFormat::detect(
+                "<|system|>{{ m['content'] + '<|tool|>' + m['tools'] + '<|/tool|>' }}"
+            ),
+            Some(ToolCallFormat::Phi4MiniJson)
+        );
+        assert_eq!(
             ToolCallFormat::for_model(None, Some("{{ messages }}")),
             ToolCallFormat::Hermes
         );
@@ -261,6 +339,14 @@ mod tests {
         assert_eq!(
             w(ToolCallFormat::MistralArgs),
             "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 2}"
+        );
+        assert_eq!(
+            w(ToolCallFormat::DeepSeekR1),
+            "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"days\": 2}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+        );
+        assert_eq!(
+            w(ToolCallFormat::Phi4MiniJson),
+            "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}]"
         );
         assert_eq!(
             w(ToolCallFormat::Qwen3CoderXml),

@@ -1,7 +1,9 @@
 //! The real chat templates of the families sloserve serves (copied from llama.cpp's
 //! `models/templates/` into `tests/data/templates/`) render byte for byte what
 //! llama.cpp's `/apply-template` renders for the same OpenAI requests — plain turns,
-//! tools offered, an assistant's call and the tool's result — recorded by
+//! tools offered, an assistant's call and the tool's result, and for the thinking
+//! templates (Qwen3, QwQ, the R1 distills, Ministral 3 Reasoning) assistant turns that
+//! carry `reasoning_content` — recorded by
 //! `scripts/make_apply_template_reference.py` (`llamacpp-apply-template-<name>.jsonl`)
 //! with SmolLM2's vocabulary on both sides (the templates' bos/eos texts). The
 //! messages reach the template as the server passes them: a call's `arguments` an
@@ -76,6 +78,7 @@ fn message(m: &Value) -> ChatMessage {
         name: m["name"].as_str().map(Into::into),
         tool_calls: calls,
         tool_call_id: m["tool_call_id"].as_str().map(Into::into),
+        reasoning_content: m["reasoning_content"].as_str().map(Into::into),
         ..ChatMessage::new(
             m["role"].as_str().unwrap(),
             m["content"].as_str().unwrap_or(""),
@@ -118,6 +121,6 @@ fn templates_render_as_llamacpp() {
             }
         }
     }
-    assert!(n >= 50, "{n} records");
+    assert!(n >= 61, "{n} records");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -45,11 +45,19 @@ const TEMPLATES: &[(&str, ToolCallFormat)] = &[
     ),
     ("Qwen-Qwen2.5-7B-Instruct.jinja", ToolCallFormat::Hermes),
     ("Qwen-Qwen3-0.6B.jinja", ToolCallFormat::Hermes),
-    // DeepSeek-R1's own `<｜tool▁calls▁begin｜>` format is not one sloserve has yet: its
-    // models get the fallback's Hermes (not checked against the template's rendering).
     (
         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
-        ToolCallFormat::Hermes,
+        ToolCallFormat::DeepSeekR1,
+    ),
+    (
+        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+        ToolCallFormat::DeepSeekR1,
+    ),
+    // vLLM's template for Phi-4-mini (`functools[...]` in its instructions); it writes
+    // history calls as Python reprs, so it is not in the rendering check below.
+    (
+        "vllm-tool_chat_template_phi4_mini.jinja",
+        ToolCallFormat::Phi4MiniJson,
     ),
 ];
 
@@ -60,6 +68,8 @@ fn formats_are_detected_from_the_real_templates() {
         assert_eq!(ToolCallFormat::for_model(None, Some(&src)), want, "{name}");
         let arch = if name.contains("Qwen") {
             "qwen2"
+        } else if name.contains("phi4") {
+            "phi3"
         } else {
             "llama"
         };
@@ -75,7 +85,9 @@ fn formats_are_detected_from_the_real_templates() {
 #[test]
 fn templates_write_calls_as_the_format_spells_them() {
     let args = json!({"city": "Paris"});
-    for &(name, format) in TEMPLATES.iter().filter(|(n, _)| !n.contains("DeepSeek-R1")) {
+    // R1-Distill-Llama's template writes calls only where `content` is none (here "").
+    let rendered = |n: &&str| !n.contains("phi4") && !n.contains("R1-Distill-Llama");
+    for &(name, format) in TEMPLATES.iter().filter(|(n, _)| rendered(n)) {
         let t = match ChatTemplate::new(&source(name), "<s>", "</s>") {
             Ok(t) => t,
             Err(e) => panic!("{name}: {e}"),

@@ -2,15 +2,16 @@
 //! (`sloserve_model::tool_format`): a Hermes JSON block, a Qwen3-Coder XML block, Llama 3's
 //! JSON object after `<|python_tag|>`, Mistral's array or `name[ARGS]{...}` after
 //! `[TOOL_CALLS]`, harmony's message to a function as the reasoning splitter gives it
-//! out. Each reader says whether the calls are complete, need more text, or
+//! out, DeepSeek-R1's calls up to `<｜tool▁calls▁end｜>`, Phi-4-mini's array after
+//! `functools[`. Each reader says whether the calls are complete, need more text, or
 //! are not calls (then the text stays content). The streamed state machine is
 //! `crate::tool_parser`.
 
 use serde_json::{Map, Value};
 use sloserve_model::harmony;
 use sloserve_model::tool_format::{
-    ToolCallFormat, MISTRAL_ARGS, MISTRAL_CALL_ID, XML_FUNCTION, XML_FUNCTION_CLOSE, XML_PARAMETER,
-    XML_PARAMETER_CLOSE,
+    ToolCallFormat, MISTRAL_ARGS, MISTRAL_CALL_ID, R1_CALL_BEGIN, R1_CALL_END, R1_SEP, R1_TYPE,
+    XML_FUNCTION, XML_FUNCTION_CLOSE, XML_PARAMETER, XML_PARAMETER_CLOSE,
 };
 
 /// The longest call held back before it is taken as text.
@@ -66,18 +67,28 @@ pub(crate) fn read_block(f: &Functions, text: &str) -> Body {
             return Body::More;
         };
         let body = &text[..j];
-        let call = match f.format {
-            ToolCallFormat::Qwen3CoderXml => xml_call(body, &f.string_params),
-            ToolCallFormat::Harmony => harmony_call(body),
-            _ => parse_call(body, f.format),
+        let calls = match f.format {
+            ToolCallFormat::Qwen3CoderXml => xml_call(body, &f.string_params).map(|c| vec![c]),
+            ToolCallFormat::Harmony => harmony_call(body).map(|c| vec![c]),
+            ToolCallFormat::DeepSeekR1 => r1_calls(body),
+            _ => parse_call(body, f.format).map(|c| vec![c]),
         };
-        return match call {
-            Some(c) => Body::Calls(vec![c], j + close.len()),
+        return match calls {
+            Some(c) => Body::Calls(c, j + close.len()),
             None => Body::Bad(j + close.len()),
         };
     }
     match f.format {
         ToolCallFormat::MistralArgs => mistral_args(text),
+        // The marker holds the array's `[`: read from it.
+        ToolCallFormat::Phi4MiniJson => match json_prefix(&format!("[{text}")) {
+            Json::Value(v, end) => match calls_of(f.format, v) {
+                Some(calls) => Body::Calls(calls, end - 1),
+                None => Body::Bad(0),
+            },
+            Json::More => Body::More,
+            Json::Bad => Body::Bad(0),
+        },
         format => match json_prefix(text) {
             Json::Value(v, end) => match calls_of(format, v) {
                 Some(calls) => Body::Calls(calls, end),
@@ -113,11 +124,15 @@ pub(crate) fn json_prefix(text: &str) -> Json {
 /// The calls a JSON value is in `format`: one object, or Mistral's array of them.
 pub(crate) fn calls_of(format: ToolCallFormat, v: Value) -> Option<Vec<ParsedCall>> {
     match (format, v) {
-        (ToolCallFormat::MistralArray, Value::Array(items)) if !items.is_empty() => items
-            .into_iter()
-            .map(|i| call_of(format, &i))
-            .collect::<Option<Vec<_>>>(),
-        (ToolCallFormat::MistralArray, _) => None,
+        (ToolCallFormat::MistralArray | ToolCallFormat::Phi4MiniJson, Value::Array(items))
+            if !items.is_empty() =>
+        {
+            items
+                .into_iter()
+                .map(|i| call_of(format, &i))
+                .collect::<Option<Vec<_>>>()
+        }
+        (ToolCallFormat::MistralArray | ToolCallFormat::Phi4MiniJson, _) => None,
         (_, v) => Some(vec![call_of(format, &v)?]),
     }
 }
@@ -201,6 +216,45 @@ fn harmony_call(body: &str) -> Option<ParsedCall> {
         name: name.to_string(),
         arguments: args.to_string(),
     })
+}
+
+/// DeepSeek-R1's calls (between its calls' markers): each
+/// `<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>`,
+/// whitespace between them; the fence is optional, as llama.cpp reads it (its tests also
+/// give V3.1's `NAME<｜tool▁sep｜>{...}`, read too). Arguments must be a JSON object.
+fn r1_calls(body: &str) -> Option<Vec<ParsedCall>> {
+    let mut calls = Vec::new();
+    let mut rest = body;
+    loop {
+        rest = rest.trim_start();
+        if rest.is_empty() {
+            return (!calls.is_empty()).then_some(calls);
+        }
+        let after = rest.strip_prefix(R1_CALL_BEGIN)?;
+        let end = after.find(R1_CALL_END)?;
+        let (kind, call) = after[..end].split_once(R1_SEP)?;
+        let (name, args) = match kind.trim() {
+            R1_TYPE => call.split_once('\n')?,
+            name => (name, call),
+        };
+        let name = name.trim();
+        let args = args.trim();
+        let args = args
+            .strip_prefix("```json")
+            .or_else(|| args.strip_prefix("```"))
+            .unwrap_or(args);
+        let args = args.trim_end();
+        let args = args.strip_suffix("```").unwrap_or(args);
+        let v: Value = serde_json::from_str(args.trim()).ok()?;
+        if !valid_name(name) || !v.is_object() {
+            return None;
+        }
+        calls.push(ParsedCall {
+            name: name.to_string(),
+            arguments: v.to_string(),
+        });
+        rest = &after[end + R1_CALL_END.len()..];
+    }
 }
 
 /// Qwen3-Coder's `<function=NAME>` with `<parameter=P>\nvalue\n</parameter>` each.

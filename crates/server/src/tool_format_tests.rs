@@ -182,6 +182,84 @@ fn qwen3_coder_xml() {
     }
 }
 
+/// DeepSeek-R1: llama.cpp's own examples (`tests/test-chat.cpp` of the vendored
+/// llama.cpp, the R1 distill and `llama-cpp-deepseek-r1` blocks, and V3.1's form without
+/// the type and fence that its tests also give), split anywhere.
+#[test]
+fn deepseek_r1_as_llama_cpp_reads_it() {
+    let f = ToolCallFormat::DeepSeekR1;
+    let r1 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>special_function\n```json\n{\"arg1\": 1}```<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    assert_eq!(
+        all_splits(f, r1),
+        [call("special_function", r#"{"arg1":1}"#)]
+    );
+    let v31 = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"city\": \"XYZCITY\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    assert_eq!(
+        all_splits(f, v31),
+        [call("get_time", r#"{"city":"XYZCITY"}"#)]
+    );
+    let two = "CONTENT<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{\"city\": \"Paris\"}<｜tool▁call▁end｜><｜tool▁calls▁end｜>";
+    assert_eq!(
+        all_splits(f, two),
+        [
+            content("CONTENT"),
+            call("get_time", PARIS),
+            call("get_weather", PARIS)
+        ]
+    );
+    // As R1's template writes history: the fence on its own lines, calls a line apart.
+    let tmpl = "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{\"a\": 1}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜> ok";
+    assert_eq!(
+        all_splits(f, tmpl),
+        [
+            call("add", r#"{"a":1}"#),
+            call("get_weather", PARIS),
+            content("ok")
+        ]
+    );
+    for bad in [
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n[1]\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>a b\n{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁calls▁end｜>",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>add\n```json\n{}",
+        "Hi <｜tool",
+    ] {
+        assert_eq!(all_splits(f, bad), [content(bad)], "{bad}");
+    }
+}
+
+/// Phi-4-mini: vLLM's `phi4_mini_json` form (`functools[...]`, `parameters` read where
+/// `arguments` is missing, as it does); text around the calls stays content (vLLM
+/// drops it).
+#[test]
+fn phi4_mini_functools() {
+    let f = ToolCallFormat::Phi4MiniJson;
+    let two = "functools[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"add\", \"parameters\": {\"a\": 1}}]";
+    assert_eq!(
+        all_splits(f, two),
+        [call("get_weather", PARIS), call("add", r#"{"a":1}"#)]
+    );
+    let around = format!("Let me check. {two}\nDone.");
+    assert_eq!(
+        all_splits(f, &around),
+        [
+            content("Let me check."),
+            call("get_weather", PARIS),
+            call("add", r#"{"a":1}"#),
+            content("Done.")
+        ]
+    );
+    for bad in [
+        "import functools\nfunctools.reduce(f, xs)",
+        "functools[1, 2]",
+        "functools[]",
+        "functools[{\"name\": \"add\", \"arguments\": 3}]",
+        "functools[{\"name\": \"add\", \"argu",
+    ] {
+        assert_eq!(all_splits(f, bad), [content(bad)], "{bad}");
+    }
+}
+
 #[test]
 fn written_calls_parse_back_in_every_format() {
     let args = serde_json::json!({"city": "Paris"});
@@ -249,6 +327,14 @@ fn random_marker_soup_never_panics_and_loses_nothing() {
         "<",
         "<tool",
         "[TOOL",
+        "<｜tool▁calls▁begin｜>",
+        "<｜tool▁call▁begin｜>",
+        "function<｜tool▁sep｜>add\n```json\n",
+        "```<｜tool▁call▁end｜>",
+        "<｜tool▁calls▁end｜>",
+        "<｜",
+        "functools[",
+        "functools",
     ];
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = |n: usize| {

@@ -1,7 +1,8 @@
 //! The model's native tool calls parsed out of its text as it streams, in the model's
 //! own format (`sloserve_model::tool_format`: Hermes / Qwen2.5 `<tool_call>\n{"name": ...,
 //! "arguments": {...}}\n</tool_call>`, Qwen3-Coder's XML, Llama 3's JSON after an optional
-//! `<|python_tag|>`, Mistral's `[TOOL_CALLS]`). [`ToolCallParser`] turns text pieces into
+//! `<|python_tag|>`, Mistral's `[TOOL_CALLS]`, DeepSeek-R1's `<｜tool▁calls▁begin｜>`,
+//! Phi-4-mini's `functools[`). [`ToolCallParser`] turns text pieces into
 //! content and complete calls: text that could begin the opening marker is held back
 //! (as stop strings are), a call is held until it is complete (its closing tag, or the
 //! end of its JSON; `crate::tool_body` reads it), then becomes a call, or stays content,
@@ -200,11 +201,11 @@ impl ToolCallParser {
                 self.content(&text[..i], &mut out);
                 self.in_block = true;
             } else {
-                // Hold back the longest tail that could begin the marker (ASCII, so a
-                // char boundary).
+                // Hold back the longest tail that could begin the marker (cut where the
+                // marker has a char boundary: R1's are not ASCII).
                 let keep = (1..open.len().min(self.buf.len() + 1))
                     .rev()
-                    .find(|&n| self.buf.ends_with(&open[..n]))
+                    .find(|&n| open.is_char_boundary(n) && self.buf.ends_with(&open[..n]))
                     .unwrap_or(0);
                 let text: String = self.buf.drain(..self.buf.len() - keep).collect();
                 self.scanned = 0;

@@ -1,7 +1,8 @@
 //! Tool calling (issue #32 item 3): a request's `tools` given to the chat template,
 //! `tool_choice` `required` / named compiled into the grammar that makes the output
 //! one or more calls in the model's format (`sloserve_model::tool_format`) (sloserve-grammar, arguments following each
-//! function's `parameters`; under `auto` only when a function is `strict`), and the model's calls parsed out of its text
+//! function's `parameters`; under `auto` only when a function is `strict`, in every
+//! format whose `constrains_auto`), and the model's calls parsed out of its text
 //! ([`crate::tool_parser`]) into OpenAI's `tool_calls`, with ids `call_<random>`
 //! and `finish_reason: "tool_calls"`.
 
@@ -61,10 +62,10 @@ pub fn constraint(
 ) -> Result<Option<SharedConstraint>, ServerError> {
     let format = call_format(state);
     let choice = match &tools.mode {
-        // Strict functions under `auto` are constrained in the Hermes form only (its
-        // grammar of text-or-calls); other formats' calls are parsed unconstrained.
+        // Strict functions under `auto` are constrained where the format's grammar of
+        // text-or-calls exists; elsewhere (harmony) the calls are parsed unconstrained.
         ToolMode::Auto
-            if format != ToolCallFormat::Hermes
+            if !format.constrains_auto()
                 || !tools.tools.iter().any(|t| t.function.strict == Some(true)) =>
         {
             return Ok(None)

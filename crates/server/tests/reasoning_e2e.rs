@@ -266,6 +266,21 @@ fn reasoning_tokens_items_and_budget_on_a_template_that_thinks() {
             assert!(c.trim_start().starts_with('{'), "{v}");
         }
     }
+    // `/v1/completions` is not split (reasoning is parsed for chat only, as vLLM and
+    // llama-server do): the text comes back as generated, tags and all; a budget still
+    // ends the reasoning that the prompt opened.
+    let prompt = "<｜User｜>Is 7 a prime number?<｜Assistant｜><think>\n";
+    for budget in [None, Some(0)] {
+        let mut b = json!({"prompt": prompt, "max_tokens": 8, "temperature": 0});
+        if let Some(n) = budget {
+            b["thinking_token_budget"] = json!(n);
+        }
+        let v = post(s.addr, "/v1/completions", &b).json();
+        let c = &v["choices"][0];
+        assert!(c.get("reasoning_content").is_none(), "{v}");
+        let text = c["text"].as_str().unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(text.starts_with("</think>"), budget.is_some(), "{v}");
+    }
     let bad = post(
         s.addr,
         "/v1/chat/completions",

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use sloserve_engine::sampler::constraint::TokenConstraint;
 use sloserve_grammar::{tool_call_constraint_in, GrammarFactory, ToolChoice, ToolFunction};
 use sloserve_model::tokenizer::Tokenizer;
-use sloserve_model::tool_format::{ToolCallFormat, ALL};
+use sloserve_model::tool_format::{ToolCallFormat, ALL, R1_CALLS_BEGIN, R1_CALLS_END};
 use sloserve_model::GgufFile;
 use sloserve_server::tool_parser::{Functions, ToolCallParser, ToolEvent};
 
@@ -89,6 +89,14 @@ fn join(format: ToolCallFormat, a: &str, b: &str) -> String {
             "{}, {}",
             a.trim_end_matches(']'),
             &b["[TOOL_CALLS][".len()..]
+        ),
+        ToolCallFormat::Phi4MiniJson => {
+            format!("{}, {}", a.trim_end_matches(']'), &b["functools[".len()..])
+        }
+        ToolCallFormat::DeepSeekR1 => format!(
+            "{}\n{}",
+            a.trim_end_matches(R1_CALLS_END),
+            &b[R1_CALLS_BEGIN.len()..]
         ),
         ToolCallFormat::MistralArgs => format!("{a}{b}"),
         _ => format!("{a}\n{b}"),
@@ -246,4 +254,210 @@ fn a_marker_that_is_a_control_token_is_asked_for_as_the_token() {
         let first = tok.encode("[", false).unwrap()[0];
         assert!(m.commit(first).is_err(), "{format:?}: text for the marker");
     }
+}
+
+/// The tokens a mask allows.
+fn allowed_ids(mask: &[u32]) -> Vec<u32> {
+    let mut ids = Vec::new();
+    for (w, &bits) in mask.iter().enumerate() {
+        let mut b = bits;
+        while b != 0 {
+            ids.push(w as u32 * 32 + b.trailing_zeros());
+            b &= b - 1;
+        }
+    }
+    ids
+}
+
+/// `auto` with strict functions in every format that constrains it: free text ends
+/// at EOS; text then a written call is accepted and parses back to the text and the
+/// call; once the format's marker opens a call, free text is refused and random walks
+/// make valid calls; arguments against the schema are refused, tagged or bare.
+#[test]
+fn auto_with_strict_functions_constrains_calls_in_each_format() {
+    let (tok, f) = factory();
+    let eos = f.tok_trie().eos_tokens().to_vec();
+    let mut mask = vec![0u32; f.vocab_size().div_ceil(32)];
+    let commit_all = |m: &mut sloserve_grammar::GrammarMatcher, text: &str| {
+        tok.encode(text, false)
+            .unwrap()
+            .into_iter()
+            .try_for_each(|t| m.commit(t).map_err(|e| format!("{text:?} at {t}: {e}")))
+    };
+    let mut seed: u64 = 0x51f1_5eed_d00d_f00d;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    for format in ALL.into_iter().filter(|f| f.constrains_auto()) {
+        let c = tool_call_constraint_in(format, &[], &tools(), &ToolChoice::Auto, true).unwrap();
+        let g = f.compile(&c).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+
+        // Free text, then EOS.
+        let mut m = g.start();
+        commit_all(&mut m, "The weather in Paris is mild; no tool is needed.").unwrap();
+        m.fill_mask(&mut mask).unwrap();
+        let ids = allowed_ids(&mask);
+        assert!(
+            eos.iter().any(|e| ids.contains(e)),
+            "{format:?}: EOS refused"
+        );
+        assert!(
+            ids.len() > tok.vocab_size() * 9 / 10,
+            "{format:?}: text narrowed"
+        );
+
+        // Text, then a call as the format writes it.
+        // (Llama 3's is written bare: after text, behind its optional marker.)
+        let tagged = |c: String| match c.starts_with(format.open()) {
+            true => c,
+            false => format!("{}{c}", format.open()),
+        };
+        let call = tagged(format.write_call("get_weather", &json!({"city": "Paris", "days": 2})));
+        let text = format!("Let me check. {call}");
+        let mut m = g.start();
+        commit_all(&mut m, &text).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+        assert!(m.is_accepting(), "{format:?}: {text:?} not complete");
+        let (content, calls) = parse(format, &text);
+        assert_eq!(content, "Let me check.", "{format:?}");
+        assert_eq!(
+            calls,
+            [(
+                "get_weather".to_string(),
+                json!({"city": "Paris", "days": 2})
+            )],
+            "{format:?}"
+        );
+
+        // Arguments against the schema are refused (`a` is at most 99).
+        let bad = format!(
+            "Sum: {}",
+            tagged(format.write_call("add", &json!({"a": 100, "b": 1})))
+        );
+        assert!(
+            commit_all(&mut g.start(), &bad).is_err(),
+            "{format:?}: {bad:?} accepted"
+        );
+        if format.bare_calls() {
+            let lead = if format == ToolCallFormat::MistralArray {
+                "["
+            } else {
+                ""
+            };
+            let key = format.arguments_key();
+            let bare = format!("{lead}{{\"name\": \"add\", \"{key}\": {{\"a\": 100");
+            assert!(
+                commit_all(&mut g.start(), &bare).is_err(),
+                "{format:?}: bare {bare:?} accepted"
+            );
+            let ok = format!("{lead}{{\"name\": \"add\", \"{key}\": {{\"a\": 1, \"b\": 2}}}}");
+            commit_all(&mut g.start(), &ok).unwrap_or_else(|e| panic!("{format:?}: {e}"));
+        }
+
+        // After the marker: no free text; walks make valid calls (to `add` alone, whose
+        // arguments are small integers: a raw XML string rarely ends in a walk).
+        let c = tool_call_constraint_in(format, &[], &tools()[1..], &ToolChoice::Auto, true);
+        let g = f.compile(&c.unwrap()).unwrap();
+        let prefix = format!("Checking. {}", format.open());
+        for walk in 0..4 {
+            let mut m = g.start();
+            commit_all(&mut m, &prefix).unwrap();
+            if walk == 0 {
+                let hello = tok.encode("hello", false).unwrap()[0];
+                m.fill_mask(&mut mask).unwrap();
+                assert!(
+                    !allowed_ids(&mask).contains(&hello),
+                    "{format:?}: text in a call"
+                );
+            }
+            let mut ids = Vec::new();
+            for _ in 0..300 {
+                m.fill_mask(&mut mask).unwrap();
+                let allowed = allowed_ids(&mask);
+                if allowed.iter().any(|t| eos.contains(t)) {
+                    break;
+                }
+                // Half the time a short token that can close something, so that
+                // strings and blocks end.
+                let closing: Vec<u32> = allowed
+                    .iter()
+                    .copied()
+                    .filter(|&t| {
+                        let b = tok.token_bytes(t);
+                        b.len() <= 3 && b.iter().any(|c| b"\"}]\n<>`".contains(c))
+                    })
+                    .collect();
+                let t = if !closing.is_empty() && next(2) == 0 {
+                    closing[next(closing.len())]
+                } else {
+                    allowed[next(allowed.len())]
+                };
+                m.commit(t).unwrap();
+                ids.push(t);
+            }
+            let text = format!("{prefix}{}", tok.decode(&ids, false).unwrap());
+            let (content, calls) = parse(format, &text);
+            // (A token may end the call and begin free text after it.)
+            assert!(content.starts_with("Checking."), "{format:?}: {text:?}");
+            assert!(!calls.is_empty(), "{format:?}: {text:?}");
+            for (name, args) in calls {
+                match name.as_str() {
+                    "add" => assert!(
+                        ["a", "b"]
+                            .iter()
+                            .all(|k| args[k].as_u64().is_some_and(|v| v <= 99)),
+                        "{format:?}: {text:?}"
+                    ),
+                    "get_weather" => assert!(args["city"].is_string(), "{format:?}: {text:?}"),
+                    n => panic!("{format:?}: {n} in {text:?}"),
+                }
+            }
+        }
+    }
+    // Harmony's is refused (its calls are parsed unconstrained).
+    assert!(tool_call_constraint_in(
+        ToolCallFormat::Harmony,
+        &[],
+        &tools(),
+        &ToolChoice::Auto,
+        true
+    )
+    .is_err());
+}
+
+/// `auto` with a marker that is a control token: text, the token, the call.
+#[test]
+fn auto_asks_for_a_control_token_marker_as_the_token() {
+    let (tok, f) = factory();
+    let id = tok.encode("<|im_start|>", true).unwrap()[0];
+    let markers = [("[TOOL_CALLS]", id), ("[ARGS]", id)];
+    let c = tool_call_constraint_in(
+        ToolCallFormat::MistralArgs,
+        &markers,
+        &tools(),
+        &ToolChoice::Auto,
+        false,
+    )
+    .unwrap();
+    let g = f.compile(&c).unwrap();
+    let mut m = g.start();
+    let enc = |s: &str| tok.encode(s, false).unwrap();
+    let ids: Vec<u32> = [
+        enc("Adding."),
+        vec![id],
+        enc("add"),
+        vec![id],
+        enc("{\"a\": 1, \"b\": 2}"),
+    ]
+    .concat();
+    for t in ids {
+        m.commit(t).unwrap();
+    }
+    assert!(m.is_accepting());
+    // Not after a wrong name.
+    let mut m = g.start();
+    let bad: Vec<u32> = [enc("Adding."), vec![id], enc("nope")].concat();
+    assert!(bad.into_iter().try_for_each(|t| m.commit(t)).is_err());
 }
