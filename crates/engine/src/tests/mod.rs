@@ -12,6 +12,7 @@ mod fast_forward_tests;
 mod invariants;
 mod policy_tests;
 mod pooled_tests;
+mod preemption_keep_tests;
 mod preemption_tests;
 mod prompt_scoring_tests;
 mod slo_steps_tests;
