@@ -319,6 +319,8 @@ impl EngineCore {
         let mut disk = sched.take_disk();
         if let Some(d) = disk.as_mut() {
             d.clear_loads();
+            // After the new cache's `Cleared`, its blocks are announced again.
+            d.relist();
         }
         let mut core = EngineCore::build(runner, cfg, Some(disk)).map_err(|e| e.to_string())?;
         core.sched.carry_over(&sched);

@@ -153,6 +153,17 @@ impl Index {
         self.changes.push(CacheChange::DiskRemoved { hash });
     }
 
+    /// Forgets the logged changes.
+    pub fn clear_changes(&mut self) {
+        self.changes.clear();
+        self.change_tokens.clear();
+    }
+
+    /// The blocks on disk, least recently used first.
+    pub fn written_hashes(&self) -> Vec<u64> {
+        self.lru.iter().map(|&(_, h)| h).collect()
+    }
+
     /// Moves the logged changes into `out`, their tokens into `tokens`.
     pub fn take_changes(&mut self, out: &mut Vec<CacheChange>, tokens: &mut Vec<u32>) {
         out.append(&mut self.changes);

@@ -289,6 +289,33 @@ impl DiskTier {
         }
     }
 
+    /// Logs every block on disk as stored again, its tokens read back from its
+    /// file's header, in place of what was logged and not yet taken: after an
+    /// engine restart, whose new cache's `Cleared` makes a KV-events subscriber
+    /// forget every tier of the replica.
+    pub fn relist(&self) {
+        let written = {
+            let mut index = self.shared.lock_index();
+            index.clear_changes();
+            index.written_hashes()
+        };
+        let headers: Vec<BlockHeader> = written
+            .into_iter()
+            .filter_map(|h| {
+                let path = file::path_of(&self.shared.dir, h);
+                file::read_header(&path, self.identity, self.block_size, self.block_bytes).ok()
+            })
+            .collect();
+        let mut index = self.shared.lock_index();
+        for h in headers {
+            if index.is_written(h.hash, h.salt, h.parent) {
+                index.note_stored(h.hash, h.parent, h.salt, &h.tokens);
+            }
+        }
+        drop(index);
+        self.shared.changes_pending.store(true, Ordering::Release);
+    }
+
     /// Whether block `hash` is on disk or queued for it.
     pub fn knows(&self, hash: u64) -> bool {
         self.shared.lock_index().contains(hash)

@@ -356,6 +356,20 @@ fn the_disk_tier_logs_blocks_written_deleted_and_found() {
     found.sort();
     let mut kept: Vec<u64> = want[2..].iter().map(|w| w.0).collect();
     kept.sort();
-    assert_eq!((found, toks.len()), (kept, 4 * 16));
+    assert_eq!((found, toks.len()), (kept.clone(), 4 * 16));
     assert!(drain(&mut core).0.is_empty(), "logged once");
+
+    // An engine restart (after a panic): a new cache, and the same four again.
+    let mut core = core.restart().unwrap();
+    let (ch, toks) = drain(&mut core);
+    assert_eq!(ch[0], CacheChange::Cleared);
+    let mut again: Vec<u64> = ch[1..]
+        .iter()
+        .map(|c| match c {
+            CacheChange::DiskStored { hash, .. } => *hash,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    again.sort();
+    assert_eq!((again, toks.len()), (kept, 4 * 16));
 }

@@ -86,7 +86,7 @@ impl Encoder {
             match *c {
                 CacheChange::Cleared => {
                     // A new engine cache (llm-d clears the pod's every tier): the
-                    // disk tier's blocks are published again only as it logs them.
+                    // disk tier logs its blocks again after it.
                     self.published.clear();
                     self.published_disk.clear();
                     out.push(Event::Cleared);
