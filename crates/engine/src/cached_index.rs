@@ -30,6 +30,8 @@ impl CachedIndex {
                 CacheChange::Removed { hash } => {
                     set.remove(&hash);
                 }
+                // The disk tier's blocks are counted by its own view (`prefetch.rs`).
+                CacheChange::DiskStored { .. } | CacheChange::DiskRemoved { .. } => {}
             }
         }
     }

@@ -227,6 +227,13 @@ pub struct EngineConfig {
     /// engine is full. (Preemption for KV memory among running sequences always
     /// happens; without it the engine could deadlock.)
     pub enable_preemption: bool = true,
+    /// A sequence preempted for another reason than KV memory (an interactive
+    /// request taking its place) keeps its KV blocks while it waits, and resumes
+    /// without recomputing; when memory is needed they are released before any
+    /// running sequence is preempted (its full blocks stay in the prefix cache and
+    /// its disk tier). The flag disables it: preempted sequences free their KV at once.
+    [flag "no-preemption-keeps-kv" off]
+    pub preemption_keeps_kv: bool = true,
     /// When no batch sequence runs, a batch request that has waited longer than
     /// this (ms) is admitted as interactive, so batch work never starves.
     [flag "batch-aging-ms"]

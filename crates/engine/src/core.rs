@@ -273,10 +273,15 @@ impl EngineCore {
     /// The scheduler's view of the engine's gauges and counters.
     /// Moves the prefix cache's changes since the last call into `out`, and the
     /// token ids of the blocks they store into `tokens` (none when the cache is off).
-    /// Blocks newly stored are also handed to the disk tier, if any.
+    /// Blocks newly stored are also handed to the disk tier, if any; its own
+    /// changes (blocks written, found at start, deleted) follow the cache's.
     pub fn take_cache_changes(&mut self, out: &mut Vec<CacheChange>, tokens: &mut Vec<u32>) {
         self.sched.take_cache_changes(out, tokens);
         self.sched.spill_stored(out, tokens, &*self.runner);
+        if let Some(d) = self.sched.disk() {
+            // After the RAM tier's (their tokens are indexed by position).
+            d.take_changes(out, tokens);
+        }
     }
 
     /// What other threads see of the disk tier (none without one, or when its
@@ -326,6 +331,8 @@ impl EngineCore {
         let mut disk = sched.take_disk();
         if let Some(d) = disk.as_mut() {
             d.clear_loads();
+            // After the new cache's `Cleared`, its blocks are announced again.
+            d.relist();
         }
         let mut core = EngineCore::build(runner, cfg, Some(disk)).map_err(|e| e.to_string())?;
         core.sched.carry_over(&sched);

@@ -59,6 +59,11 @@ pub enum CacheChange {
     },
     /// A cached block was evicted.
     Removed { hash: u64 },
+    /// The disk tier (`crate::disk_tier`) wrote a block (or found it at start):
+    /// its chain hash, its parent's and the salt of its trie.
+    DiskStored { hash: u64, parent: u64, salt: u64 },
+    /// The disk tier deleted a block's file (its size limit, or a damaged file).
+    DiskRemoved { hash: u64 },
 }
 
 /// The chain hash of the root of `salt`'s trie.
@@ -139,7 +144,8 @@ impl PrefixCache {
     }
 
     /// Moves the token ids of the blocks stored since the last call into `out`
-    /// (`block_size` per `Stored` change, in order). A caller that reads only
+    /// (`block_size` per `Stored` change, in order; the disk tier's
+    /// `DiskStored` changes, appended after them, carry theirs likewise). A caller that reads only
     /// [`take_changes`](Self::take_changes) need not call it: a full block's ids
     /// are copied per stored block, and the buffer is kept in step by the engine.
     pub fn take_stored_tokens(&mut self, out: &mut Vec<u32>) {

@@ -39,6 +39,9 @@ pub(crate) struct Sequence {
     blocks: BlockTable,
     /// Leading full blocks already offered to the prefix cache.
     num_cache_inserted: usize,
+    /// Tokens whose KV it released after its latest preemption (`None`: none
+    /// released since its latest admission; `preempt.rs`).
+    lost_kv: Option<usize>,
     sampler: Sampler,
     want_logprobs: bool,
     stop: StopConditions,
@@ -87,6 +90,7 @@ pub(crate) struct Sequence {
 ///
 /// ```text
 ///  Waiting --admit--> Running --preempt--> Preempted --requeue--> Requeued --admit--> Running
+///                        |             (its KV kept or released: `preempt.rs`)
 ///                        |
 ///                        +--finish--> Finished(reason)  (then reaped: `Finished` event sent, dropped)
 /// ```
@@ -154,6 +158,7 @@ impl Sequence {
             num_computed: 0,
             blocks,
             num_cache_inserted: 0,
+            lost_kv: None,
             sampler,
             want_logprobs,
             stop,
@@ -377,20 +382,6 @@ impl Sequence {
         self.start_order = order;
     }
 
-    /// Running -> Preempted: its KV is freed (generated tokens and sampler kept).
-    pub fn preempt(&mut self) {
-        debug_assert_eq!(self.state, SeqState::Running, "seq {}: preempted", self.id);
-        self.reset_kv();
-        self.state = SeqState::Preempted;
-        self.timings.preemptions += 1;
-    }
-
-    /// Preempted -> Requeued (back to its class's waiting queue).
-    pub fn requeue(&mut self) {
-        debug_assert_eq!(self.state, SeqState::Preempted, "seq {}: requeued", self.id);
-        self.state = SeqState::Requeued;
-    }
-
     /// Running (or preempted, failing) -> Finished(reason); the first reason wins.
     pub fn finish(&mut self, reason: FinishReason) {
         debug_assert!(
@@ -453,18 +444,6 @@ impl Sequence {
     /// Whether the client dropped its stream.
     pub fn is_cancelled(&self) -> bool {
         self.tx.is_closed()
-    }
-
-    /// Frees the KV blocks and returns to "nothing computed" (preemption; the
-    /// generated tokens and the sampler state are kept).
-    pub fn reset_kv(&mut self) {
-        self.blocks.clear();
-        self.num_computed = 0;
-        self.num_cache_inserted = 0;
-        self.scheduled = 0;
-        self.draft.clear();
-        self.forced = 0;
-        self.reset_pooled();
     }
 
     /// Appends `n` fresh blocks from the pool; `None` if it ran out first (the
@@ -590,7 +569,10 @@ impl Sequence {
 mod cache;
 mod draft;
 mod pooled;
+mod preempt;
 mod scoring;
+
+pub(crate) use preempt::Resumed;
 
 #[cfg(test)]
 mod tests;

@@ -73,13 +73,26 @@ pub struct Counters {
     pub prompt_tokens_computed: u64,
     /// Prompt tokens requests found in the prefix cache at their first admission.
     pub prompt_tokens_cached: u64,
-    /// Tokens prefilled again after preemption.
+    /// Tokens whose KV a preempted sequence had, released, and computed again
+    /// when it resumed (not found in the prefix cache, RAM or disk) ...
     pub recomputed_tokens: u64,
+    /// ... of them, prompt tokens.
+    pub recomputed_prompt_tokens: u64,
     /// Tokens run in prefill chunks (all of them, for throughput).
     pub prefill_tokens: u64,
     /// Tokens sampled.
     pub generation_tokens: u64,
     pub preemptions: u64,
+    /// Preempted sequences that resumed, by what became of their KV: kept
+    /// (paused with their blocks; nothing recomputed) ...
+    pub preemptions_kept: u64,
+    /// ... released for memory, every full block found again in the prefix
+    /// cache (RAM or disk; at most the partial last block recomputed) ...
+    pub preemptions_spilled: u64,
+    /// ... or released, some full blocks recomputed.
+    pub preemptions_recomputed: u64,
+    /// Paused sequences whose kept KV was released because memory was needed.
+    pub paused_released: u64,
     pub requests_started: u64,
     pub requests_finished_stop: u64,
     pub requests_finished_length: u64,
@@ -102,6 +115,29 @@ pub struct Counters {
     pub forced: PerClass<ForcedCounters>,
     /// The prefix cache's disk tier (`--prefix-cache-dir`).
     pub disk: DiskCounters,
+}
+
+impl Counters {
+    /// A preempted sequence resumed: counts what became of its KV.
+    pub(crate) fn count_resumption(&mut self, r: crate::sequence::Resumed) {
+        use crate::sequence::Resumed;
+        let (recomputed, prompt) = match r {
+            Resumed::Kept => {
+                self.preemptions_kept += 1;
+                (0, 0)
+            }
+            Resumed::Spilled { recomputed, prompt } => {
+                self.preemptions_spilled += 1;
+                (recomputed, prompt)
+            }
+            Resumed::Recomputed { recomputed, prompt } => {
+                self.preemptions_recomputed += 1;
+                (recomputed, prompt)
+            }
+        };
+        self.recomputed_tokens += recomputed as u64;
+        self.recomputed_prompt_tokens += prompt as u64;
+    }
 }
 
 /// What the prefix cache's disk tier did (all 0 without one).

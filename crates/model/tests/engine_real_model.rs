@@ -486,10 +486,16 @@ fn interactive_arrivals_over_running_batch_equal_each_alone() {
         t.sort();
         t[t.len() / 2]
     };
+    let c = &st.counters;
     println!(
-        "mixed: {} preemptions ({batch_preempted} of batch requests); median TTFT of the \
-         interactive arrivals {:.1?}, of the batch requests {:.1?}",
-        st.counters.preemptions,
+        "mixed: {} preemptions ({batch_preempted} of batch requests; resumed: {} kept, {} \
+         spilled, {} recomputed, {} tokens recomputed); median TTFT of the interactive \
+         arrivals {:.1?}, of the batch requests {:.1?}",
+        c.preemptions,
+        c.preemptions_kept,
+        c.preemptions_spilled,
+        c.preemptions_recomputed,
+        c.recomputed_tokens,
         ttft(&inter),
         ttft(&got)
     );
@@ -499,6 +505,10 @@ fn interactive_arrivals_over_running_batch_equal_each_alone() {
         batch_preempted > 0,
         "no batch request was preempted by an interactive one"
     );
+    // Preempted for a slot with memory to spare: each resumed on the KV it kept
+    // (batch-invariant kernels: the same outputs as alone, checked above).
+    assert_eq!(c.preemptions_kept, c.preemptions, "{c:?}");
+    assert_eq!(c.recomputed_tokens, 0);
     stop(engine);
 }
 

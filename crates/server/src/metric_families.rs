@@ -55,7 +55,13 @@ sloserve_api::families! { ALL;
     ENGINE_RESTARTS_TOTAL = Counter "sloserve:engine_restarts_total" ["model_name"]
         "Engine restarts after a panic on its thread (in-flight requests failed).";
     NUM_PREEMPTIONS_TOTAL = Counter "sloserve:num_preemptions_total" ["model_name"]
-        "Sequences preempted (KV freed, recomputed later).";
+        "Sequences preempted (their KV kept while they wait, or released: see preemption_resumptions_total).";
+    PREEMPTION_RESUMPTIONS_TOTAL = Counter "sloserve:preemption_resumptions_total" ["model_name", "kv"]
+        "Preempted sequences resumed, by what became of their KV: kept (paused with their blocks, nothing recomputed), spilled (released for memory, every full block found again in the prefix cache, RAM or disk) or recomputed (some full blocks computed again).";
+    PREEMPTION_PAUSED_RELEASED_TOTAL = Counter "sloserve:preemption_paused_released_total" ["model_name"]
+        "Paused (preempted) sequences whose kept KV was released because memory was needed.";
+    RECOMPUTED_TOKENS_TOTAL = Counter "sloserve:recomputed_tokens_total" ["model_name", "part"]
+        "Tokens whose KV a preempted sequence had and computed again when it resumed, by part: prompt, or generated.";
     REQUESTS_REJECTED_TOTAL = Counter "sloserve:requests_rejected_total" ["model_name", "slo_class"]
         "Requests refused by admission control (HTTP 429).";
     REQUEST_SUCCESS_TOTAL = Counter "sloserve:request_success_total" ["model_name", "slo_class", "finished_reason"]

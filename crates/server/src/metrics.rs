@@ -332,6 +332,27 @@ impl Metrics {
         );
         w.single(&F::ENGINE_RESTARTS_TOTAL, &[m], st.engine_restarts as f64);
         w.single(&F::NUM_PREEMPTIONS_TOTAL, &[m], c.preemptions as f64);
+        w.head(&F::PREEMPTION_RESUMPTIONS_TOTAL);
+        let resumed = [
+            ("kept", c.preemptions_kept),
+            ("spilled", c.preemptions_spilled),
+            ("recomputed", c.preemptions_recomputed),
+        ];
+        for (k, v) in resumed {
+            w.sample(&F::PREEMPTION_RESUMPTIONS_TOTAL, &[m, &k], v as f64);
+        }
+        let released = c.paused_released as f64;
+        w.single(&F::PREEMPTION_PAUSED_RELEASED_TOTAL, &[m], released);
+        w.head(&F::RECOMPUTED_TOKENS_TOTAL);
+        let generated = c
+            .recomputed_tokens
+            .saturating_sub(c.recomputed_prompt_tokens);
+        for (k, v) in [
+            ("prompt", c.recomputed_prompt_tokens),
+            ("generated", generated),
+        ] {
+            w.sample(&F::RECOMPUTED_TOKENS_TOTAL, &[m, &k], v as f64);
+        }
         per_class(w, &F::REQUESTS_REJECTED_TOTAL, &|k| {
             *st.rejected.get(k) as f64
         });

@@ -391,6 +391,8 @@ fn health_ready_and_metrics() {
         "sloserve:prompt_tokens_total{",
         "sloserve:generation_tokens_total{",
         "sloserve:num_preemptions_total{",
+        "sloserve:preemption_resumptions_total{model_name=\"smol\",kv=\"kept\"}",
+        "sloserve:recomputed_tokens_total{model_name=\"smol\",part=\"prompt\"}",
         "sloserve:requests_rejected_total{",
         "vllm:num_requests_waiting{",
         "vllm:num_requests_running{",

@@ -4,7 +4,8 @@
 //! render endpoint gives them, with `--kv-events-token-ids`; none without it)
 //! chained by parent hashes, `BlockRemoved` for
 //! blocks evicted when the cache fills, `AllBlocksCleared` when the engine
-//! restarts with a fresh cache; topic `kv@…@smol`, sequence numbers 0, 1, 2, …
+//! restarts with a fresh cache; topic `kv@…@smol`, sequence numbers 0, 1, 2, …;
+//! the medium "cpu" for the RAM cache's blocks and "disk" for the disk tier's.
 
 mod common;
 
@@ -177,7 +178,7 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
         if e[0] == "BlockStored" {
             assert_eq!(e.as_array().unwrap().len(), 7, "{e}");
             assert_eq!(e[4].as_u64(), Some(bs as u64), "block_size");
-            assert!(e[5].is_null() && e[6] == "GPU", "lora_id, medium: {e}");
+            assert!(e[5].is_null() && e[6] == "cpu", "lora_id, medium: {e}");
             let parent = e[2].as_u64();
             match stored.last() {
                 None => assert!(e[2].is_null(), "the first block is the root's: {e}"),
@@ -226,7 +227,7 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
                     "BlockStored" => all_stored.extend(hashes(e)),
                     "BlockRemoved" => {
                         assert_eq!(e.as_array().unwrap().len(), 3, "{e}");
-                        assert_eq!(e[2], "GPU");
+                        assert_eq!(e[2], "cpu");
                         for h in hashes(e) {
                             assert!(all_stored.contains(&h), "removed {h}, never stored");
                             removed.insert(h);
@@ -250,6 +251,76 @@ fn a_subscriber_sees_stores_evictions_and_clears() {
     // One message per sequence number, in order, none missed.
     let want: Vec<u64> = (seqs[0]..seqs[0] + seqs.len() as u64).collect();
     assert_eq!(seqs, want);
+}
+
+/// With the disk tier (`--prefix-cache-dir`): each block the RAM cache stores
+/// ("cpu") is stored again with the medium "disk" once its file is written, and
+/// the files the size limit deletes are removed with "disk".
+#[test]
+fn the_disk_tier_publishes_its_blocks_with_the_medium_disk() {
+    let port = free_port();
+    let (rx, connected) = subscribe(format!("tcp://127.0.0.1:{port}"), false);
+    let dir = temp_data_dir();
+    let mut args = test_args();
+    args.kv_events.kv_events_endpoint = Some(format!("tcp://:{port}"));
+    args.engine
+        .set("prefix-cache-dir", dir.to_str().unwrap())
+        .unwrap();
+    // A few blocks' files: the oldest are deleted as prompts keep coming.
+    args.engine.set("prefix-cache-disk-size", "2MiB").unwrap();
+    let s = TestServer::start(args);
+    connected
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the SUB connects to the server's PUB");
+    std::thread::sleep(Duration::from_millis(500));
+    let (mut cpu, mut disk) = (HashSet::new(), HashSet::new());
+    let mut disk_removed = 0;
+    let mut i = 0;
+    while disk_removed == 0 {
+        assert!(
+            i < 40,
+            "no disk removal after {i} prompts; on disk: {disk:?}"
+        );
+        let p = format!(
+            "{i} {}",
+            "Pack my box with five dozen liquor jugs. ".repeat(8)
+        );
+        let r = post(
+            s.addr,
+            "/v1/completions",
+            &json!({"prompt": p, "max_tokens": 1}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        i += 1;
+        while let Ok((_, _, batch)) = rx.recv_timeout(Duration::from_millis(300)) {
+            for e in batch[1].as_array().unwrap() {
+                match (
+                    e[0].as_str().unwrap(),
+                    e.as_array().unwrap().last().unwrap(),
+                ) {
+                    ("BlockStored", m) if m == "cpu" => cpu.extend(hashes(e)),
+                    ("BlockStored", m) if m == "disk" => {
+                        for h in hashes(e) {
+                            assert!(cpu.contains(&h), "on disk before RAM: {e}");
+                            disk.insert(h);
+                        }
+                    }
+                    ("BlockRemoved", m) if m == "disk" => {
+                        for h in hashes(e) {
+                            assert!(disk.remove(&h), "removed {h} from disk, never stored");
+                            disk_removed += 1;
+                        }
+                    }
+                    ("BlockRemoved", m) if m == "cpu" => {}
+                    ("AllBlocksCleared", _) => {}
+                    _ => panic!("unexpected {e}"),
+                }
+            }
+        }
+    }
+    assert!(!disk.is_empty(), "the newest blocks stay on disk");
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

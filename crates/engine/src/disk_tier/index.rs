@@ -3,12 +3,15 @@
 //! eviction. Shared by the engine thread (lookups, spills queued) and the writer
 //! thread (files written and evicted) under one mutex, taken once per lookup or
 //! per step that stores blocks, never per token. Rebuilt at start by reading the
-//! headers of the directory's files.
+//! headers of the directory's files. It also logs the blocks stored and deleted
+//! (`CacheChange::DiskStored` / `DiskRemoved`, for the KV events) until the
+//! engine thread takes them.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 
 use super::file::{self, BlockHeader};
+use crate::prefix_cache::CacheChange;
 
 /// Where a block stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +39,10 @@ pub struct Index {
     tick: u64,
     /// Bytes of one block's file.
     pub file_bytes: u64,
+    /// Blocks stored on and deleted from disk since the engine thread last took
+    /// them, and the token ids of each `DiskStored` among them.
+    changes: Vec<CacheChange>,
+    change_tokens: Vec<u32>,
 }
 
 impl Index {
@@ -133,6 +140,35 @@ impl Index {
     pub fn get(&self, hash: u64) -> Option<&Entry> {
         self.entries.get(&hash)
     }
+
+    /// Logs block `hash` (of `salt`, under `parent`, holding `tokens`) as stored.
+    pub fn note_stored(&mut self, hash: u64, parent: u64, salt: u64, tokens: &[u32]) {
+        self.changes
+            .push(CacheChange::DiskStored { hash, parent, salt });
+        self.change_tokens.extend_from_slice(tokens);
+    }
+
+    /// Logs block `hash`'s file as deleted.
+    pub fn note_removed(&mut self, hash: u64) {
+        self.changes.push(CacheChange::DiskRemoved { hash });
+    }
+
+    /// Forgets the logged changes.
+    pub fn clear_changes(&mut self) {
+        self.changes.clear();
+        self.change_tokens.clear();
+    }
+
+    /// The blocks on disk, least recently used first.
+    pub fn written_hashes(&self) -> Vec<u64> {
+        self.lru.iter().map(|&(_, h)| h).collect()
+    }
+
+    /// Moves the logged changes into `out`, their tokens into `tokens`.
+    pub fn take_changes(&mut self, out: &mut Vec<CacheChange>, tokens: &mut Vec<u32>) {
+        out.append(&mut self.changes);
+        tokens.append(&mut self.change_tokens);
+    }
 }
 
 /// What a start-up scan found.
@@ -187,11 +223,16 @@ pub fn scan(
     for (
         _,
         BlockHeader {
-            salt, parent, hash, ..
+            salt,
+            parent,
+            hash,
+            tokens,
+            ..
         },
     ) in found
     {
         index.written(hash, salt, parent);
+        index.note_stored(hash, parent, salt, &tokens);
         report.blocks += 1;
     }
     Ok(report)

@@ -22,7 +22,7 @@ mod writer;
 pub use prefetch::DiskView;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -66,6 +66,9 @@ pub struct Shared {
     max_bytes: u64,
     index: Mutex<Index>,
     pub counters: WriterCounters,
+    /// The index logged changes since the engine thread last took them (so it
+    /// locks the index for them only then).
+    changes_pending: AtomicBool,
 }
 
 impl Shared {
@@ -162,6 +165,8 @@ impl DiskTier {
             max_bytes,
             index: Mutex::new(index),
             counters: WriterCounters::default(),
+            // The blocks found at start are logged as stored.
+            changes_pending: AtomicBool::new(true),
         });
         shared.publish_gauges(&shared.lock_index());
         let (tx, rx) = mpsc::sync_channel(queue_blocks(block_bytes));
@@ -259,12 +264,56 @@ impl DiskTier {
             }
             Err(why) => {
                 tracing::warn!(file = %path.display(), %why, "prefix-cache disk tier: skipping a block file");
-                self.shared.lock_index().remove(b.hash);
+                let mut index = self.shared.lock_index();
+                index.remove(b.hash);
+                index.note_removed(b.hash);
+                drop(index);
+                self.shared.changes_pending.store(true, Ordering::Release);
                 let _ = std::fs::remove_file(&path);
                 self.spare.push(buf);
                 Err(why)
             }
         }
+    }
+
+    /// Moves the blocks stored on and deleted from disk since the last call into
+    /// `out` (`DiskStored` / `DiskRemoved`), the stored ones' token ids into
+    /// `tokens`; locks the index only when there are some.
+    pub fn take_changes(
+        &self,
+        out: &mut Vec<crate::prefix_cache::CacheChange>,
+        tokens: &mut Vec<u32>,
+    ) {
+        if self.shared.changes_pending.swap(false, Ordering::AcqRel) {
+            self.shared.lock_index().take_changes(out, tokens);
+        }
+    }
+
+    /// Logs every block on disk as stored again, its tokens read back from its
+    /// file's header, in place of what was logged and not yet taken: after an
+    /// engine restart, whose new cache's `Cleared` makes a KV-events subscriber
+    /// forget every tier of the replica.
+    pub fn relist(&self) {
+        let written = {
+            let mut index = self.shared.lock_index();
+            index.clear_changes();
+            index.written_hashes()
+        };
+        let headers: Vec<BlockHeader> = written
+            .into_iter()
+            .filter_map(|h| {
+                let path = file::path_of(&self.shared.dir, h);
+                file::read_header(&path, self.identity, self.block_size, self.block_bytes).ok()
+            })
+            .collect();
+        let mut index = self.shared.lock_index();
+        for h in headers {
+            if index.is_written(h.hash, h.salt, h.parent) {
+                index.note_stored(h.hash, h.parent, h.salt, &h.tokens);
+            }
+        }
+        drop(index);
+        self.shared.changes_pending.store(true, Ordering::Release);
     }
 
     /// Whether block `hash` is on disk or queued for it.

@@ -48,14 +48,20 @@ pub fn run(shared: Arc<Shared>, rx: Receiver<Job>, recycle: Sender<Vec<u8>>) {
                 c.blocks_written.fetch_add(1, Ordering::Relaxed);
                 written.push(h);
                 let mut index = shared.lock_index();
-                index.written(h, job.header.salt, job.header.parent);
+                let (salt, parent) = (job.header.salt, job.header.parent);
+                index.written(h, salt, parent);
+                index.note_stored(h, parent, salt, &job.header.tokens);
                 while index.bytes() > shared.max_bytes {
                     match index.pop_oldest() {
-                        Some(old) => evict.push(old),
+                        Some(old) => {
+                            index.note_removed(old);
+                            evict.push(old);
+                        }
                         None => break,
                     }
                 }
                 shared.publish_gauges(&index);
+                shared.changes_pending.store(true, Ordering::Release);
             }
             Err(e) => {
                 shared.counters.write_errors.fetch_add(1, Ordering::Relaxed);

@@ -60,13 +60,21 @@ impl Scheduler {
                 return;
             }
             while self.num_active() >= self.cfg.max_num_seqs {
+                // A slot, not memory: the victim keeps its KV while memory allows.
                 match self.newest_batch_victim(rank) {
-                    Some(v) => self.preempt(v, budget),
+                    Some(v) => self.preempt(v, budget, false),
                     None => return,
                 }
             }
             let mut s = self.waiting[q].pop_front().expect("non-empty");
-            let matched = self.lock_cached_prefix(&mut s);
+            // A paused sequence resumes on the KV it kept; the others look up
+            // the prefix cache (and leave it unlocked if they cannot start).
+            let kept = s.is_paused();
+            let matched = if kept {
+                s.num_computed()
+            } else {
+                self.lock_cached_prefix(&mut s)
+            };
             let mut n = s
                 .num_uncomputed()
                 .min(self.chunk_cap(&s))
@@ -78,7 +86,9 @@ impl Scheduler {
                 n = self.whole(&s, n);
             }
             if n == 0 {
-                s.reset_kv();
+                if !kept {
+                    s.reset_kv();
+                }
                 self.waiting[q].push_front(s);
                 return;
             }
@@ -93,15 +103,17 @@ impl Scheduler {
                     break;
                 }
                 match self.newest_batch_victim(rank) {
-                    Some(v) => self.preempt(v, budget),
+                    Some(v) => self.preempt(v, budget, true),
                     None => {
-                        s.reset_kv();
+                        if !kept {
+                            s.reset_kv();
+                        }
                         self.waiting[q].push_front(s);
                         return;
                     }
                 }
             }
-            self.start(s, aged, matched, now);
+            self.start(s, aged, matched, !kept, now);
             let i = self.running.len() - 1;
             self.allocate(i, n, budget);
         }
@@ -118,13 +130,24 @@ impl Scheduler {
         ram + self.load_from_disk(s)
     }
 
-    /// Moves an admitted sequence to the running set, with its bookkeeping.
-    fn start(&mut self, mut s: Sequence, aged: bool, matched: usize, now: Instant) {
+    /// Moves an admitted sequence to the running set, with its bookkeeping;
+    /// `looked_up`: its `matched` tokens came from the prefix cache (not kept KV).
+    fn start(
+        &mut self,
+        mut s: Sequence,
+        aged: bool,
+        matched: usize,
+        looked_up: bool,
+        now: Instant,
+    ) {
+        let bs = self.pool.block_size();
         let c = &mut self.counters;
-        c.prefix_cache_queried_tokens += s.tokens().len() as u64;
-        c.prefix_cache_hit_tokens += matched as u64;
+        if looked_up {
+            c.prefix_cache_queried_tokens += s.tokens().len() as u64;
+            c.prefix_cache_hit_tokens += matched as u64;
+        }
         if !s.admit(matched) {
-            c.recomputed_tokens += (s.tokens().len() - matched) as u64;
+            c.count_resumption(s.resumed(matched, bs));
         } else {
             c.requests_started += 1;
             c.prompt_tokens_cached += matched as u64;

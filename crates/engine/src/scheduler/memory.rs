@@ -1,5 +1,15 @@
-//! KV memory for planned work: block allocation, eviction of idle cached blocks,
-//! and preemption (by recompute) when the pool is full.
+//! KV memory for planned work: block allocation, then, when the pool is short,
+//! eviction of idle cached blocks, the release of paused sequences' blocks, and
+//! last the preemption of running sequences with their KV released.
+//!
+//! A sequence preempted for another reason than KV memory (an interactive
+//! request taking its place) is paused with its KV kept
+//! (`preemption_keeps_kv`): it resumes where it stopped. When memory is needed,
+//! paused sequences release theirs (batch before interactive, the most recently
+//! started first) before any running sequence is preempted; their full blocks
+//! stay in the prefix cache, on disk too with its disk tier (written through
+//! as they were cached), so they resume by finding them again; only what
+//! neither tier holds is recomputed.
 
 use super::Scheduler;
 use crate::budget::StepBudget;
@@ -25,16 +35,61 @@ impl Scheduler {
             .saturating_sub(s.blocks().len())
     }
 
-    /// Makes `n` blocks free, evicting idle cached blocks if needed.
+    /// Makes `n` blocks free, evicting idle cached blocks, then releasing paused
+    /// sequences' blocks, if needed.
     pub(super) fn ensure_free(&mut self, n: usize) -> bool {
-        let free = self.pool.num_free();
-        if free >= n {
-            return true;
+        loop {
+            let free = self.pool.num_free();
+            if free >= n {
+                return true;
+            }
+            if let Some(cache) = &mut self.cache {
+                cache.evict(n - free);
+            }
+            if self.pool.num_free() >= n {
+                return true;
+            }
+            if !self.release_one_paused() {
+                return false;
+            }
         }
-        if let Some(cache) = &mut self.cache {
-            cache.evict(n - free);
+    }
+
+    /// Releases the KV of one paused sequence (preempted, its blocks kept): batch
+    /// before interactive, the most recently started first. False if none holds any.
+    fn release_one_paused(&mut self) -> bool {
+        // (batch, start order) of the best so far, and where it is: `None` in the
+        // running set (preempted this step), else its class's queue.
+        let mut best: Option<((bool, u64), Option<SloClass>, usize)> = None;
+        let mut consider = |s: &Sequence, at: Option<SloClass>, i: usize| {
+            let key = (s.class() == SloClass::Batch, s.start_order());
+            if s.is_paused() && best.is_none_or(|(k, ..)| key > k) {
+                best = Some((key, at, i));
+            }
+        };
+        for (i, s) in self.running.iter().enumerate() {
+            consider(s, None, i);
         }
-        self.pool.num_free() >= n
+        for (c, q) in self.waiting.iter() {
+            for (i, s) in q.iter().enumerate() {
+                consider(s, Some(c), i);
+            }
+        }
+        let Some((_, at, i)) = best else {
+            return false;
+        };
+        let s = match at {
+            None => &mut self.running[i],
+            Some(c) => &mut self.waiting[c][i],
+        };
+        tracing::debug!(
+            seq = s.id(),
+            blocks = s.blocks().len(),
+            "releasing a paused sequence's KV"
+        );
+        s.release_kv();
+        self.counters.paused_released += 1;
+        true
     }
 
     /// Gives running sequence `i` the blocks for `n` more tokens (ensured free)
@@ -57,7 +112,7 @@ impl Scheduler {
             }
             let victim = self.newest_victim(self.running[i].rank());
             match victim {
-                Some(v) if v != i => self.preempt(v, budget),
+                Some(v) if v != i => self.preempt(v, budget, false),
                 _ if self.num_active() == 1 => {
                     // Alone and the pool cannot hold it: it has hit the KV capacity.
                     tracing::warn!(
@@ -70,7 +125,7 @@ impl Scheduler {
                     return false;
                 }
                 _ => {
-                    self.preempt(i, budget);
+                    self.preempt(i, budget, false);
                     return false;
                 }
             }
@@ -92,13 +147,18 @@ impl Scheduler {
         })
     }
 
-    pub(super) fn preempt(&mut self, v: usize, budget: &mut StepBudget) {
+    /// Preempts running sequence `v`. `for_memory`: its KV is released (the
+    /// pool is short); otherwise it is paused with its KV kept, unless
+    /// `preemption_keeps_kv` is off.
+    pub(super) fn preempt(&mut self, v: usize, budget: &mut StepBudget, for_memory: bool) {
+        let keep = !for_memory && self.cfg.preemption_keeps_kv;
+        let bs = self.pool.block_size();
         let s = &mut self.running[v];
         if s.scheduled() > 0 {
             budget.give_back(part(s, s.scheduled()));
         }
-        tracing::debug!(seq = s.id(), class = %s.class(), phase = ?s.phase(), "preempting");
-        s.preempt();
+        tracing::debug!(seq = s.id(), class = %s.class(), phase = ?s.phase(), keep, "preempting");
+        s.preempt(keep, bs);
         self.counters.preemptions += 1;
     }
 

@@ -38,13 +38,15 @@
 //! batch sequence runs at all, the head of the batch queue, once it has waited
 //! `batch_aging_ms`, competes as interactive (by arrival) and runs promoted.
 //!
-//! Preemption (recompute, `memory.rs`): a running sequence that cannot get a KV
-//! block preempts the newest sequence of the lowest class not above its own
-//! (possibly itself); a waiting interactive request that finds the engine full
-//! (sequences or blocks) preempts the most recently started batch sequences. A
-//! preempted sequence frees its blocks (the prefix cache keeps its full blocks
-//! while it can), keeps its generated tokens and sampler, and goes to the front of
-//! its class's queue.
+//! Preemption (`memory.rs`): a running sequence that cannot get a KV block
+//! (after free blocks, idle cached blocks and paused sequences' kept KV) preempts
+//! the newest sequence of the lowest class not above its own (possibly itself);
+//! a waiting interactive request that finds the engine full (sequences or
+//! blocks) preempts the most recently started batch sequences. A sequence
+//! preempted for a slot is paused with its KV kept (`preemption_keeps_kv`); one
+//! preempted for memory frees its blocks (the prefix cache, and its disk tier,
+//! keep its full blocks while they can). Either keeps its generated tokens and
+//! sampler and goes to the front of its class's queue.
 
 mod admit;
 mod disk;

@@ -260,6 +260,7 @@ fn a_preempted_sequence_resumes_from_disk() {
     let c = core.snapshot().counters;
     assert_eq!(c.preemptions, 1);
     assert!(c.disk.loads >= 1, "{:?}", c.disk);
+    assert_eq!(c.preemptions_spilled, 1, "every full block found again");
     // At most its last (partial or just-filled) block.
     assert!(
         c.recomputed_tokens <= 16,
@@ -267,4 +268,108 @@ fn a_preempted_sequence_resumes_from_disk() {
         c.recomputed_tokens
     );
     assert_all_blocks_return(&mut core);
+}
+
+/// The disk tier's own changes follow the RAM cache's, for the KV events: each
+/// block as its file is written (with its tokens), each file the size limit
+/// deletes, and after a restart every block found on disk.
+#[test]
+fn the_disk_tier_logs_blocks_written_deleted_and_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = disk_cfg(64, dir.path());
+    let one = file::BlockHeader::header_len(16) + 13 * 16 + 4;
+    c.prefix_cache_disk_size = (4 * one) as u64;
+    let p = prompt(30, 100);
+    let drain = |core: &mut EngineCore| {
+        let (mut ch, mut toks) = (Vec::new(), Vec::new());
+        core.take_cache_changes(&mut ch, &mut toks);
+        (ch, toks)
+    };
+    let mut core = core_on(c.clone());
+    let mut cl = submit(&mut core, 0, Request::greedy(p.clone(), 8));
+    let (mut changes, mut tokens) = (Vec::new(), Vec::new());
+    while core.has_work() {
+        core.step();
+        let (ch, toks) = drain(&mut core);
+        changes.extend(ch);
+        tokens.extend(toks);
+    }
+    core.sched_mut().disk_mut().unwrap().flush();
+    let (ch, toks) = drain(&mut core);
+    changes.extend(ch);
+    tokens.extend(toks);
+    cl.poll();
+    let mut all = p.clone();
+    all.extend(&cl.tokens);
+    // The RAM tier's six stores come first, then the disk's, in order, with
+    // the same hashes and tokens.
+    let mut want = Vec::new();
+    let mut h = root_hash(0);
+    for b in all.chunks_exact(16).take(6) {
+        let parent = h;
+        h = chain_hash(h, b);
+        want.push((h, parent));
+    }
+    let ram: Vec<u64> = changes
+        .iter()
+        .filter_map(|c| match c {
+            CacheChange::Stored { hash, .. } => Some(*hash),
+            _ => None,
+        })
+        .collect();
+    let disk: Vec<(u64, u64)> = changes
+        .iter()
+        .filter_map(|c| match *c {
+            CacheChange::DiskStored { hash, parent, salt } => {
+                assert_eq!(salt, 0);
+                Some((hash, parent))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ram, want.iter().map(|w| w.0).collect::<Vec<_>>());
+    assert_eq!(disk, want);
+    assert_eq!(tokens[..96], all[..96], "the RAM stores' tokens");
+    assert_eq!(tokens[96..], all[..96], "the disk stores' tokens");
+    // Four files fit: the two oldest were deleted.
+    let removed: Vec<u64> = changes
+        .iter()
+        .filter_map(|c| match c {
+            CacheChange::DiskRemoved { hash } => Some(*hash),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(removed, vec![want[0].0, want[1].0]);
+    drop(core);
+
+    // A restart: a new (empty) cache, then the four blocks found on disk.
+    let mut core = core_on(c);
+    let (ch, toks) = drain(&mut core);
+    assert_eq!(ch[0], CacheChange::Cleared);
+    let mut found: Vec<u64> = ch[1..]
+        .iter()
+        .map(|c| match c {
+            CacheChange::DiskStored { hash, .. } => *hash,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    found.sort();
+    let mut kept: Vec<u64> = want[2..].iter().map(|w| w.0).collect();
+    kept.sort();
+    assert_eq!((found, toks.len()), (kept.clone(), 4 * 16));
+    assert!(drain(&mut core).0.is_empty(), "logged once");
+
+    // An engine restart (after a panic): a new cache, and the same four again.
+    let mut core = core.restart().unwrap();
+    let (ch, toks) = drain(&mut core);
+    assert_eq!(ch[0], CacheChange::Cleared);
+    let mut again: Vec<u64> = ch[1..]
+        .iter()
+        .map(|c| match c {
+            CacheChange::DiskStored { hash, .. } => *hash,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    again.sort();
+    assert_eq!((again, toks.len()), (kept, 4 * 16));
 }

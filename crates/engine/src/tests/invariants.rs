@@ -1,7 +1,9 @@
 //! Seeded randomized invariant tests (100k+ operations each) of the block pool and
 //! the radix prefix cache: reference counts match the tables, no double free, every
 //! block accounted for, the cache never returns a block with other contents, a
-//! shared block is never written, and everything is free at the end.
+//! shared block is never written, a paused sequence's kept blocks still hold its
+//! KV when it resumes (released only when memory is needed), and everything is
+//! free at the end.
 
 use super::Rng;
 use crate::block_pool::{BlockPool, BlockTable};
@@ -94,14 +96,40 @@ fn block_pool_random_operations() {
     }
 }
 
-/// A simulated sequence: its tokens, how many have KV, its table.
+/// A simulated sequence: its tokens, how many have KV, its table, and whether it
+/// is paused (preempted with its blocks kept: it computes nothing until resumed).
 struct Seq {
     tokens: Vec<u32>,
     computed: usize,
     table: BlockTable,
+    paused: bool,
+}
+
+/// Checks `s`'s full blocks hold its KV (the prefix hash of their tokens).
+fn assert_holds(s: &Seq, contents: &[Option<u64>], what: &str) {
+    for (i, &b) in s.table.ids()[..s.computed / BS].iter().enumerate() {
+        let expect = prefix_hash(&s.tokens[..(i + 1) * BS]);
+        assert_eq!(contents[b as usize], Some(expect), "{what}");
+    }
+}
+
+/// Releases the kept blocks of one paused sequence (as the scheduler does
+/// before preempting running work); false if none holds any.
+fn release_one_paused(seqs: &mut [Seq]) -> bool {
+    let Some(s) = seqs
+        .iter_mut()
+        .rev()
+        .find(|s| s.paused && !s.table.is_empty())
+    else {
+        return false;
+    };
+    s.table.clear();
+    s.computed = 0;
+    true
 }
 
 const BS: usize = 4;
+const NUM_BLOCKS: usize = 24;
 
 /// The "KV contents" of a block: the hash of every token up to its end.
 fn prefix_hash(tokens: &[u32]) -> u64 {
@@ -114,17 +142,19 @@ fn prefix_hash(tokens: &[u32]) -> u64 {
 fn prefix_cache_random_operations() {
     for seed in 0..2 {
         let mut rng = Rng::new(100 + seed);
-        let pool = BlockPool::new(64, BS);
+        // Small enough that memory runs short (paused sequences are released).
+        let pool = BlockPool::new(NUM_BLOCKS, BS);
         let mut cache = PrefixCache::new(pool.clone());
         // contents[block] = prefix hash written there (None: garbage).
-        let mut contents: Vec<Option<u64>> = vec![None; 64];
+        let mut contents: Vec<Option<u64>> = vec![None; NUM_BLOCKS];
         let stems: Vec<Vec<u32>> = (0..4)
             .map(|i| (0..12 + 4 * i).map(|_| rng.below(3) as u32).collect())
             .collect();
         let mut seqs: Vec<Seq> = Vec::new();
         let mut hits = 0;
+        let (mut kept_resumes, mut released) = (0, 0);
         for op in 0..OPS {
-            match rng.below(8) {
+            match rng.below(9) {
                 // Start a sequence: a shared stem plus a random tail; lock its cached prefix.
                 0 if seqs.len() < 10 => {
                     let mut tokens = stems[rng.below(4)].clone();
@@ -147,23 +177,32 @@ fn prefix_cache_random_operations() {
                         tokens,
                         computed,
                         table,
+                        paused: false,
                     });
                 }
                 // Compute a chunk: allocate blocks (evicting if needed), write, insert.
                 1..=3 if !seqs.is_empty() => {
                     let k = rng.below(seqs.len());
-                    let s = &mut seqs[k];
+                    let s = &seqs[k];
                     let n = (1 + rng.below(6)).min(s.tokens.len() - s.computed);
-                    if n == 0 {
+                    if n == 0 || s.paused {
                         continue;
                     }
                     let need = (s.computed + n).div_ceil(BS) - s.table.len();
-                    if pool.num_free() < need {
-                        cache.evict(need - pool.num_free());
+                    // Idle cached blocks first, then paused sequences' kept ones.
+                    loop {
+                        if pool.num_free() < need {
+                            cache.evict(need - pool.num_free());
+                        }
+                        if pool.num_free() >= need || !release_one_paused(&mut seqs) {
+                            break;
+                        }
+                        released += 1;
                     }
                     if pool.num_free() < need {
                         continue; // would preempt in the engine
                     }
+                    let s = &mut seqs[k];
                     for _ in 0..need {
                         s.table.push_new().unwrap();
                     }
@@ -197,6 +236,26 @@ fn prefix_cache_random_operations() {
                 7 if rng.below(50) == 0 => {
                     cache.flush();
                 }
+                // Preempt (pause, blocks kept) or resume a sequence: a kept one
+                // still holds its KV; a released one locks its cached prefix again.
+                8 if !seqs.is_empty() => {
+                    let k = rng.below(seqs.len());
+                    let s = &mut seqs[k];
+                    if !s.paused {
+                        s.table.truncate(s.computed.div_ceil(BS));
+                        s.paused = true;
+                    } else if !s.table.is_empty() {
+                        assert_holds(s, &contents, "a kept block lost its KV");
+                        s.paused = false;
+                        kept_resumes += 1;
+                    } else {
+                        let m = cache.match_prefix(&s.tokens[..s.tokens.len() - 1]);
+                        cache.lock(&m, &mut s.table);
+                        s.computed = m.len() * BS;
+                        assert_holds(s, &contents, "cache returned wrong KV");
+                        s.paused = false;
+                    }
+                }
                 _ => {}
             }
             if op % 32 == 0 {
@@ -205,13 +264,17 @@ fn prefix_cache_random_operations() {
             }
         }
         assert!(hits > 1000, "the workload should hit the cache ({hits})");
+        assert!(
+            kept_resumes > 1000 && released > 20,
+            "paused sequences resumed on kept KV ({kept_resumes}) and released ({released})"
+        );
         seqs.clear();
         cache.flush();
         assert_eq!(cache.size(), 0);
         pool.check_invariants().unwrap();
         assert_eq!(
             pool.num_free(),
-            64,
+            NUM_BLOCKS,
             "all blocks free after finishing and flushing"
         );
     }

@@ -14,6 +14,7 @@ mod invariants;
 mod long_prompt_tests;
 mod policy_tests;
 mod pooled_tests;
+mod preemption_keep_tests;
 mod preemption_tests;
 mod prompt_scoring_tests;
 mod slo_steps_tests;

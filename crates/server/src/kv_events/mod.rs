@@ -5,7 +5,10 @@
 //! (`array_like`, tagged): `[ts, [event, ...]]` with events
 //! `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size,
 //! lora_id, medium]`, `["BlockRemoved", block_hashes, medium]` and
-//! `["AllBlocksCleared"]`.
+//! `["AllBlocksCleared"]`. The medium says which tier holds the block: "cpu" for
+//! the RAM prefix cache, "disk" for the disk tier (`--prefix-cache-dir`: blocks
+//! as the writer finishes their files, those found at start, and files deleted;
+//! `wire.rs` says why these names).
 //!
 //! The engine hands the prefix cache's changes to a sink on its thread
 //! ([`Engine::start_with_cache_sink`]); the sink only copies them into a channel,

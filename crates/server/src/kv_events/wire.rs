@@ -1,11 +1,22 @@
 //! The wire format of KV-cache events: the cache's changes grouped into vLLM's
 //! events (`BlockStored` chains, `BlockRemoved` runs, `AllBlocksCleared`; salted
-//! blocks left out, token ids only when asked) and encoded as msgspec writes a
-//! `KVEventBatch` (`array_like`, tagged).
+//! blocks left out, token ids only when asked), each store and removal with the
+//! medium that holds the block, and encoded as msgspec writes a `KVEventBatch`
+//! (`array_like`, tagged).
 
 use std::collections::HashSet;
 
 use sloserve_engine::prefix_cache::{root_hash, CacheChange};
+
+/// The medium of the RAM tier's blocks (the KV pool). vLLM writes "GPU" for its
+/// device's blocks and "CPU" for those offloaded to host memory; llm-d's
+/// indexer lowercases the medium into its device tier and weighs tiers by name
+/// (its defaults: "gpu" 1.0, "cpu" 0.8; an unnamed tier 1.0). Ours live in host
+/// RAM: "cpu", the tier llm-d's P2P source producer reads as pull-servable.
+pub const MEDIUM_RAM: &str = "cpu";
+/// The medium of the disk tier's blocks (`--prefix-cache-dir`): "disk", the name
+/// llm-d's backend configuration gives a disk tier ("gpu", "cpu", "disk").
+pub const MEDIUM_DISK: &str = "disk";
 
 /// One event of a batch, before encoding.
 #[derive(Debug, PartialEq)]
@@ -14,17 +25,21 @@ enum Event {
         hashes: Vec<u64>,
         parent: Option<u64>,
         tokens: Vec<u32>,
+        medium: &'static str,
     },
-    Removed(Vec<u64>),
+    Removed(Vec<u64>, &'static str),
     Cleared,
 }
 
 /// Turns the cache's changes into vLLM's events: consecutive blocks of one chain
-/// in one `BlockStored`, consecutive removals in one `BlockRemoved`; salted blocks
-/// left out (it remembers which hashes it published); token ids only when asked.
+/// and medium in one `BlockStored`, consecutive removals of one medium in one
+/// `BlockRemoved`; salted blocks left out (it remembers which hashes it
+/// published, per medium); token ids only when asked.
 #[derive(Default)]
 pub struct Encoder {
     published: HashSet<u64>,
+    /// The disk tier's blocks published (`MEDIUM_DISK`).
+    published_disk: HashSet<u64>,
     token_ids: bool,
     /// Tokens per block (0: from the batch's tokens per stored block).
     block_size: usize,
@@ -35,6 +50,7 @@ impl Encoder {
     pub fn new(token_ids: bool, block_size: usize) -> Self {
         Encoder {
             published: HashSet::new(),
+            published_disk: HashSet::new(),
             token_ids,
             block_size,
         }
@@ -44,7 +60,12 @@ impl Encoder {
     pub fn batch(&mut self, changes: &[CacheChange], tokens: &[u32], ts: f64) -> Option<Vec<u8>> {
         let stored = changes
             .iter()
-            .filter(|c| matches!(c, CacheChange::Stored { .. }))
+            .filter(|c| {
+                matches!(
+                    c,
+                    CacheChange::Stored { .. } | CacheChange::DiskStored { .. }
+                )
+            })
             .count();
         let block_size = match self.block_size {
             0 => tokens.len().checked_div(stored).unwrap_or(0),
@@ -64,7 +85,10 @@ impl Encoder {
         for c in changes {
             match *c {
                 CacheChange::Cleared => {
+                    // A new engine cache (llm-d clears the pod's every tier): the
+                    // disk tier logs its blocks again after it.
                     self.published.clear();
+                    self.published_disk.clear();
                     out.push(Event::Cleared);
                 }
                 CacheChange::Stored { hash, parent, .. } => {
@@ -74,31 +98,69 @@ impl Encoder {
                     }
                     self.published.insert(hash);
                     let chunk = if self.token_ids { chunk } else { &[] };
-                    if let Some(Event::Stored { hashes, tokens, .. }) = out.last_mut() {
-                        if hashes.last() == Some(&parent) {
-                            hashes.push(hash);
-                            tokens.extend_from_slice(chunk);
-                            continue;
-                        }
+                    stored(&mut out, hash, parent != root, parent, chunk, MEDIUM_RAM);
+                }
+                CacheChange::DiskStored { hash, parent, salt } => {
+                    let chunk = chunks.next().unwrap_or(&[]);
+                    if salt != 0 {
+                        continue; // under a salt
                     }
-                    out.push(Event::Stored {
-                        hashes: vec![hash],
-                        parent: (parent != root).then_some(parent),
-                        tokens: chunk.to_vec(),
-                    });
+                    self.published_disk.insert(hash);
+                    let chunk = if self.token_ids { chunk } else { &[] };
+                    stored(&mut out, hash, parent != root, parent, chunk, MEDIUM_DISK);
                 }
                 CacheChange::Removed { hash } => {
-                    if !self.published.remove(&hash) {
-                        continue;
+                    if self.published.remove(&hash) {
+                        removed(&mut out, hash, MEDIUM_RAM);
                     }
-                    match out.last_mut() {
-                        Some(Event::Removed(hashes)) => hashes.push(hash),
-                        _ => out.push(Event::Removed(vec![hash])),
+                }
+                CacheChange::DiskRemoved { hash } => {
+                    if self.published_disk.remove(&hash) {
+                        removed(&mut out, hash, MEDIUM_DISK);
                     }
                 }
             }
         }
         out
+    }
+}
+
+/// Appends block `hash` (under `parent` when `has_parent`) to the last event when
+/// it continues that event's chain on the same medium, else as a new `BlockStored`.
+fn stored(
+    out: &mut Vec<Event>,
+    hash: u64,
+    has_parent: bool,
+    parent: u64,
+    chunk: &[u32],
+    medium: &'static str,
+) {
+    if let Some(Event::Stored {
+        hashes,
+        tokens,
+        medium: m,
+        ..
+    }) = out.last_mut()
+    {
+        if *m == medium && has_parent && hashes.last() == Some(&parent) {
+            hashes.push(hash);
+            tokens.extend_from_slice(chunk);
+            return;
+        }
+    }
+    out.push(Event::Stored {
+        hashes: vec![hash],
+        parent: has_parent.then_some(parent),
+        tokens: chunk.to_vec(),
+        medium,
+    });
+}
+
+/// Appends `hash` to the last event when it is a removal on the same medium.
+fn removed(out: &mut Vec<Event>, hash: u64, medium: &'static str) {
+    match out.last_mut() {
+        Some(Event::Removed(hashes, m)) if *m == medium => hashes.push(hash),
+        _ => out.push(Event::Removed(vec![hash], medium)),
     }
 }
 
@@ -125,6 +187,7 @@ fn encode(events: &[Event], block_size: usize, ts: f64) -> Vec<u8> {
                 hashes: hs,
                 parent,
                 tokens,
+                medium,
             } => {
                 w::write_array_len(&mut b, 7).unwrap();
                 w::write_str(&mut b, "BlockStored").unwrap();
@@ -139,13 +202,13 @@ fn encode(events: &[Event], block_size: usize, ts: f64) -> Vec<u8> {
                 }
                 w::write_uint(&mut b, block_size as u64).unwrap();
                 w::write_nil(&mut b).unwrap(); // lora_id
-                w::write_str(&mut b, "GPU").unwrap(); // medium
+                w::write_str(&mut b, medium).unwrap();
             }
-            Event::Removed(hs) => {
+            Event::Removed(hs, medium) => {
                 w::write_array_len(&mut b, 3).unwrap();
                 w::write_str(&mut b, "BlockRemoved").unwrap();
                 hashes(&mut b, hs);
-                w::write_str(&mut b, "GPU").unwrap();
+                w::write_str(&mut b, medium).unwrap();
             }
             Event::Cleared => {
                 w::write_array_len(&mut b, 1).unwrap();
@@ -208,9 +271,10 @@ mod tests {
                 Event::Stored {
                     hashes: vec![h1, h2],
                     parent: None,
-                    tokens: vec![1, 2, 3, 4]
+                    tokens: vec![1, 2, 3, 4],
+                    medium: MEDIUM_RAM,
                 },
-                Event::Removed(vec![h2, h1]),
+                Event::Removed(vec![h2, h1], MEDIUM_RAM),
             ]
         );
         // A child of a published block stored later names its parent.
@@ -231,8 +295,40 @@ mod tests {
             vec![Event::Stored {
                 hashes: vec![h3],
                 parent: Some(h1),
-                tokens: vec![9, 9]
+                tokens: vec![9, 9],
+                medium: MEDIUM_RAM,
             }]
+        );
+        // The disk tier's blocks: their own medium, chained apart from RAM's
+        // stores even when they continue them, salted ones left out; a removal
+        // is published once per medium that published the block.
+        let disk = |hash, parent, salt| CacheChange::DiskStored { hash, parent, salt };
+        let ev = enc.events(
+            &[
+                disk(h1, r, 0),
+                disk(h3, h1, 0),
+                disk(s1, root_hash(7), 7),
+                CacheChange::DiskRemoved { hash: s1 },
+                CacheChange::DiskRemoved { hash: h3 },
+                CacheChange::Removed { hash: h3 },
+                CacheChange::Removed { hash: h3 },
+                CacheChange::DiskRemoved { hash: h3 },
+            ],
+            &[1, 2, 9, 9, 1, 2],
+            2,
+        );
+        assert_eq!(
+            ev,
+            vec![
+                Event::Stored {
+                    hashes: vec![h1, h3],
+                    parent: None,
+                    tokens: vec![1, 2, 9, 9],
+                    medium: MEDIUM_DISK,
+                },
+                Event::Removed(vec![h3], MEDIUM_DISK),
+                Event::Removed(vec![h3], MEDIUM_RAM),
+            ]
         );
         // Nothing published: no message.
         assert!(Encoder::default()
@@ -248,8 +344,15 @@ mod tests {
                     hashes: vec![7],
                     parent: None,
                     tokens: vec![1, 300],
+                    medium: MEDIUM_RAM,
                 },
-                Event::Removed(vec![7]),
+                Event::Removed(vec![7], MEDIUM_RAM),
+                Event::Stored {
+                    hashes: vec![8],
+                    parent: Some(7),
+                    tokens: vec![],
+                    medium: MEDIUM_DISK,
+                },
                 Event::Cleared,
             ],
             2,
@@ -261,8 +364,9 @@ mod tests {
             serde_json::json!([
                 1.5,
                 [
-                    ["BlockStored", [7], null, [1, 300], 2, null, "GPU"],
-                    ["BlockRemoved", [7], "GPU"],
+                    ["BlockStored", [7], null, [1, 300], 2, null, "cpu"],
+                    ["BlockRemoved", [7], "cpu"],
+                    ["BlockStored", [8], 7, [], 2, null, "disk"],
                     ["AllBlocksCleared"]
                 ],
                 0
