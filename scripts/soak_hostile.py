@@ -252,6 +252,7 @@ def main():
             "by_status": {str(k): v for k, v in stats.status.items()},
             "refusals": dict(stats.reasons), "refused_429_p50_ms": round(pct(stats.refusal_ms, 50), 2),
             "refused_429_p99_ms": round(pct(stats.refusal_ms, 99), 2), "shed_503": shed_a,
+            "interactive_offered": stats.kinds["interactive"],
             "interactive_served": len(ttft), "ttft_p50_ms": round(pct(ttft, 50), 1),
             "ttft_p95_ms": round(p95, 1), "ttft_p99_ms": round(pct(ttft, 99), 1),
             "ttft_met": sum(1 for t, target in stats.ttft if t <= target),
@@ -289,8 +290,11 @@ def main():
     rss_warm = fig["rss_warm_median_kib"]
     checks = [
         ("the server stays up", alive),
-        (f"key A interactive TTFT P95 {p95:.0f} ms within its {a.ttft_slo_ms:.0f} ms target",
+        (f"key A interactive TTFT P95 {p95:.0f} ms (server-measured, {len(ttft)} of "
+         f"{stats.kinds['interactive']} served) within its {a.ttft_slo_ms:.0f} ms target",
          bool(ttft) and p95 <= a.ttft_slo_ms),
+        (f"key A interactive TTFT P95 as the client sees it {fig['key_a']['client_ttft_p95_ms']:.0f} ms "
+         f"within the target", bool(stats.client_ttft_ms) and fig["key_a"]["client_ttft_p95_ms"] <= a.ttft_slo_ms),
         ("key A: no 5xx but load shedding, no connection error", not stats.unexpected),
         (f"key A: every request answered exactly once ({len(a_client.sent)} sent, "
          f"{len(lost)} unanswered, {len(twice)} twice)", not lost and not twice),
