@@ -189,7 +189,6 @@ def main():
     sampler.phase = "calibrate"
     cap = calibrate(a_client, a.calibrate, a.concurrency)
     rate = max(0.5, cap * a.overload)
-    a_client.sent.clear()  # calibration's requests are not the soak's
     print(f"capacity {cap:.2f} req/s (key A chats); offering {rate:.2f} req/s for {a.duration:.0f} s "
           f"beside key B's hostile shapes; load {load_before:.2f}", flush=True)
 
