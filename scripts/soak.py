@@ -49,6 +49,12 @@ class Stats:
         self.client_ttft_ms = []
         self.unexpected = []
         self.done = 0
+        self.answered = Counter()  # request id -> outcomes recorded (exactly once: 1)
+        self.reasons = Counter()  # (status, x-sloserve-shed-reason) of refusals
+
+    def answer(self, rid):
+        with self.lock:
+            self.answered[rid] += 1
 
     def add(self, kind, status, **kw):
         with self.lock:
@@ -75,17 +81,35 @@ def pct(xs, p):
 
 
 class Client:
-    def __init__(self, url, key, ttft_ms, max_tokens):
+    """One key's traffic. `chat`: /v1/chat/completions with messages (else
+    /v1/completions with a prompt). Every request carries its own x-request-id,
+    kept in `sent`; the answer must echo it, and `Stats.answered` counts each id's
+    outcomes (exactly once: 1)."""
+
+    def __init__(self, url, key, ttft_ms, max_tokens, chat=False, tag="soak"):
         u = urlparse(url)
         self.host, self.port = u.hostname, u.port
         assert self.host in ("127.0.0.1", "localhost", "::1"), "loopback only"
         self.key, self.ttft_ms, self.max_tokens = key, ttft_ms, max_tokens
+        self.chat, self.tag = chat, tag
+        self.sent = []  # request ids, in order
+        self.seq = 0
+        self.lock = threading.Lock()
 
-    def headers(self):
+    def headers(self, rid=None):
         h = {"Content-Type": "application/json"}
         if self.key:
             h["Authorization"] = f"Bearer {self.key}"
+        if rid:
+            h["x-request-id"] = rid
         return h
+
+    def new_id(self):
+        with self.lock:
+            self.seq += 1
+            rid = f"{self.tag}-{os.getpid()}-{self.seq}"
+            self.sent.append(rid)
+        return rid
 
     def metrics(self):
         c = http.client.HTTPConnection(self.host, self.port, timeout=10)
@@ -106,24 +130,37 @@ class Client:
         if kind == "stalled":
             return self.stalled(stats, rng)
         interactive = kind in ("interactive", "dropped")
+        text = prompt(rng, rng.randint(8, 64))
         body = {
-            "prompt": prompt(rng, rng.randint(8, 64)),
             "max_tokens": rng.randint(8, self.max_tokens),
             "slo_class": "interactive" if interactive else "batch",
             "stream": interactive,
         }
+        if self.chat:
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
         if interactive:
             body["ttft_slo_ms"] = self.ttft_ms
             body["stream_options"] = {"include_usage": True}
+        rid = self.new_id()
+        path = "/v1/chat/completions" if self.chat else "/v1/completions"
         t0 = time.monotonic()
         c = http.client.HTTPConnection(self.host, self.port, timeout=120)
         try:
-            c.request("POST", "/v1/completions", json.dumps(body), self.headers())
+            c.request("POST", path, json.dumps(body), self.headers(rid))
             r = c.getresponse()
             head_ms = (time.monotonic() - t0) * 1e3
+            stats.answer(rid)
+            if r.getheader("x-request-id") != rid:
+                stats.add(kind, r.status, unexpected=f"answer echoes {r.getheader('x-request-id')!r}")
+                return
             if r.status != 200:
                 r.read()
-                shed = r.status == 503 and r.getheader("Retry-After") is not None
+                with stats.lock:
+                    stats.reasons[f"{r.status} {r.getheader('x-sloserve-shed-reason')}"] += 1
+                shed = (r.status == 503 and r.getheader("Retry-After") is not None
+                        and r.getheader("x-sloserve-shed-reason") is not None)
                 kw = {}
                 if r.status == 429:
                     kw["refusal_ms"] = head_ms
@@ -134,24 +171,29 @@ class Client:
                 stats.add(kind, r.status, **kw)
                 return
             if not interactive:
-                r.read()
+                if not json.loads(r.read()).get("choices"):
+                    stats.add(kind, 200, unexpected="200 without choices")
+                    return
                 stats.add(kind, 200)
                 return
             first = None
             usage = None
             events = 0
+            done = False
             for line in r:
                 if not line.startswith(b"data: "):
                     continue
                 data = line[6:].strip()
                 if data == b"[DONE]":
+                    done = True
                     break
                 ev = json.loads(data)
                 if "error" in ev:
                     stats.add(kind, 200, unexpected=f"stream error: {ev['error'].get('code')}")
                     return
                 events += 1
-                if first is None and ev.get("choices"):
+                ch = ev.get("choices") or [{}]
+                if first is None and (ch[0].get("text") or (ch[0].get("delta") or {}).get("content")):
                     first = (time.monotonic() - t0) * 1e3
                 if ev.get("usage"):
                     usage = ev["usage"]
@@ -159,6 +201,9 @@ class Client:
                     c.close()  # drop the stream mid-way
                     stats.add(kind, 200)
                     return
+            if not done:
+                stats.add(kind, 200, unexpected="stream ended without [DONE]")
+                return
             kw = {}
             if first is not None:
                 kw["client_ttft_ms"] = first
@@ -166,7 +211,7 @@ class Client:
             if s.get("ttft_ms") is not None:
                 kw["ttft"] = (s["ttft_ms"], s.get("ttft_target_ms") or self.ttft_ms)
             stats.add(kind, 200, **kw)
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, http.client.HTTPException, ValueError) as e:
             stats.add(kind, "conn-error", unexpected=f"{type(e).__name__}: {e}")
         finally:
             c.close()
@@ -208,7 +253,55 @@ def calibrate(client, secs, conc):
         t.start()
     for t in ts:
         t.join()
+    client.sent.clear()  # calibration's requests are not the soak's
     return stats.status[200] / secs
+
+
+def offer(client, stats, rate, duration, mix, max_threads, seed=42):
+    """Open loop: Poisson arrivals at `rate` for `duration` s, each a thread running
+    one request of a kind drawn from `mix`; waits for them. Returns how many
+    arrivals were skipped because `max_threads` were still running."""
+    rng = random.Random(seed)
+    threads = []
+    skipped = 0
+    t_end = time.monotonic() + duration
+    next_t = time.monotonic()
+    while True:
+        next_t += rng.expovariate(rate)
+        if next_t >= t_end:
+            break
+        time.sleep(max(0.0, next_t - time.monotonic()))
+        threads = [t for t in threads if t.is_alive()]
+        if len(threads) >= max_threads:
+            skipped += 1
+            continue
+        kind = rng.choice(mix)
+        t = threading.Thread(target=client.one, args=(stats, random.Random(rng.random()), kind), daemon=True)
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(timeout=180)
+    return skipped
+
+
+def unanswered(client, stats):
+    """(ids sent but never answered, ids answered more than once)."""
+    lost = [r for r in client.sent if stats.answered[r] == 0]
+    twice = [r for r in client.sent if stats.answered[r] > 1]
+    return lost, twice
+
+
+def drained(client, secs=60):
+    """Afterwards: waits until the engine has drained and freed every block (at most
+    `secs`); returns the last /metrics sums."""
+    deadline = time.monotonic() + secs
+    m = {}
+    while time.monotonic() < deadline:
+        m = client.metrics()
+        if m.get("sloserve:kv_cache_blocks_used", 1) == 0 and m.get("sloserve:num_requests_running", 1) == 0:
+            break
+        time.sleep(0.5)
+    return m
 
 
 def main():
@@ -233,36 +326,9 @@ def main():
     print(f"capacity {cap:.2f} req/s; offering {rate:.2f} req/s for {a.duration:.0f} s; RSS after warm-up {rss0} KiB", flush=True)
 
     stats = Stats()
-    rng = random.Random(42)
-    threads = []
-    skipped = 0
-    t_end = time.monotonic() + a.duration
-    next_t = time.monotonic()
     mix = ["interactive"] * 50 + ["batch"] * 30 + ["dropped"] * 10 + ["stalled"] * 10
-    while True:
-        next_t += rng.expovariate(rate)
-        if next_t >= t_end:
-            break
-        time.sleep(max(0.0, next_t - time.monotonic()))
-        threads = [t for t in threads if t.is_alive()]
-        if len(threads) >= a.max_threads:
-            skipped += 1
-            continue
-        kind = rng.choice(mix)
-        t = threading.Thread(target=client.one, args=(stats, random.Random(rng.random()), kind), daemon=True)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join(timeout=180)
-
-    # Afterwards: the engine drains and frees every block.
-    deadline = time.monotonic() + 60
-    m = {}
-    while time.monotonic() < deadline:
-        m = client.metrics()
-        if m.get("sloserve:kv_cache_blocks_used", 1) == 0 and m.get("sloserve:num_requests_running", 1) == 0:
-            break
-        time.sleep(0.5)
+    skipped = offer(client, stats, rate, a.duration, mix, a.max_threads)
+    m = drained(client)
     alive = True
     try:
         os.kill(a.pid, 0)
@@ -287,6 +353,7 @@ def main():
         "server_ttft_p99_ms": round(pct([t for t, _ in stats.ttft], 99), 1),
         "client_ttft_p99_ms": round(pct(stats.client_ttft_ms, 99), 1),
         "unexpected": Counter(str(u) for u in stats.unexpected).most_common(10),
+        "unanswered": len(unanswered(client, stats)[0]),
         "rss_warm_kib": rss0,
         "rss_end_kib": rss1,
         "kv_blocks_used_after": m.get("sloserve:kv_cache_blocks_used"),
@@ -301,6 +368,7 @@ def main():
         ("process stays up", alive),
         ("RSS at the end within 10% of RSS after warm-up", alive and rss1 <= rss0 * 1.10),
         ("no 5xx but load shedding, no connection errors", not stats.unexpected),
+        ("every request answered exactly once (its own x-request-id)", unanswered(client, stats) == ([], [])),
         ("429s answered in < 50 ms p99", pct(stats.refusal_ms, 99) < 50),
         ("every admitted interactive request met its TTFT target", met == len(stats.ttft)),
         ("every KV block free afterwards", m.get("sloserve:kv_cache_blocks_used") == 0),

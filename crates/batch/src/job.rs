@@ -229,7 +229,14 @@ async fn feed(
     if matches!(end, End::Cancelled | End::Expired | End::OverQuota) {
         tasks.abort_all();
     }
-    while tasks.join_next().await.is_some() {}
+    while tasks.join_next().await.is_some() {
+        // A result that passes the quota after the last line was handed out stops
+        // the batch too (it used to end `completed`, its unrun lines in no file).
+        if end == End::AllFed && ctl.is_over_quota() {
+            end = End::OverQuota;
+            tasks.abort_all();
+        }
+    }
     if svc.is_stopping() {
         return Ok(End::Stopping);
     }
