@@ -171,9 +171,10 @@ fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, Packing)> 
         return None;
     }
     let isa = Isa::best()?;
-    let packing = match (choices.contains(&"u8"), isa) {
+    let packing = match (choices.contains(&"u8"), choices.contains(&"planes")) {
         (true, _) => Packing::Bytes,
-        (false, isa) => isa.packing(),
+        (false, true) => Packing::Planes,
+        (false, false) => isa.packing(),
     };
     Some((isa, packing))
 }
@@ -287,6 +288,15 @@ impl Linear {
             Form::Quantized(w) | Form::Half(w, _) | Form::Blocks(w) => {
                 w.dequantize_rows(r, self.k, out)
             }
+        }
+    }
+
+    /// The 8-bit panels this layer is held as, and the instruction set that
+    /// multiplies them; `None` in the other forms.
+    pub fn panels(&self) -> Option<(&Int8Panels, Isa)> {
+        match &self.form {
+            Form::Panels(p, isa) => Some((p, *isa)),
+            _ => None,
         }
     }
 
