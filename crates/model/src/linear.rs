@@ -155,7 +155,8 @@ pub struct Linear {
 /// beat one byte each, prompts included: AVX2 int8 prefill 803-830 vs 762 tok/s,
 /// stop 14), and with AVX-512 5- and 6-bit values as nibbles and high planes
 /// (`Packing::Planes`). `SLOSERVE_DENSE` (comma-separated) is for A/B measurements of
-/// the other paths: `u8` leaves values one byte each, `f32` leaves out the panels
+/// the other paths: `u8` leaves values one byte each, `planes` keeps 5- and 6-bit values
+/// as nibbles and high planes on AVX2 too, `f32` leaves out the panels
 /// (8-bit dot products instead); the AVX2 route on a CPU with AVX-512 is
 /// `SLOSERVE_ISA=avx2` (`kernels::cpu::IsaCap`, which also reads `avx2` here). Whether `precision` holds a `dtype` matrix as the 8-bit panels: their
 /// instruction set and packing. `None` for exact precision, float types, or where
