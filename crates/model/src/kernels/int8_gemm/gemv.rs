@@ -93,10 +93,14 @@ pub(super) unsafe fn gemv_avx2<const V: u8, const SUB: bool>(
                 dmin = [half_f16(o.add(16), 0), half_f16(o.add(16), 1)];
             }
         }
-        // A hint only: past the values' end it reads nothing and faults never.
+        // Hints only: past the values' end they read nothing and fault never. As the
+        // general tile's two passes do: this panel `PREFETCH_BLOCKS` ahead into L1,
+        // and the next panel's same block into L2, so that memory streams a whole
+        // panel ahead of the products.
         for v in 0..per {
-            let at = lines.wrapping_add(((b + PREFETCH_BLOCKS) * per + v) * 64);
-            _mm_prefetch::<_MM_HINT_T0>(at);
+            let near = lines.wrapping_add(((b + PREFETCH_BLOCKS) * per + v) * 64);
+            _mm_prefetch::<_MM_HINT_T0>(near);
+            _mm_prefetch::<_MM_HINT_T1>(lines.wrapping_add(((b + kb) * per + v) * 64));
         }
         let i = a.at(r0, b);
         let q = a.qs.get_unchecked(i).0.as_ptr() as *const i32;
