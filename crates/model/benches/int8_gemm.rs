@@ -4,7 +4,8 @@
 //! prompt chunk; `--rows 32` a decode batch), on the best instruction set this CPU
 //! has (`--avx2`: the AVX2 tiles, as an AVX2-only machine runs them), over the
 //! pool's threads (`RAYON_NUM_THREADS`). `--bytes` keeps one byte a value (else
-//! values are packed as the loader packs them for the instruction set). `--shape N,K` multiplies that one shape
+//! values are packed as the loader packs them for the instruction set; `--planes`: 5- and
+//! 6-bit values as nibbles and high planes). `--type Q6_K` measures that type alone. `--shape N,K` multiplies that one shape
 //! instead (`--shape 151936,1536`: Qwen's output matrix, 175-233 MB, which no cache
 //! holds: what a batch-1 token reads). Prints the median GOP/s (2·m·n·k per
 //! product) of `--runs` runs (default 7), the best run's (what a shared machine's
@@ -64,12 +65,22 @@ fn main() {
             ("Q4_K", WeightData::Q4K(blocks::<BlockQ4K>(n, k))),
             ("Q6_K", WeightData::Q6K(blocks::<BlockQ6K>(n, k))),
         ] {
+            let only = args.iter().position(|a| a == "--type");
+            if only.is_some_and(|i| args.get(i + 1).is_some_and(|t| t != ty)) {
+                continue;
+            }
             let mut p = Int8Panels::pack(&w, n, k).expect("packs");
             // As the loader packs them (`linear::panels_for`).
-            p.repack(match (args.iter().any(|a| a == "--bytes"), isa) {
-                (true, _) => Packing::Bytes,
-                (false, isa) => isa.packing(),
-            });
+            p.repack(
+                match (
+                    args.iter().any(|a| a == "--bytes"),
+                    args.iter().any(|a| a == "--planes"),
+                ) {
+                    (true, _) => Packing::Bytes,
+                    (_, true) => Packing::Planes,
+                    _ => isa.packing(),
+                },
+            );
             matmul(&p, isa, &x, m, &mut out);
             let times: Vec<f64> = (0..runs)
                 .map(|_| {

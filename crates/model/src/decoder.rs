@@ -10,6 +10,7 @@ mod block;
 mod fused;
 mod mlp;
 mod moe;
+mod moe_panels;
 
 use sloserve_engine::{Batch, Logits};
 
@@ -361,6 +362,13 @@ impl Decoder {
             .iter()
             .map(Block::small_batch_max_rows)
             .fold(None, crate::linear::first_switch)
+    }
+
+    /// Layers with experts, and how many of them multiply the chosen experts in two
+    /// jobs a step (`moe_panels`) rather than two an expert.
+    pub fn expert_layers(&self) -> (usize, usize) {
+        let jobs = self.blocks.iter().filter_map(Block::experts_in_two_jobs);
+        jobs.fold((0, 0), |(n, two), j| (n + 1, two + j as usize))
     }
 
     /// Positions the RoPE table covers.

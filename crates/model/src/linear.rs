@@ -155,7 +155,8 @@ pub struct Linear {
 /// beat one byte each, prompts included: AVX2 int8 prefill 803-830 vs 762 tok/s,
 /// stop 14), and with AVX-512 5- and 6-bit values as nibbles and high planes
 /// (`Packing::Planes`). `SLOSERVE_DENSE` (comma-separated) is for A/B measurements of
-/// the other paths: `u8` leaves values one byte each, `f32` leaves out the panels
+/// the other paths: `u8` leaves values one byte each, `planes` keeps 5- and 6-bit values
+/// as nibbles and high planes on AVX2 too, `f32` leaves out the panels
 /// (8-bit dot products instead); the AVX2 route on a CPU with AVX-512 is
 /// `SLOSERVE_ISA=avx2` (`kernels::cpu::IsaCap`, which also reads `avx2` here). Whether `precision` holds a `dtype` matrix as the 8-bit panels: their
 /// instruction set and packing. `None` for exact precision, float types, or where
@@ -171,9 +172,10 @@ fn panels_for(dtype: GgmlDType, precision: Precision) -> Option<(Isa, Packing)> 
         return None;
     }
     let isa = Isa::best()?;
-    let packing = match (choices.contains(&"u8"), isa) {
+    let packing = match (choices.contains(&"u8"), choices.contains(&"planes")) {
         (true, _) => Packing::Bytes,
-        (false, isa) => isa.packing(),
+        (false, true) => Packing::Planes,
+        (false, false) => isa.packing(),
     };
     Some((isa, packing))
 }
@@ -287,6 +289,15 @@ impl Linear {
             Form::Quantized(w) | Form::Half(w, _) | Form::Blocks(w) => {
                 w.dequantize_rows(r, self.k, out)
             }
+        }
+    }
+
+    /// The 8-bit panels this layer is held as, and the instruction set that
+    /// multiplies them; `None` in the other forms.
+    pub fn panels(&self) -> Option<(&Int8Panels, Isa)> {
+        match &self.form {
+            Form::Panels(p, isa) => Some((p, *isa)),
+            _ => None,
         }
     }
 

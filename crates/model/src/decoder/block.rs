@@ -73,6 +73,14 @@ impl Block {
         first_switch(self.attn.small_batch_max_rows(), ffn)
     }
 
+    /// With experts: whether they run in two jobs a step (`Moe::in_two_jobs`).
+    pub(super) fn experts_in_two_jobs(&self) -> Option<bool> {
+        match &self.ffn {
+            Ffn::Dense(_) => None,
+            Ffn::Experts(m) => Some(m.in_two_jobs()),
+        }
+    }
+
     /// Runs layer `layer` over the residual stream `x` (`[T, hidden]`), in place.
     pub(super) fn forward(
         &self,

@@ -99,6 +99,14 @@ impl FusedLinear {
         }
     }
 
+    /// The parts stacked in one matrix, if they are.
+    pub(super) fn joined(&self) -> Option<&Linear> {
+        match &self.kind {
+            Kind::Stacked(l) => Some(l),
+            Kind::Separate(_) => None,
+        }
+    }
+
     /// Output width of part `i`.
     pub(super) fn width(&self, i: usize) -> usize {
         self.widths[i]

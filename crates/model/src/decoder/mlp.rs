@@ -107,6 +107,24 @@ impl Mlp {
         )
     }
 
+    /// The gate/up projections and the down projection.
+    pub(super) fn projections(&self) -> (&FusedLinear, &Linear) {
+        (&self.gate_up, &self.down)
+    }
+
+    /// `out[r] = act(gate_r) · up_r` for each row of a stacked gate/up product
+    /// (`both`: `[rows, 2·ffn]`, `out`: `[rows, ffn]`).
+    pub(super) fn activate_rows(&self, both: &[f32], out: &mut [f32]) {
+        let ffn = self.gate_up.width(0);
+        match self.activation {
+            Activation::Silu => silu_mul_rows(both, ffn, out),
+            Activation::GeluTanh => gelu_mul_rows(both, ffn, out),
+            Activation::SwigluOai { alpha, limit } => {
+                swiglu_oai_mul_rows(both, ffn, out, alpha, limit)
+            }
+        }
+    }
+
     /// `xn` is the normed input `[t, hidden]`; writes `[t, hidden]` into `out`.
     pub(super) fn forward(&self, xn: &[f32], t: Tokens, s: &mut MlpScratch, out: &mut [f32]) {
         let ffn = self.gate_up.width(0);
@@ -114,13 +132,7 @@ impl Mlp {
             // Gate and up stacked: the activation reads them where the product left
             // them and writes the down projection's input.
             let h = sized(&mut s.gate, t.n * ffn);
-            match self.activation {
-                Activation::Silu => silu_mul_rows(both, ffn, h),
-                Activation::GeluTanh => gelu_mul_rows(both, ffn, h),
-                Activation::SwigluOai { alpha, limit } => {
-                    swiglu_oai_mul_rows(both, ffn, h, alpha, limit)
-                }
-            }
+            self.activate_rows(both, h);
             return self.down.forward(h, t, out);
         }
         let gate = sized(&mut s.gate, t.n * ffn);

@@ -8,6 +8,7 @@
 //! matrix and weighs the chosen experts by a softmax over their logits alone.
 
 use super::mlp::{Mlp, MlpScratch};
+use super::moe_panels::{PanelExperts, PanelScratch};
 use super::{sized, Loader};
 use crate::config::{ModelConfig, MoeConfig};
 use crate::error::Result;
@@ -18,6 +19,8 @@ pub(super) struct Moe {
     /// `ffn_gate_inp`: `[experts, hidden]`.
     router: Linear,
     experts: Vec<Mlp>,
+    /// The experts' products as two jobs a step, where they are all 8-bit panels.
+    panels: Option<PanelExperts>,
     /// The shared expert and its gate vector (`ffn_gate_inp_shexp`, `[hidden]`).
     shared: Option<(Mlp, Vec<f32>)>,
     cfg: MoeConfig,
@@ -37,13 +40,15 @@ pub(super) struct MoeScratch {
     order: Vec<u32>,
     /// Each expert's next free place in `order` while grouping.
     next: Vec<usize>,
-    /// One expert's rows in, and out.
+    /// Each slot's place in `order`.
+    place: Vec<u32>,
+    /// One expert's rows in.
     rows_in: Vec<f32>,
-    rows_out: Vec<f32>,
-    /// `[t * used, hidden]`: each slot's expert output.
+    /// `[t * used, hidden]`: each slot's expert output, in `order`.
     slot_out: Vec<f32>,
     shared_out: Vec<f32>,
     mlp: MlpScratch,
+    panels: PanelScratch,
 }
 
 impl Moe {
@@ -93,6 +98,7 @@ impl Moe {
         };
         Ok(Moe {
             router,
+            panels: PanelExperts::of(&experts),
             experts,
             shared,
             cfg,
@@ -107,6 +113,11 @@ impl Moe {
         experts.chain(shared).fold(None, first_switch)
     }
 
+    /// Whether the chosen experts run in two jobs a step (`PanelExperts`).
+    pub(super) fn in_two_jobs(&self) -> bool {
+        self.panels.is_some()
+    }
+
     /// `xn` is the normed input `[t, hidden]`; writes `[t, hidden]` into `out`.
     pub(super) fn forward(&self, xn: &[f32], t: Tokens, s: &mut MoeScratch, out: &mut [f32]) {
         let (h, n, k) = (self.hidden, self.cfg.experts, self.cfg.used);
@@ -118,29 +129,42 @@ impl Moe {
         }
         self.group(t.n, s);
         let slot_out = sized(&mut s.slot_out, t.n * k * h);
-        for e in 0..n {
-            let slots = &s.order[s.starts[e]..s.starts[e + 1]];
-            if slots.is_empty() {
-                continue;
+        match &self.panels {
+            Some(p) => {
+                let shape = (h, k);
+                p.forward(
+                    &self.experts,
+                    xn,
+                    shape,
+                    &s.starts,
+                    &s.order,
+                    &mut s.panels,
+                    slot_out,
+                )
             }
-            let m = slots.len();
-            let rows_in = sized(&mut s.rows_in, m * h);
-            for (dst, &slot) in rows_in.chunks_exact_mut(h).zip(slots) {
-                let token = slot as usize / k;
-                dst.copy_from_slice(&xn[token * h..][..h]);
-            }
-            let rows_out = sized(&mut s.rows_out, m * h);
-            let te = Tokens { n: m, ..t };
-            self.experts[e].forward(rows_in, te, &mut s.mlp, rows_out);
-            for (src, &slot) in rows_out.chunks_exact(h).zip(slots) {
-                slot_out[slot as usize * h..][..h].copy_from_slice(src);
+            None => {
+                for e in 0..n {
+                    let (r0, r1) = (s.starts[e], s.starts[e + 1]);
+                    if r0 == r1 {
+                        continue;
+                    }
+                    let rows_in = sized(&mut s.rows_in, (r1 - r0) * h);
+                    for (dst, &slot) in rows_in.chunks_exact_mut(h).zip(&s.order[r0..r1]) {
+                        let token = slot as usize / k;
+                        dst.copy_from_slice(&xn[token * h..][..h]);
+                    }
+                    let te = Tokens { n: r1 - r0, ..t };
+                    let rows_out = &mut slot_out[r0 * h..r1 * h];
+                    self.experts[e].forward(rows_in, te, &mut s.mlp, rows_out);
+                }
             }
         }
         for (token, o) in out[..t.n * h].chunks_exact_mut(h).enumerate() {
             o.fill(0.0);
             for c in 0..k {
-                let w = s.chosen[token * k + c].1;
-                let y = &slot_out[(token * k + c) * h..][..h];
+                let slot = token * k + c;
+                let w = s.chosen[slot].1;
+                let y = &slot_out[s.place[slot] as usize * h..][..h];
                 for (a, b) in o.iter_mut().zip(y) {
                     *a += w * b;
                 }
@@ -219,8 +243,11 @@ impl Moe {
         // Each expert's next free place in `order`.
         s.next.clear();
         s.next.extend_from_slice(&s.starts[..n]);
+        s.place.clear();
+        s.place.resize(t * self.cfg.used, 0);
         for (slot, &(e, _)) in s.chosen.iter().enumerate() {
             s.order[s.next[e as usize]] = slot as u32;
+            s.place[slot] = s.next[e as usize] as u32;
             s.next[e as usize] += 1;
         }
     }

@@ -113,6 +113,38 @@ impl QuantActs {
         }
     }
 
+    /// Row `i` becomes row `rows[i]` of `src`: its blocks, scales and sums copied
+    /// (bit for bit what quantizing that row again gives). A mixture's rows grouped
+    /// by expert, each token's row once per expert it chose.
+    pub fn gather(&mut self, src: &QuantActs, rows: &[u32]) {
+        let (kb, m) = (src.kb, rows.len());
+        (self.kb, self.rows, self.blocks) = (kb, m, kb * m);
+        self.qs.grow(kb * m);
+        self.d.grow(kb * m);
+        self.sum.grow(kb * m);
+        self.sum_lo.grow(kb * m);
+        self.dsum.grow(kb * m);
+        let out = BlockOut {
+            qs: self.qs.as_mut_ptr(),
+            d: self.d.as_mut_ptr(),
+            sum: self.sum.as_mut_ptr(),
+            sum_lo: self.sum_lo.as_mut_ptr(),
+            dsum: self.dsum.as_mut_ptr(),
+        };
+        // One task per block index (its rows are side by side), many blocks a prompt's.
+        let run = |b: usize| {
+            for (i, &r) in rows.iter().enumerate() {
+                // SAFETY: b·m + i < kb·m, the length every vector grew to; task b
+                // alone writes blocks b·m..(b + 1)·m.
+                unsafe { out.copy(b * m + i, src, src.at(r as usize, b)) };
+            }
+        };
+        match m >= STREAM_ROWS {
+            true => parallel_for(kb, &run),
+            false => (0..kb).for_each(run),
+        }
+    }
+
     /// The index of block `b` of row `row` in every vector.
     #[inline(always)]
     pub fn at(&self, row: usize, b: usize) -> usize {
@@ -221,6 +253,19 @@ impl BlockOut {
         if STREAM {
             _mm_sfence();
         }
+    }
+
+    /// Block `from` of `src` as block `to`.
+    ///
+    /// # Safety
+    /// Every vector holds block `to`, and no other thread writes it.
+    #[inline(always)]
+    unsafe fn copy(self, to: usize, src: &QuantActs, from: usize) {
+        *self.qs.add(to) = src.qs[from];
+        *self.d.add(to) = src.d[from];
+        *self.sum.add(to) = src.sum[from];
+        *self.sum_lo.add(to) = src.sum_lo[from];
+        *self.dsum.add(to) = src.dsum[from];
     }
 
     /// Stores block `i`'s scale and sums (`STREAM`: non-temporal, x86-64 only).
@@ -356,6 +401,37 @@ mod tests {
     struct Q8_0 {
         d: f16,
         qs: [i8; 32],
+    }
+
+    /// Gathered rows are the rows quantized again, bit for bit: a few (serial) and a
+    /// prompt's many (over the pool), repeated and out of order.
+    #[test]
+    fn gathered_rows_are_those_rows_quantized() {
+        let (rows, kb) = (5, 6);
+        let k = 32 * kb;
+        let x = crate::kernels::cpu::test_data(rows * k, 4);
+        let mut src = QuantActs::default();
+        src.quantize(&x, k);
+        for pick in [
+            vec![2u32, 0, 2, 4],
+            (0..STREAM_ROWS as u32 + 3).map(|i| i * 7 % 5).collect(),
+        ] {
+            let mut got = QuantActs::default();
+            got.gather(&src, &pick);
+            let xs: Vec<f32> = pick
+                .iter()
+                .flat_map(|&r| x[r as usize * k..][..k].to_vec())
+                .collect();
+            let mut want = QuantActs::default();
+            want.quantize(&xs, k);
+            assert_eq!((got.rows, got.kb), (want.rows, want.kb));
+            for i in 0..pick.len() * kb {
+                assert_eq!(got.qs[i].0, want.qs[i].0, "block {i}");
+                let words =
+                    |a: &QuantActs| (a.d[i].to_bits(), a.sum[i], a.sum_lo[i], a.dsum[i].to_bits());
+                assert_eq!(words(&got), words(&want), "block {i}");
+            }
+        }
     }
 
     /// Five rows of eight blocks (ordinary stores), and 64 rows of 8 (streamed).

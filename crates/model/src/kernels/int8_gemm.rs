@@ -13,15 +13,19 @@
 //! not depend on the batch's size or the row's place in it.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use crate::kernels::act_quant::QuantActs;
 use crate::kernels::cpu::{has_avx2, has_avx512_vnni, OutPtr};
-use crate::kernels::int8_panels::{Int8Panels, Lanes, Packing, Scales, NR};
+use crate::kernels::int8_panels::{Group, Int8Panels, Lanes, Packing, Scales, NR};
 use crate::kernels::pool::parallel_tiles;
 
 mod avx2;
+mod gemv;
+mod parts;
 mod scales;
 use avx2::{avx2_values, tile_avx2, BYTES, NIBBLES, SIX, WIDE};
+pub use parts::{matmul_parts, Part, PartTask};
 
 /// Tiles of at most this many rows (decode at batch 1 or 2, bound by the bytes they
 /// read) prefetch each panel `PREFETCH_BLOCKS` blocks ahead: at one row the loads
@@ -84,6 +88,8 @@ thread_local! {
     static ACTS: RefCell<QuantActs> = RefCell::new(QuantActs::default());
     /// A worker's current panel's scales as f32 (`scales::expand`).
     static PANEL_LANES: RefCell<Vec<Lanes>> = const { RefCell::new(Vec::new()) };
+    /// A worker's current panel's values one byte each (`Int8Panels::panel_bytes`).
+    static PANEL_BYTES: RefCell<Vec<Group>> = const { RefCell::new(Vec::new()) };
 }
 
 /// `out[m, n] = x[m, k] · Wᵀ` on `isa` (one that is `available` for `w`).
@@ -101,44 +107,90 @@ pub fn matmul(w: &Int8Panels, isa: Isa, x: &[f32], m: usize, out: &mut [f32]) {
     ACTS.with(|cell| {
         let acts = &mut *cell.borrow_mut();
         acts.quantize(&x[..m * k], k);
-        if folds_zero(w) {
-            acts.fold_zero(w.zero);
-        }
-        if isa == Isa::Avx2 && avx2_values(w) == WIDE {
-            // The tile reads `stored ^ 0x80` as `stored - zero`.
-            assert_eq!(w.zero, 128, "8-bit values with another zero point");
-            acts.split();
-        }
+        ready(acts, w, isa);
         let acts: &QuantActs = acts;
         let out = OutPtr(out.as_mut_ptr());
         parallel_tiles(m, MC, n.div_ceil(NR), &|rows, panels| {
-            let expand = scales::expands(w, isa, rows.len());
-            PANEL_LANES.with(|cell| {
-                let lanes = &mut *cell.borrow_mut();
-                for p in panels {
-                    if expand {
-                        // SAFETY: `expands` checked the scales are `Factored`; p is
-                        // one of w's panels; `matmul` checked that the CPU has `isa`.
-                        unsafe { scales::expand(w, isa, p, lanes) };
-                    }
-                    let pre = match expand {
-                        true => lanes.as_ptr(),
-                        false => std::ptr::null(),
-                    };
-                    let mut r = rows.start;
-                    while r < rows.end {
-                        let mr = isa.rows(w).min(rows.end - r);
-                        // SAFETY: rows r..r+mr and panel p's columns lie inside out and
-                        // only this task writes them; acts holds m rows of w.kb blocks;
-                        // `matmul` checked that the CPU has `isa`; `pre`, when set,
-                        // holds panel p's lanes.
-                        unsafe { tile(isa, mr, w, p, acts, r, out, n, pre) };
-                        r += mr;
-                    }
-                }
-            });
+            // SAFETY: `parallel_tiles` hands each (row, panel) to one task; out holds
+            // m rows of n; acts holds m rows of w.kb blocks, readied for w; the CPU
+            // has `isa` (checked above).
+            unsafe { run_task(w, isa, acts, rows, panels, out, n) }
         });
     });
+}
+
+/// Readies quantized activations for `w`'s tiles on `isa`: `w`'s zero point folded
+/// into where the sums start, or (8-bit values on AVX2) the values split.
+fn ready(acts: &mut QuantActs, w: &Int8Panels, isa: Isa) {
+    if folds_zero(w) {
+        acts.fold_zero(w.zero);
+    }
+    if isa == Isa::Avx2 && avx2_values(w) == WIDE {
+        // The tile reads `stored ^ 0x80` as `stored - zero`.
+        assert_eq!(w.zero, 128, "8-bit values with another zero point");
+        acts.split();
+    }
+}
+
+/// Rows `rows` of `acts` times `w`'s panels `panels`, into the same rows of `out`
+/// (row stride `ldc`): one task of a product.
+///
+/// # Safety
+/// `out` holds those rows' columns of the panels, and no other task writes them;
+/// `acts` holds the rows, of `w.kb` blocks, `ready` for `w`; the CPU has `isa`.
+unsafe fn run_task(
+    w: &Int8Panels,
+    isa: Isa,
+    acts: &QuantActs,
+    rows: Range<usize>,
+    panels: Range<usize>,
+    out: OutPtr,
+    ldc: usize,
+) {
+    let expand = scales::expands(w, isa, rows.len());
+    let merge = merges_once(w, isa, rows.len());
+    let (lanes, bytes) = (&PANEL_LANES, &PANEL_BYTES);
+    lanes.with_borrow_mut(|lanes| {
+        bytes.with_borrow_mut(|bytes| {
+            for p in panels {
+                if expand {
+                    // SAFETY: `expands` checked the scales are `Factored`; p is one of
+                    // w's panels; the caller has `isa`.
+                    unsafe { scales::expand(w, isa, p, lanes) };
+                }
+                let pre = match expand {
+                    true => lanes.as_ptr(),
+                    false => std::ptr::null(),
+                };
+                let vals = match merge {
+                    true => {
+                        w.panel_bytes(p, bytes);
+                        bytes.as_ptr()
+                    }
+                    false => w.groups[p * w.kb * w.groups_per_block()..].as_ptr(),
+                };
+                let mut r = rows.start;
+                while r < rows.end {
+                    let mr = isa.rows(w).min(rows.end - r);
+                    // SAFETY: rows r..r+mr and panel p's columns lie inside out and
+                    // only this task writes them (the caller's word); acts holds those
+                    // rows; `pre`, when set, holds panel p's lanes; `vals` holds its
+                    // values, one byte each where `merge`.
+                    unsafe { tile(isa, mr, w, p, (vals, merge), acts, r, out, ldc, pre) };
+                    r += mr;
+                }
+            }
+        })
+    });
+}
+
+/// Whether a task's tiles read `w`'s values from one byte copy of each panel
+/// (`Int8Panels::panel_bytes`) instead of merging its nibbles and high planes in
+/// every tile: with AVX2 (three instructions a vector to merge, where AVX-512 takes
+/// one), for a task of more than one tile of rows. At one tile the merge is cheap
+/// beside the bytes it saves reading (decode is bound by them).
+fn merges_once(w: &Int8Panels, isa: Isa, rows: usize) -> bool {
+    isa == Isa::Avx2 && w.high && rows > isa.rows(w)
 }
 
 /// Whether the tiles start `w`'s integer sums at `QuantActs::fold_zero`'s terms (a
@@ -160,6 +212,7 @@ unsafe fn tile(
     rows: usize,
     w: &Int8Panels,
     p: usize,
+    (vals, bytes): (*const Group, bool),
     a: &QuantActs,
     r0: usize,
     out: OutPtr,
@@ -168,22 +221,20 @@ unsafe fn tile(
 ) {
     let c = out.get().add(r0 * ldc + p * NR);
     let cols = NR.min(w.n - p * NR);
+    let v = if bytes { BYTES } else { avx2_values(w) };
+    if isa == Isa::Avx2 && rows == 1 && gemv::fits(w, v) {
+        return match (v, w.sub) {
+            (NIBBLES, _) => gemv::gemv_avx2::<NIBBLES, false>(w, p, vals, a, r0, c, cols),
+            (SIX, true) => gemv::gemv_avx2::<SIX, true>(w, p, vals, a, r0, c, cols),
+            (SIX, false) => gemv::gemv_avx2::<SIX, false>(w, p, vals, a, r0, c, cols),
+            (_, true) => gemv::gemv_avx2::<BYTES, true>(w, p, vals, a, r0, c, cols),
+            (_, false) => gemv::gemv_avx2::<BYTES, false>(w, p, vals, a, r0, c, cols),
+        };
+    }
     macro_rules! run {
-        ($kernel:ident, $c1:tt; $($r:literal)*) => {
-            match rows {
-                $($r => $kernel::<$r, $c1>(w, p, a, r0, c, ldc, cols, pre),)*
-                _ => unreachable!("tile rows"),
-            }
-        };
-        ($kernel:ident, $c1:tt, $c2:tt; $($r:literal)*) => {
-            match rows {
-                $($r => $kernel::<$r, $c1, $c2>(w, p, a, r0, c, ldc, cols, pre),)*
-                _ => unreachable!("tile rows"),
-            }
-        };
         ($kernel:ident, $c1:tt, $c2:tt, $c3:tt; $($r:literal)*) => {
             match rows {
-                $($r => $kernel::<$r, $c1, $c2, $c3>(w, p, a, r0, c, ldc, cols, pre),)*
+                $($r => $kernel::<$r, $c1, $c2, $c3>(w, p, vals, a, r0, c, ldc, cols, pre),)*
                 _ => unreachable!("tile rows"),
             }
         };
@@ -199,6 +250,12 @@ unsafe fn tile(
         (Isa::Avx512Vnni, false, _, false) => {
             run!(tile_vnni, false, false, false; 1 2 3 4 5 6 7 8)
         }
+        // A task's byte copy of the panel's nibbles and high planes (`merges_once`).
+        (Isa::Avx2, ..) if bytes => match (w.has_min, w.sub) {
+            (_, true) => run!(tile_avx2, BYTES, false, true; 1 2 3 4),
+            (true, false) => run!(tile_avx2, BYTES, true, false; 1 2 3 4),
+            (false, false) => run!(tile_avx2, BYTES, false, false; 1 2 3 4),
+        },
         (Isa::Avx2, ..) => match (avx2_values(w), w.has_min, w.sub) {
             // Two scales a block: Q2_K's minimums are read as `int_halves` reads them.
             (NIBBLES, _, true) => run!(tile_avx2, NIBBLES, false, true; 1 2 3 4),
@@ -230,6 +287,7 @@ unsafe fn tile(
 unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
+    vals: *const Group,
     a: &QuantActs,
     r0: usize,
     c: *mut f32,
@@ -239,7 +297,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB
 ) {
     use std::arch::x86_64::*;
     let (kb, per) = (w.kb, w.groups_per_block());
-    let gp = w.groups.as_ptr().add(p * kb * per) as *const __m512i;
+    let gp = vals as *const __m512i;
     let lpb = w.lanes_per_block();
     // Lane row `i` of the panel's scales (block b: scales b·lpb, minimums b·lpb + 1).
     let lanes = |i: usize| match &w.scales {
@@ -423,6 +481,7 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB
 unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
+    vals: *const Group,
     a: &QuantActs,
     r0: usize,
     c: *mut f32,
@@ -430,148 +489,8 @@ unsafe fn tile_vnni<const R: usize, const NIB: bool, const HIGH: bool, const SUB
     cols: usize,
     pre: *const Lanes,
 ) {
-    tile_avx2::<R, 0, false, SUB>(w, p, a, r0, c, ldc, cols, pre)
+    tile_avx2::<R, 0, false, SUB>(w, p, vals, a, r0, c, ldc, cols, pre)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::block_scales::random_blocks;
-    use crate::kernels::cpu::test_data;
-    use crate::kernels::isa_ledger::{route, TestIsa};
-    use crate::weights::WeightData;
-
-    /// The routes this CPU runs, each recorded in the ISA ledger (ran or skipped).
-    fn tested_isas(test: &str) -> Vec<Isa> {
-        [
-            (Isa::Avx512Vnni, TestIsa::Avx512Vnni),
-            (Isa::Avx2, TestIsa::Avx2),
-        ]
-        .into_iter()
-        .filter(|&(_, t)| route(test, t))
-        .map(|(isa, _)| isa)
-        .collect()
-    }
-    use candle_core::quantized::k_quants::{
-        BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
-        BlockQ6K, BlockQ8_0, GgmlType,
-    };
-    use candle_core::quantized::GgmlDType;
-
-    fn quantized<T: GgmlType>(n: usize, k: usize) -> Vec<T> {
-        let x: Vec<f32> = test_data(n * k, 13).iter().map(|v| v * 2.0).collect();
-        let mut w = vec![T::zeros(); n * k / T::BLCK_SIZE];
-        T::from_float(&x, &mut w);
-        w
-    }
-
-    /// `x · Wᵀ` with x rounded as the GEMM rounds it (8 bits per block), in f64:
-    /// what the GEMM must equal up to f32 summation.
-    fn reference(w: &WeightData, x: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
-        let wf = w.to_f32();
-        let mut acts = QuantActs::default();
-        acts.quantize(x, k);
-        let xq: Vec<f64> = (0..m * k)
-            .map(|i| {
-                let b = acts.at(i / k, i % k / 32);
-                acts.qs[b].0[i % 32] as f64 * acts.d[b] as f64
-            })
-            .collect();
-        let mut out = vec![0f32; m * n];
-        for r in 0..m {
-            for c in 0..n {
-                out[r * n + c] = (0..k)
-                    .map(|i| xq[r * k + i] * wf[c * k + i] as f64)
-                    .sum::<f64>() as f32;
-            }
-        }
-        out
-    }
-
-    fn check(isa: Isa, packing: Packing, w: &WeightData, m: usize, k: usize, n: usize) {
-        let mut panels = Int8Panels::pack(w, n, k).unwrap();
-        if packing != Packing::Bytes && !panels.repack(packing) {
-            return;
-        }
-        let x: Vec<f32> = test_data(m * k, 5).iter().map(|v| v * 1.7).collect();
-        let mut out = vec![f32::NAN; m * n];
-        matmul(&panels, isa, &x, m, &mut out);
-        for (i, (a, b)) in out.iter().zip(reference(w, &x, m, k, n)).enumerate() {
-            assert!(
-                (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
-                "{isa:?} {packing:?} {:?} {m}x{k}x{n} at {i}: {a} vs {b}",
-                w.dtype()
-            );
-        }
-    }
-
-    /// Each type, on each instruction set the CPU has, on ragged shapes (a partial
-    /// tile, a partial panel, several row chunks).
-    #[test]
-    fn equals_the_product_of_the_rounded_activations() {
-        let isas = tested_isas("int8_gemm");
-        for (m, k, n) in [(1, 256, 5), (7, 512, 33), (70, 256, 16), (130, 768, 40)] {
-            let types = [
-                WeightData::Q4_0(quantized::<BlockQ4_0>(n, k)),
-                WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
-                WeightData::Q5_0(quantized::<BlockQ5_0>(n, k)),
-                WeightData::Q5_1(quantized::<BlockQ5_1>(n, k)),
-                WeightData::Q5K(quantized::<BlockQ5K>(n, k)),
-                WeightData::Q8_0(quantized::<BlockQ8_0>(n, k)),
-                WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
-                WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
-                WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
-                WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
-                random_blocks(GgmlDType::Q3K, n, k, (m * n) as u64),
-                random_blocks(GgmlDType::Q2K, n, k, (m * n) as u64),
-            ];
-            for w in &types {
-                for &isa in &isas {
-                    for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
-                        check(isa, packing, w, m, k, n);
-                    }
-                }
-            }
-        }
-    }
-
-    /// A row's outputs alone are its outputs inside a larger batch, bit for bit, on
-    /// each instruction set the CPU has, values one byte or a nibble each (and
-    /// K-quant scales formed by the tile alone or read from the panel's expansion).
-    #[test]
-    fn rows_do_not_depend_on_the_batch() {
-        let (k, n) = (512, 48);
-        let isas = tested_isas("int8_gemm_batch_invariance");
-        let types = [
-            WeightData::Q4_1(quantized::<BlockQ4_1>(n, k)),
-            WeightData::Q4K(quantized::<BlockQ4K>(n, k)),
-            WeightData::Q5K(quantized::<BlockQ5K>(n, k)),
-            WeightData::Q6K(quantized::<BlockQ6K>(n, k)),
-            WeightData::Q3K(quantized::<BlockQ3K>(n, k)),
-            WeightData::Q2K(quantized::<BlockQ2K>(n, k)),
-        ];
-        for (w, &isa) in types.iter().flat_map(|w| isas.iter().map(move |i| (w, i))) {
-            let mut panels = Int8Panels::pack(w, n, k).unwrap();
-            for packing in [Packing::Bytes, Packing::Nibbles, Packing::Planes] {
-                if packing != Packing::Bytes && !panels.repack(packing) {
-                    continue;
-                }
-                let x = test_data(40 * k, 5);
-                let mut all = vec![0f32; 40 * n];
-                matmul(&panels, isa, &x, 40, &mut all);
-                for r in [0, 6, 17, 39] {
-                    let mut one = vec![0f32; n];
-                    matmul(&panels, isa, &x[r * k..(r + 1) * k], 1, &mut one);
-                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                    let want = bits(&all[r * n..(r + 1) * n]);
-                    assert_eq!(
-                        bits(&one),
-                        want,
-                        "{:?} {isa:?} {packing:?} row {r}",
-                        w.dtype()
-                    );
-                }
-            }
-        }
-    }
-}
+mod tests;

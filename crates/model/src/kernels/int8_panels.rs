@@ -215,6 +215,43 @@ impl Int8Panels {
         true
     }
 
+    /// Whether `o` has this matrix's shape and is read by the same tiles (value
+    /// width, packing, zero point, minimums, halves, scale form): what one job of
+    /// several matrices (`int8_gemm::matmul_parts`) requires.
+    pub fn same_layout(&self, o: &Int8Panels) -> bool {
+        let form = |s: &Scales| match s {
+            Scales::F16(_) => 0,
+            Scales::F32(_) => 1,
+            Scales::Factored { signed, .. } => 2 + *signed as u8,
+        };
+        (self.n, self.k, self.qmax, self.zero, self.has_min, self.sub)
+            == (o.n, o.k, o.qmax, o.zero, o.has_min, o.sub)
+            && (self.nibbles, self.high, form(&self.scales)) == (o.nibbles, o.high, form(&o.scales))
+    }
+
+    /// Panel `p`'s values one byte each (8 groups a block, as `Packing::Bytes` lays
+    /// them out) into `out`, from its nibbles and high planes (`high` panels): a
+    /// task of many rows merges them once per panel here rather than in every tile.
+    pub fn panel_bytes(&self, p: usize, out: &mut Vec<Group>) {
+        assert!(self.high, "values kept as nibbles and high planes");
+        out.resize(self.kb * 8, Group([0; 64]));
+        const LOW: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+        const TWO: u64 = 0x0303_0303_0303_0303;
+        let word =
+            |g: &Group, j: usize| u64::from_le_bytes(g.0[8 * j..8 * j + 8].try_into().unwrap());
+        for (b, dst) in out.chunks_exact_mut(8).enumerate() {
+            let src = &self.groups[(p * self.kb + b) * 6..][..6];
+            for (g, d) in dst.iter_mut().enumerate() {
+                let (u, shift) = (g % 4, 4 * (g / 4) as u32);
+                for j in 0..8 {
+                    let low = (word(&src[u], j) >> shift) & LOW;
+                    let high = (word(&src[4 + g / 4], j) >> (2 * u)) & TWO;
+                    d.0[8 * j..8 * j + 8].copy_from_slice(&(low | high << 4).to_le_bytes());
+                }
+            }
+        }
+    }
+
     /// Bytes held: values, scales and the 8-bit types' column sums.
     pub fn held_bytes(&self) -> usize {
         let scales = match &self.scales {
@@ -404,6 +441,34 @@ mod tests {
             }
             let packed = vectors_per_block_of(Packing::Planes, p.qmax) < 8;
             assert_eq!(p.nibbles, packed, "{:?}: packed where it can be", w.dtype());
+        }
+    }
+
+    /// A panel of 5- and 6-bit values kept as nibbles and high planes, merged back
+    /// into bytes, is the panel packed one byte a value.
+    #[test]
+    fn panel_bytes_are_the_byte_packing() {
+        let (n, k) = (40, 512);
+        for w in every_type(n, k)
+            .iter()
+            .filter(|w| matches!(w.dtype(), D::Q5_0 | D::Q5_1 | D::Q5K | D::Q6K))
+        {
+            let bytes = Int8Panels::pack(w, n, k).unwrap();
+            let mut planes = Int8Panels::pack(w, n, k).unwrap();
+            assert!(
+                planes.repack(Packing::Planes) && planes.high,
+                "{:?}",
+                w.dtype()
+            );
+            let mut out = Vec::new();
+            for p in 0..n.div_ceil(NR) {
+                planes.panel_bytes(p, &mut out);
+                let want = &bytes.groups[p * bytes.kb * 8..][..bytes.kb * 8];
+                assert_eq!(out.len(), want.len());
+                for (i, (a, b)) in out.iter().zip(want).enumerate() {
+                    assert_eq!(a.0, b.0, "{:?} panel {p} group {i}", w.dtype());
+                }
+            }
         }
     }
 

@@ -3,7 +3,7 @@
 
 use super::{folds_zero, zero_pair, PREFETCH_BLOCKS, PREFETCH_ROWS};
 use crate::kernels::act_quant::QuantActs;
-use crate::kernels::int8_panels::{Int8Panels, Lanes, Scales};
+use crate::kernels::int8_panels::{Group, Int8Panels, Lanes, Scales};
 
 /// How the AVX2 tile reads a panel's values (its `V` parameter).
 pub(super) const NIBBLES: u8 = 0;
@@ -29,7 +29,9 @@ pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
     }
 }
 
-/// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX2, 8 columns at a time.
+/// `c[R, cols] = rows r0..r0+R of a · panel p` with AVX2, 8 columns at a time,
+/// the panel's values read at `vals` as `V` stores them (the panel's own groups, or
+/// a task's byte copy of them: `Int8Panels::panel_bytes`).
 /// `vpmaddubsw` sums pairs of products in 16 bits: two groups' sums fit for 6-bit
 /// values (`2 · 63 · 127` each), four for 5-bit, a whole block's for 4-bit ones.
 /// `MIN`: the panel has minimums and no zero point (asymmetric types), else a zero
@@ -43,6 +45,7 @@ pub(super) fn avx2_values(w: &Int8Panels) -> u8 {
 pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
     w: &Int8Panels,
     p: usize,
+    vals: *const Group,
     a: &QuantActs,
     r0: usize,
     c: *mut f32,
@@ -73,7 +76,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
         if half * 8 >= cols {
             break;
         }
-        let gp = (w.groups.as_ptr().add(p * kb * per) as *const __m256i).add(half);
+        let gp = (vals as *const __m256i).add(half);
         let lpb = w.lanes_per_block();
         // This half's 8 columns of lane row `i` of the panel's scales.
         let lanes = |i: usize| match &w.scales {
@@ -326,6 +329,7 @@ pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, con
 pub(super) unsafe fn tile_avx2<const R: usize, const V: u8, const MIN: bool, const SUB: bool>(
     _: &Int8Panels,
     _: usize,
+    _: *const Group,
     _: &QuantActs,
     _: usize,
     _: *mut f32,
