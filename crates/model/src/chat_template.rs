@@ -26,6 +26,22 @@ pub struct ChatTemplate {
     controls: std::sync::OnceLock<std::result::Result<ControlTokens, String>>,
     /// What the template renders of tools, probed on first use.
     tool_support: std::sync::OnceLock<ToolSupport>,
+    /// The time renders see (`strftime_now`, the default `date_string`): Unix
+    /// seconds, 0 for the system clock.
+    clock: Clock,
+}
+
+/// A render's "now": the system clock unless pinned.
+#[derive(Clone, Default)]
+struct Clock(std::sync::Arc<std::sync::atomic::AtomicI64>);
+
+impl Clock {
+    fn now(&self) -> i64 {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => now_secs(),
+            pinned => pinned,
+        }
+    }
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -69,8 +85,10 @@ impl ChatTemplate {
                 ))
             },
         );
-        env.add_function("strftime_now", |fmt: String| -> String {
-            strftime(&fmt, now_secs())
+        let clock = Clock::default();
+        let render_clock = clock.clone();
+        env.add_function("strftime_now", move |fmt: String| -> String {
+            strftime(&fmt, render_clock.now())
         });
         // Jinja2's `iterable`: `none` is not (minijinja iterates it as empty), so
         // `tools is iterable and tools | length > 0` holds no tools (Qwen3-Coder's).
@@ -87,7 +105,17 @@ impl ChatTemplate {
             eos_token: eos_token.to_string(),
             controls: std::sync::OnceLock::new(),
             tool_support: std::sync::OnceLock::new(),
+            clock,
         })
+    }
+
+    /// Renders as if it were `unix_secs` (`strftime_now`, the default
+    /// `date_string`), so that a render can be compared with one recorded on
+    /// another day; 0 goes back to the system clock.
+    pub fn pin_clock(&self, unix_secs: i64) {
+        self.clock
+            .0
+            .store(unix_secs, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The template stored in `tokenizer.chat_template`, or `None` when the file has none.
@@ -151,7 +179,7 @@ impl ChatTemplate {
         // own default is "26 Jul 2024"); the request's kwargs may set it.
         let defaults = context! {
             enable_thinking => true,
-            date_string => strftime("%d %b %Y", now_secs()),
+            date_string => strftime("%d %b %Y", self.clock.now()),
         };
         // gpt-oss's template reads an assistant turn's reasoning as `thinking`
         // (llama.cpp's gpt-oss handler copies `reasoning_content` there).

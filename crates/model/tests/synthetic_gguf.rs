@@ -412,7 +412,7 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
     assert!(
         e.contains("gpt-neox.gguf")
             && e.contains("unsupported architecture 'gptneox'")
-            && e.contains("llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss, phi3"),
+            && e.contains("llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss, phi3, bert"),
         "{e}"
     );
     let f = sloserve_model::GgufFile::open(&arch).unwrap();
@@ -421,7 +421,7 @@ fn bad_files_give_errors_naming_the_file_and_problem() {
         out.contains("architecture:    gptneox")
             && out.contains("supported:       no")
             && out.contains(
-                "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss, phi3)"
+                "(supported: llama, qwen2, qwen3, qwen2moe, qwen3moe, gemma3, gpt-oss, phi3, bert)"
             ),
         "{out}"
     );

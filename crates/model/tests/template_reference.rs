@@ -16,9 +16,10 @@ use serde_json::Value;
 use sloserve_model::chat_template::{ChatMessage, ChatTemplate};
 use sloserve_model::tokenizer::Tokenizer;
 
-/// The day the records were made: llama.cpp gives Llama 3.x templates today's date
-/// (`date_string`), as sloserve does by default; the test passes the records' day.
-const RECORDED_ON: &str = "07 Dec 2026";
+/// The day the records were made (2026-12-07, noon UTC): llama.cpp gives templates
+/// today's date (Llama 3.x's `date_string`, `strftime_now` in Mistral Small 3.2's),
+/// as sloserve does by default; the test renders as of the records' day.
+const RECORDED_ON_UNIX: i64 = 1_796_644_800;
 
 const SETS: &[(&str, &str)] = &[
     ("llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja"),
@@ -96,6 +97,7 @@ fn templates_render_as_llamacpp() {
         let path = format!("{dir}/tests/data/templates/{file}");
         let src = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let t = ChatTemplate::with_tokenizer(&src, &tok).expect("the template compiles");
+        t.pin_clock(RECORDED_ON_UNIX);
         let recs = format!("{dir}/tests/data/llamacpp-apply-template-{name}.jsonl");
         let recs = std::fs::read_to_string(&recs).unwrap_or_else(|e| panic!("{recs}: {e}"));
         for (i, line) in recs.lines().enumerate() {
@@ -108,9 +110,7 @@ fn templates_render_as_llamacpp() {
                 .map(message)
                 .collect();
             let gen = req["add_generation_prompt"].as_bool().unwrap_or(true);
-            let mut kwargs = serde_json::Map::new();
-            kwargs.insert("date_string".into(), RECORDED_ON.into());
-            let ours = t.render_kwargs(&msgs, req.get("tools"), gen, Some(&kwargs));
+            let ours = t.render_kwargs(&msgs, req.get("tools"), gen, None);
             n += 1;
             match (ours, rec["prompt"].as_str()) {
                 (Ok(ours), Some(want)) if ours == want => {}
