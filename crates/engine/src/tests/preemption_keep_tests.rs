@@ -12,21 +12,8 @@ use crate::stats::Counters;
 /// newest. Returns the counters after all finished with the reference outputs.
 fn slot_preemption(keep: bool) -> Counters {
     let mut c = cfg(100);
-    c.max_num_seqs = 3;
     c.preemption_keeps_kv = keep;
-    let (mut core, _) = new_core(c);
-    let mut batch: Vec<_> = (0..3)
-        .map(|i| submit(&mut core, i, greedy(prompt(i, 30), 40, SloClass::Batch)))
-        .collect();
-    for _ in 0..10 {
-        core.step();
-    }
-    let mut inter = submit(
-        &mut core,
-        9,
-        greedy(prompt(9, 20), 5, SloClass::Interactive),
-    );
-    core.step();
+    let (mut core, mut batch, mut inter) = super::preemption_tests::full_slots_then_interactive(c);
     let waiting = core.sched().waiting(SloClass::Batch);
     assert_eq!(waiting.len(), 1);
     let paused = &waiting[0];

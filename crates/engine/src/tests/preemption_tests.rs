@@ -8,23 +8,32 @@ use super::*;
 use crate::event::FinishReason;
 use crate::mock::MockRunner;
 
-#[test]
-fn interactive_preempts_newest_batch_when_sequences_are_full() {
-    let mut c = cfg(100);
+/// Three batch sequences (ids 0-2, 30-token prompts, 40 tokens) fill the slots
+/// of a core with `c` (`max_num_seqs` set to 3) and run 10 steps; then an
+/// interactive request (id 9) arrives and one step runs.
+pub(super) fn full_slots_then_interactive(
+    mut c: EngineConfig,
+) -> (EngineCore, Vec<Client>, Client) {
     c.max_num_seqs = 3;
     let (mut core, _) = new_core(c);
-    let mut batch: Vec<_> = (0..3)
+    let batch: Vec<_> = (0..3)
         .map(|i| submit(&mut core, i, greedy(prompt(i, 30), 40, SloClass::Batch)))
         .collect();
     for _ in 0..10 {
         core.step();
     }
-    let mut inter = submit(
+    let inter = submit(
         &mut core,
         9,
         greedy(prompt(9, 20), 5, SloClass::Interactive),
     );
     core.step();
+    (core, batch, inter)
+}
+
+#[test]
+fn interactive_preempts_newest_batch_when_sequences_are_full() {
+    let (mut core, mut batch, mut inter) = full_slots_then_interactive(cfg(100));
     inter.poll();
     assert_eq!(inter.tokens.len(), 1, "interactive started at once");
     let running: Vec<u64> = core.sched().running().iter().map(|s| s.id()).collect();
