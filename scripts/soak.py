@@ -86,12 +86,16 @@ class Client:
     kept in `sent`; the answer must echo it, and `Stats.answered` counts each id's
     outcomes (exactly once: 1)."""
 
-    def __init__(self, url, key, ttft_ms, max_tokens, chat=False, tag="soak"):
+    def __init__(self, url, key, ttft_ms, max_tokens, chat=False, tag="soak", batch_deadline_ms=None):
         u = urlparse(url)
         self.host, self.port = u.hostname, u.port
         assert self.host in ("127.0.0.1", "localhost", "::1"), "loopback only"
         self.key, self.ttft_ms, self.max_tokens = key, ttft_ms, max_tokens
         self.chat, self.tag = chat, tag
+        # A batch request's own deadline (x-request-timeout-ms), below the client's
+        # 120 s timeout: the server refuses it (429) or ends it (408) rather than
+        # leaving the client to give up on it.
+        self.batch_deadline_ms = batch_deadline_ms
         self.sent = []  # request ids, in order
         self.seq = 0
         self.lock = threading.Lock()
@@ -148,7 +152,10 @@ class Client:
         t0 = time.monotonic()
         c = http.client.HTTPConnection(self.host, self.port, timeout=120)
         try:
-            c.request("POST", path, json.dumps(body), self.headers(rid))
+            h = self.headers(rid)
+            if not interactive and self.batch_deadline_ms:
+                h["x-request-timeout-ms"] = str(self.batch_deadline_ms)
+            c.request("POST", path, json.dumps(body), h)
             r = c.getresponse()
             head_ms = (time.monotonic() - t0) * 1e3
             stats.answer(rid)

@@ -4,7 +4,8 @@
 
 Calibrates the capacity with key A's normal chats (closed loop), then for
 --duration seconds offers --overload times that from key A (open loop, Poisson:
-60% interactive streams with a TTFT target, 40% batch chats) while key B loops every
+60% interactive streams with a TTFT target, 40% batch chats with a 100 s deadline of
+their own, x-request-timeout-ms) while key B loops every
 hostile shape of the audit (scripts/soak_shapes.py, its own process). Throughout it
 samples the server's RSS, thread count (/proc/PID/task), CPU seconds and the load
 average each second, and times GET /health four times a second. Checks: key A's
@@ -178,9 +179,13 @@ def main():
     ap.add_argument("--ttft-slo-ms", type=float, default=2000)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--max-threads", type=int, default=512)
+    ap.add_argument("--batch-deadline-ms", type=int, default=100_000,
+                    help="key A's batch chats carry this x-request-timeout-ms (0: none), below the "
+                         "client's 120 s timeout: at 2x capacity batch work cannot all be served")
     ap.add_argument("--json", help="write the figures here")
     a = ap.parse_args()
-    a_client = Client(a.url, a.key_a, a.ttft_slo_ms, a.max_tokens, chat=True, tag="keya")
+    a_client = Client(a.url, a.key_a, a.ttft_slo_ms, a.max_tokens, chat=True, tag="keya",
+                      batch_deadline_ms=a.batch_deadline_ms or None)
     sampler = Sampler(a.pid, a_client.host, a_client.port)
     sampler.start()
     time.sleep(5)

@@ -4,12 +4,13 @@
 //! their queue bound or their own deadline (batch work queues, never refused for
 //! latency). Refusals are immediate (a 429 with a retry hint), never a hang.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use crate::config::{AdmissionConfig, EngineConfig};
 use crate::departures::Departures;
 use crate::error::EngineError;
-use crate::request::{Admitted, Request, SloClass};
+use crate::request::{Admitted, FlowKey, Request, SloClass};
 use crate::scheduler::{QueueExits, Released};
 use crate::stats::PerClass;
 use crate::step_cost::StepCostModel;
@@ -123,6 +124,10 @@ impl RequestLimits {
 pub(crate) struct AdmissionState {
     pub waiting_requests: PerClass<usize>,
     pub waiting_tokens: PerClass<usize>,
+    /// Waiting requests per flow (only flows with some): the queue starts them
+    /// in fair order across flows, so a request's wait depends on its own
+    /// flow's backlog, not on the class's whole queue.
+    flows: PerClass<HashMap<FlowKey, usize>>,
     /// Prefill tokens per second (moving average); 0 until measured.
     pub prefill_rate: f64,
     /// How fast each class's waiting queue drains while it has waiters.
@@ -171,18 +176,23 @@ impl AdmissionState {
         ttft_slo_ms: Option<f64>,
         deadline_s: Option<f64>,
     ) -> Result<(), EngineError> {
-        self.try_admit_choices(cfg, class, prompt_len, 0, 1, ttft_slo_ms, deadline_s)
+        let flow = FlowKey::of("");
+        self.try_admit_choices(cfg, class, flow, prompt_len, 0, 1, ttft_slo_ms, deadline_s)
     }
 
     /// [`Self::try_admit`] for `count` choices of one request (all admitted or
     /// none: the queue bounds count every choice) whose prompt's first `cached`
     /// tokens the prefix cache holds: its own prefill in the TTFT prediction is
-    /// the uncached rest (the queue bounds still count the whole prompt).
+    /// the uncached rest (the queue bounds still count the whole prompt). Its
+    /// predicted wait is its place in the fair order of `flow`: what its own
+    /// flow has waiting and, of every other flow, as many as its own plus
+    /// `count` (the queue bounds are the class's, whatever the flow).
     #[allow(clippy::too_many_arguments)]
     pub fn try_admit_choices(
         &mut self,
         cfg: &AdmissionConfig,
         class: SloClass,
+        flow: FlowKey,
         prompt_len: usize,
         cached: usize,
         count: usize,
@@ -193,7 +203,7 @@ impl AdmissionState {
         let limits = cfg.limits(class);
         let n = *self.waiting_requests.get(class);
         let tokens = *self.waiting_tokens.get(class);
-        let wait_s = self.predicted_wait_s(class);
+        let wait_s = self.wait_s(class, self.ahead_of(class, flow, count));
         // Come back when the class's queue has drained (1 to 60 s).
         let retry_after_s = (wait_s.ceil() as u64).clamp(1, 60);
         if n + count > limits.max_waiting_requests
@@ -228,7 +238,26 @@ impl AdmissionState {
         }
         *self.waiting_requests.get_mut(class) += count;
         *self.waiting_tokens.get_mut(class) += prompt_len * count;
+        *self.flows[class].entry(flow).or_default() += count;
         Ok(())
+    }
+
+    /// Waiting requests of `class` that start before the last of `count` new
+    /// ones of `flow` in start-time fair order (`scheduler::fair`): its own
+    /// flow's `own` and `count - 1` siblings, and at most `own + count` of each
+    /// other flow (their tags up to its own).
+    fn ahead_of(&self, class: SloClass, flow: FlowKey, count: usize) -> usize {
+        let flows = &self.flows[class];
+        let own = flows.get(&flow).copied().unwrap_or(0);
+        let depth = own + count;
+        let others: usize = flows
+            .iter()
+            .filter(|&(&k, _)| k != flow)
+            .map(|(_, &n)| n.min(depth))
+            .sum();
+        // Counts released before they were recorded (an engine restart) can
+        // leave the per-flow sum above the class's; the class's bounds it.
+        (own + count - 1 + others).min(self.waiting_requests[class] + count - 1)
     }
 
     /// Why an interactive request predicted to wait `wait_s` would be refused
@@ -292,47 +321,74 @@ impl AdmissionState {
         e
     }
 
-    /// Seconds until a new request of `class` would start, the largest of: the
-    /// prompt tokens waiting ahead of it at the prefill rate (interactive work
-    /// runs first); the requests and prompt tokens waiting ahead of it at its
-    /// class's measured departure rates (which reflect what interactive work and
-    /// the step budget leave);
-    /// and, while requests wait ahead of it, how long those that started lately
-    /// had waited.
+    /// Seconds until a new request of `class` behind the whole waiting queue
+    /// would start (a flow's own request may start sooner: [`Self::wait_s`]).
     pub fn predicted_wait_s(&self, class: SloClass) -> f64 {
+        self.wait_s(class, self.waiting_requests[class])
+    }
+
+    /// Seconds until a new request of `class` with `ahead` of its class's
+    /// waiting requests before it would start, the largest of: the prompt
+    /// tokens waiting ahead of it at the prefill rate (interactive work runs
+    /// first; of its own class, the share `ahead` is of the queue); the requests
+    /// and prompt tokens ahead of it at its class's measured departure rates
+    /// (which reflect what interactive work and the step budget leave); and,
+    /// while requests wait ahead of it, how long those that started lately had
+    /// waited, scaled by its place in the queue (the queue's last waited that).
+    fn wait_s(&self, class: SloClass, ahead: usize) -> f64 {
+        let queued = self.waiting_requests[class];
+        let share = if queued == 0 {
+            0.0
+        } else {
+            (ahead.min(queued) as f64 / queued as f64).min(1.0)
+        };
+        let own_tokens = self.waiting_tokens[class] as f64 * share;
         let ahead_tokens = match class {
-            SloClass::Interactive => self.waiting_tokens.interactive,
-            SloClass::Batch => self.waiting_tokens.interactive + self.waiting_tokens.batch,
+            SloClass::Interactive => own_tokens,
+            SloClass::Batch => self.waiting_tokens.interactive as f64 + own_tokens,
         };
         let by_tokens = if self.prefill_rate > 0.0 {
-            ahead_tokens as f64 / self.prefill_rate
+            ahead_tokens / self.prefill_rate
         } else {
             0.0
         };
         // With `n` ahead the queue is backlogged: this request starts at the
         // (n + 1)-th departure from now, once the prompt tokens ahead of it in
         // its class have gone at the rate they went lately.
-        let ahead = self.waiting_requests[class];
         let by_departures = match (ahead, self.departures[class].rates()) {
             (0, _) | (_, None) => 0.0,
-            (n, Some((requests, tokens))) => {
-                ((n + 1) as f64 / requests).max(self.waiting_tokens[class] as f64 / tokens)
-            }
+            (n, Some((requests, tokens))) => ((n + 1) as f64 / requests).max(own_tokens / tokens),
         };
         let felt = if ahead > 0 {
-            self.felt_wait_s[class]
+            self.felt_wait_s[class] * ((ahead + 1) as f64 / (queued + 1) as f64).min(1.0)
         } else {
             0.0
         };
         by_tokens.max(by_departures).max(felt)
     }
 
-    /// `count` requests with `tokens` prompt tokens left the waiting queue.
-    pub fn release(&mut self, class: SloClass, count: usize, tokens: usize) {
+    /// `count` requests of `flow` with `tokens` prompt tokens left the waiting
+    /// queue (or were never queued).
+    pub fn release(&mut self, class: SloClass, flow: FlowKey, count: usize, tokens: usize) {
+        self.release_counts(class, count, tokens);
+        self.release_flow(class, flow, count);
+    }
+
+    fn release_counts(&mut self, class: SloClass, count: usize, tokens: usize) {
         let n = self.waiting_requests.get_mut(class);
         *n = n.saturating_sub(count);
         let t = self.waiting_tokens.get_mut(class);
         *t = t.saturating_sub(tokens);
+    }
+
+    fn release_flow(&mut self, class: SloClass, flow: FlowKey, count: usize) {
+        let flows = &mut self.flows[class];
+        if let Some(n) = flows.get_mut(&flow) {
+            *n = n.saturating_sub(count);
+            if *n == 0 {
+                flows.remove(&flow);
+            }
+        }
     }
 
     /// Forgets every waiting count (the engine restarted with no requests; a
@@ -340,6 +396,7 @@ impl AdmissionState {
     pub fn clear_waiting(&mut self) {
         self.waiting_requests = PerClass::default();
         self.waiting_tokens = PerClass::default();
+        self.flows = PerClass::default();
     }
 
     /// An engine step of `step_secs` ended at `now`, after which `left`
@@ -356,6 +413,7 @@ impl AdmissionState {
                 requests,
                 prompt_tokens,
                 longest_start_wait_s,
+                ..
             } = exits;
             if self.waiting_requests[class] > 0 {
                 self.departures[class].observe(requests, prompt_tokens, secs);
@@ -365,7 +423,10 @@ impl AdmissionState {
                 *felt = FELT_EMA_ALPHA * longest_start_wait_s + (1.0 - FELT_EMA_ALPHA) * *felt;
             }
             if requests > 0 {
-                self.release(class, requests, prompt_tokens);
+                self.release_counts(class, requests, prompt_tokens);
+                for &flow in &exits.flows {
+                    self.release_flow(class, flow, 1);
+                }
             }
         }
         if secs > 0.0 {

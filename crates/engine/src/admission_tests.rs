@@ -115,7 +115,7 @@ fn bounded_queue_and_ttft_refusal() {
             ..
         })
     ));
-    a.release(SloClass::Batch, 1, 10);
+    a.release(SloClass::Batch, FlowKey::of(""), 1, 10);
     assert!(a.try_admit(&cfg, SloClass::Batch, 91, None, None).is_err()); // 10 + 91 > 100 tokens
     a.try_admit(&cfg, SloClass::Batch, 90, None, None).unwrap();
     assert_eq!(a.rejected.batch, 2);
@@ -201,7 +201,7 @@ fn queue_waits_come_from_the_measured_drain_rate() {
         other => panic!("{other:?}"),
     }
     // Drained to 4 waiting: 2.5 s to start, 3 s to the first token.
-    a.release(SloClass::Interactive, 4, 4);
+    a.release(SloClass::Interactive, FlowKey::of(""), 4, 4);
     assert!(a
         .try_admit(&cfg, SloClass::Interactive, 1, Some(2900.0), None)
         .is_err());
@@ -223,7 +223,7 @@ fn queue_waits_come_from_the_measured_drain_rate() {
         Err(EngineError::DeadlineUnreachable { .. })
     ));
     // An empty queue is always admitted, whatever the rate or deadline.
-    a.release(SloClass::Batch, 11, 11);
+    a.release(SloClass::Batch, FlowKey::of(""), 11, 11);
     a.try_admit(&cfg, SloClass::Batch, 1, None, Some(0.001))
         .unwrap();
     assert_eq!(a.rejected.batch, 2, "only for their own deadlines");
@@ -238,6 +238,7 @@ fn exits(requests: usize, longest_start_wait_s: f64) -> QueueExits {
         requests,
         prompt_tokens: requests,
         longest_start_wait_s,
+        flows: vec![FlowKey::of(""); requests],
     }
 }
 
@@ -254,6 +255,7 @@ fn long_prompts_ahead_drain_at_the_measured_token_rate() {
             requests: 1,
             prompt_tokens: 100,
             longest_start_wait_s: 0.0,
+            flows: vec![FlowKey::of("")],
         },
     };
     for i in 0..4 {
@@ -287,7 +289,7 @@ fn the_waits_requests_felt_lately_count_while_others_wait() {
         .is_err());
     assert_eq!(a.predicted_wait_s(SloClass::Batch), 0.0, "per class");
     // With nobody waiting, a new request starts at once.
-    a.release(SloClass::Interactive, 1, 1);
+    a.release(SloClass::Interactive, FlowKey::of(""), 1, 1);
     assert_eq!(a.predicted_wait_s(SloClass::Interactive), 0.0);
     a.try_admit(&cfg, SloClass::Interactive, 1, Some(1000.0), None)
         .unwrap();
@@ -368,4 +370,75 @@ fn an_8k_prompt_forecast_counts_attention() {
         tail < 0.4 * forecast,
         "2k after 6k cached: {tail:.2} s of {forecast:.2} s"
     );
+}
+
+#[test]
+fn a_flows_wait_is_its_place_in_the_fair_order_not_the_whole_queue() {
+    let cfg = AdmissionConfig {
+        max_queue_wait_s: 3.0,
+        ..EngineConfig::default().admission
+    };
+    let (hog, quiet) = (FlowKey::of("key-b"), FlowKey::of("key-a"));
+    let open = AdmissionConfig {
+        max_queue_wait_s: 0.0,
+        ..cfg.clone()
+    };
+    let admit_with = |a: &mut AdmissionState, cfg: &AdmissionConfig, flow, count| {
+        a.try_admit_choices(cfg, SloClass::Interactive, flow, 1, 0, count, None, None)
+    };
+    let admit = |a: &mut AdmissionState, flow, count| admit_with(a, &cfg, flow, count);
+    let mut a = AdmissionState::default();
+    // One flow queues 8; the queue drains 2 requests a second (one each 0.5 s),
+    // and those that start had waited 4 s.
+    for _ in 0..8 {
+        admit_with(&mut a, &open, hog, 1).unwrap();
+    }
+    let t0 = Instant::now();
+    for i in 0..4 {
+        let left = PerClass {
+            interactive: QueueExits {
+                requests: 1,
+                prompt_tokens: 1,
+                longest_start_wait_s: 4.0,
+                flows: vec![hog],
+            },
+            batch: QueueExits::default(),
+        };
+        a.observe_step(&left, 0.5, t0 + std::time::Duration::from_millis(500 * i));
+        admit_with(&mut a, &open, hog, 1).unwrap();
+    }
+    // 8 waiting, all the hog's: its next request starts at the 9th departure,
+    // 4.5 s (and requests lately waited ~4 s): refused. Another flow's starts after one of the hog's (fair order:
+    // the 2nd departure, 1 s), and the hog's long felt wait counts for it only
+    // in proportion to its place (2 of 9: 0.8 s).
+    assert!((a.predicted_wait_s(SloClass::Interactive) - 4.5).abs() < 1e-9);
+    assert!(matches!(
+        admit(&mut a, hog, 1),
+        Err(EngineError::QueueWaitTooLong { .. })
+    ));
+    admit(&mut a, quiet, 1).unwrap();
+    // The quiet flow's second request is behind its first and one more of the
+    // hog's: 3 ahead, the 4th departure in 2 s; n=4 more puts its own 2, 3
+    // siblings and 6 of the hog's ahead of the last: 6 s, refused, all four.
+    admit(&mut a, quiet, 1).unwrap();
+    assert!(matches!(
+        admit(&mut a, quiet, 4),
+        Err(EngineError::QueueWaitTooLong { .. })
+    ));
+    assert_eq!(a.waiting_requests.interactive, 10);
+    // The quiet flow's requests leave: its counts go with them.
+    let left = PerClass {
+        interactive: QueueExits {
+            requests: 2,
+            prompt_tokens: 2,
+            longest_start_wait_s: 0.0,
+            flows: vec![quiet, quiet],
+        },
+        batch: QueueExits::default(),
+    };
+    a.observe_step(&left, 0.5, t0 + std::time::Duration::from_millis(2500));
+    assert_eq!(a.ahead_of(SloClass::Interactive, quiet, 1), 1);
+    assert_eq!(a.ahead_of(SloClass::Interactive, hog, 1), 8);
+    a.release(SloClass::Interactive, hog, 8, 8);
+    assert!(a.flows.interactive.is_empty());
 }

@@ -23,7 +23,7 @@ use crate::stats::EngineStats;
 pub(crate) use crate::scheduler::StepOutcome;
 
 /// What one call to [`EngineCore::step`] did.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct StepReport {
     pub outcome: StepOutcome,
     /// Requests that left the waiting queue (for admission control).

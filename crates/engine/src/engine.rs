@@ -19,7 +19,7 @@ use crate::disk_tier::DiskView;
 use crate::error::EngineError;
 use crate::event::{Event, FinishInfo, FinishReason, RequestStream, RequestTimings, SloReport};
 use crate::prefix_cache::CacheChange;
-use crate::request::{Admitted, Request, SloClass};
+use crate::request::{Admitted, FlowKey, Request, SloClass};
 use crate::runner::{ModelRunner, RunnerInfo};
 use crate::stats::EngineStats;
 use crate::supervisor;
@@ -94,6 +94,7 @@ pub struct EngineHandle {
 pub struct Reserved {
     engine: EngineHandle,
     class: crate::request::SloClass,
+    flow: FlowKey,
     prompt_len: usize,
     left: usize,
 }
@@ -109,7 +110,8 @@ impl Drop for Reserved {
     fn drop(&mut self) {
         if self.left > 0 {
             let sh = &*self.engine.inner.shared;
-            lock(&sh.admission).release(self.class, self.left, self.left * self.prompt_len);
+            let (class, flow, left) = (self.class, self.flow, self.left);
+            lock(&sh.admission).release(class, flow, left, left * self.prompt_len);
         }
     }
 }
@@ -231,9 +233,11 @@ impl EngineHandle {
             _ => cached,
         };
         let n = n.max(1);
+        let flow = FlowKey::of(req.fairness.as_deref().unwrap_or(""));
         lock(&sh.admission).try_admit_choices(
             &inner.cfg.admission,
             class,
+            flow,
             prompt_len,
             cached,
             n,
@@ -243,6 +247,7 @@ impl EngineHandle {
         let reserved = Reserved {
             engine: self.clone(),
             class,
+            flow,
             prompt_len,
             left: n - 1,
         };
@@ -276,6 +281,7 @@ impl EngineHandle {
         let inner = &*self.inner;
         let sh = &*inner.shared;
         let (class, prompt_len) = (admitted.class, req.prompt.len());
+        let flow = FlowKey::of(req.fairness.as_deref().unwrap_or(""));
         let id = sh.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = unbounded_channel();
         let cmd = Command::Submit(Box::new(NewRequest {
@@ -286,7 +292,7 @@ impl EngineHandle {
             arrival: Instant::now(),
         }));
         if inner.tx.send(cmd).is_err() {
-            lock(&sh.admission).release(class, 1, prompt_len);
+            lock(&sh.admission).release(class, flow, 1, prompt_len);
             return Err(EngineError::EngineStopped);
         }
         Ok(RequestStream { id, admitted, rx })

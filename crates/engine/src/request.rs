@@ -157,6 +157,23 @@ impl Request {
     }
 }
 
+/// A flow's key in admission's per-flow counts: a hash of its fairness id
+/// (the empty id, requests without one, is one flow too). Two ids that collide
+/// share a count, which only makes admission a little less fair to them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub(crate) struct FlowKey(u64);
+
+impl FlowKey {
+    pub fn of(id: &str) -> Self {
+        use std::hash::{Hash, Hasher};
+        // SipHash with fixed keys: the same id maps to the same key in every
+        // thread (admission at submit, the scheduler when it leaves the queue).
+        let mut h = std::hash::DefaultHasher::new();
+        id.hash(&mut h);
+        FlowKey(h.finish())
+    }
+}
+
 /// What the engine decided for an accepted request (returned on its stream).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Admitted {

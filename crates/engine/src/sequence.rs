@@ -10,7 +10,7 @@ use tokio::sync::mpsc::UnboundedSender;
 
 use crate::block_pool::BlockTable;
 use crate::event::{Event, FinishInfo, FinishReason, RequestTimings, SloReport};
-use crate::request::{SloClass, SloTargets, StopConditions};
+use crate::request::{FlowKey, SloClass, SloTargets, StopConditions};
 use crate::sampler::Sampler;
 use crate::speculate::Acceptance;
 use crate::stats::{Counters, SloAttainment};
@@ -62,6 +62,7 @@ pub(crate) struct Sequence {
     /// The flow it is queued fairly in (`Request::fairness`; empty: the one flow
     /// of requests without an id).
     flow: Box<str>,
+    flow_key: FlowKey,
     /// Its start tag in its class's fair order (start-time fair queuing), given
     /// once when it joins the waiting queue: the queue is ordered by it.
     fair_tag: u64,
@@ -170,6 +171,7 @@ impl Sequence {
             deadline: None,
             refuse_ttft_ms: None,
             flow: Box::default(),
+            flow_key: FlowKey::of(""),
             fair_tag: 0,
             state: SeqState::Waiting,
             start_order: 0,
@@ -204,6 +206,7 @@ impl Sequence {
     /// the flow of requests without one).
     pub fn with_flow(mut self, id: Option<String>) -> Self {
         self.flow = id.map(String::into_boxed_str).unwrap_or_default();
+        self.flow_key = FlowKey::of(&self.flow);
         self
     }
 
@@ -280,6 +283,12 @@ impl Sequence {
     #[inline]
     pub fn flow(&self) -> &str {
         &self.flow
+    }
+
+    /// Its flow's key in admission's per-flow counts.
+    #[inline]
+    pub(crate) fn flow_key(&self) -> FlowKey {
+        self.flow_key
     }
 
     /// Its start tag in its class's fair order.

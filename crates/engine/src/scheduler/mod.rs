@@ -67,7 +67,7 @@ use crate::budget::StepBudget;
 use crate::config::{EngineConfig, StepBudgetPolicy};
 use crate::disk_tier::{DiskTier, Spill};
 use crate::prefix_cache::PrefixCache;
-use crate::request::SloClass;
+use crate::request::{FlowKey, SloClass};
 use crate::runner::{Batch, RunnerInfo};
 use crate::sequence::Sequence;
 use crate::stats::{Counters, EngineStats, PerClass};
@@ -75,12 +75,14 @@ use crate::step_cost::{StepCostModel, StepShape};
 
 /// Requests that left the not-yet-started waiting queue since the last report
 /// (started, or ended before starting): what admission control gets back.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct QueueExits {
     pub requests: usize,
     pub prompt_tokens: usize,
     /// The longest wait, arrival to start, among those that started (seconds).
     pub longest_start_wait_s: f64,
+    /// Each one's flow (admission counts waiting requests per flow).
+    pub flows: Vec<FlowKey>,
 }
 
 impl QueueExits {
@@ -88,6 +90,7 @@ impl QueueExits {
     pub(super) fn record(&mut self, s: &Sequence, started: Option<Instant>) {
         self.requests += 1;
         self.prompt_tokens += s.prompt_len();
+        self.flows.push(s.flow_key());
         if let Some(now) = started {
             let wait = now.saturating_duration_since(s.timings().arrival);
             self.longest_start_wait_s = self.longest_start_wait_s.max(wait.as_secs_f64());

@@ -71,7 +71,7 @@ fn cancelling_a_waiting_request_removes_it_from_its_queue() {
     );
     assert!(f.timings.first_scheduled.is_none());
     assert!(b.tokens.is_empty());
-    let ended = core.sched().released().batch;
+    let ended = core.sched().released().batch.clone();
     assert_eq!((ended.requests, ended.prompt_tokens), (1, 12));
     assert_eq!(ended.longest_start_wait_s, 0.0, "it never started");
     assert_eq!(core.sched().counters().requests_cancelled, 1);

@@ -10,6 +10,7 @@ mod encoder_tests;
 mod engine_tests;
 mod fairness_tests;
 mod fast_forward_tests;
+mod flow_admission_tests;
 mod invariants;
 mod long_prompt_tests;
 mod policy_tests;
