@@ -144,6 +144,10 @@ pub(crate) struct AdmissionState {
     /// (0: not seen yet): a long prompt's own prefill, chunk by chunk.
     cost: StepCostModel,
     prefill_chunk: usize,
+    /// Whether a new request of the class found no free sequence slot after the
+    /// last step (interactive: every slot held by interactive work; batch: every
+    /// slot held): it waits for a departure even with no request queued ahead.
+    slots_full: PerClass<bool>,
     pub rejected: PerClass<u64>,
 }
 
@@ -310,6 +314,14 @@ impl AdmissionState {
         }
     }
 
+    /// The sequences running per class after a step, of `max_num_seqs` slots.
+    pub fn observe_slots(&mut self, running: &PerClass<usize>, max_num_seqs: usize) {
+        self.slots_full = PerClass {
+            interactive: running.interactive >= max_num_seqs,
+            batch: running.interactive + running.batch >= max_num_seqs,
+        };
+    }
+
     /// The scheduler's step-time model after a step, and its prefill chunk.
     pub fn observe_cost_model(&mut self, model: &StepCostModel, prefill_chunk: usize) {
         self.cost.clone_from(model);
@@ -333,8 +345,9 @@ impl AdmissionState {
     /// first; of its own class, the share `ahead` is of the queue); the requests
     /// and prompt tokens ahead of it at its class's measured departure rates
     /// (which reflect what interactive work and the step budget leave); and,
-    /// while requests wait ahead of it, how long those that started lately had
-    /// waited, scaled by its place in the queue (the queue's last waited that).
+    /// while requests wait ahead of it or every slot it could take is held, how
+    /// long those that started lately had waited, scaled by its place in the
+    /// queue (the queue's last waited that).
     fn wait_s(&self, class: SloClass, ahead: usize) -> f64 {
         let queued = self.waiting_requests[class];
         let share = if queued == 0 {
@@ -359,7 +372,7 @@ impl AdmissionState {
             (0, _) | (_, None) => 0.0,
             (n, Some((requests, tokens))) => ((n + 1) as f64 / requests).max(own_tokens / tokens),
         };
-        let felt = if ahead > 0 {
+        let felt = if ahead > 0 || self.slots_full[class] {
             self.felt_wait_s[class] * ((ahead + 1) as f64 / (queued + 1) as f64).min(1.0)
         } else {
             0.0

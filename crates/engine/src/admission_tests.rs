@@ -442,3 +442,46 @@ fn a_flows_wait_is_its_place_in_the_fair_order_not_the_whole_queue() {
     a.release(SloClass::Interactive, hog, 8, 8);
     assert!(a.flows.interactive.is_empty());
 }
+
+#[test]
+fn with_every_slot_held_the_felt_wait_counts_with_nothing_queued() {
+    let cfg = AdmissionConfig {
+        max_queue_wait_s: 3.0,
+        ..EngineConfig::default().admission
+    };
+    let mut a = AdmissionState::default();
+    let t0 = Instant::now();
+    // Requests lately waited 4 s to start (felt: 2 s after one step); none
+    // waits now.
+    a.try_admit(&cfg, SloClass::Interactive, 1, None, None)
+        .unwrap();
+    a.try_admit(&cfg, SloClass::Batch, 1, None, None).unwrap();
+    a.observe_step(
+        &PerClass {
+            interactive: exits(1, 4.0),
+            batch: exits(1, 4.0),
+        },
+        0.5,
+        t0,
+    );
+    assert_eq!(a.waiting_requests.interactive, 0);
+    // A free slot: it starts at once.
+    a.observe_slots(
+        &PerClass {
+            interactive: 3,
+            batch: 13,
+        },
+        16,
+    );
+    assert_eq!(a.predicted_wait_s(SloClass::Interactive), 0.0);
+    assert!(a.predicted_wait_s(SloClass::Batch) > 1.0, "every slot held");
+    // Every slot held by interactive work: it waits for one, as they did.
+    a.observe_slots(
+        &PerClass {
+            interactive: 16,
+            batch: 0,
+        },
+        16,
+    );
+    assert!((a.predicted_wait_s(SloClass::Interactive) - 2.0).abs() < 1e-9);
+}

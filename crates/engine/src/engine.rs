@@ -563,14 +563,15 @@ fn publish_idle(core: &mut EngineCore, sh: &Shared) {
 /// Publishes admission releases, the prefill rate and a stats snapshot.
 fn publish(core: &EngineCore, sh: &Shared, report: &StepReport) {
     let out = &report.outcome;
+    let mut st = core.snapshot();
     let prefill_rate = {
         let mut a = lock(&sh.admission);
+        a.observe_slots(&st.running, core.cfg().max_num_seqs);
         a.observe_step(&report.released, out.secs, Instant::now());
         a.observe_prefill(out.prefill_tokens, out.secs);
         a.observe_cost_model(core.cost_model(), core.cfg().max_prefill_chunk);
         a.prefill_rate
     };
-    let mut st = core.snapshot();
     st.prefill_tokens_per_s = prefill_rate;
     st.last_step_s = out.secs;
     st.engine_restarts = sh.restarts.load(Ordering::Relaxed);
