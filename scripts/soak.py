@@ -97,6 +97,7 @@ class Client:
         # leaving the client to give up on it.
         self.batch_deadline_ms = batch_deadline_ms
         self.sent = []  # request ids, in order
+        self.served = []  # each served stream's server figures (usage.sloserve)
         self.seq = 0
         self.lock = threading.Lock()
 
@@ -217,6 +218,8 @@ class Client:
             s = (usage or {}).get("sloserve") or {}
             if s.get("ttft_ms") is not None:
                 kw["ttft"] = (s["ttft_ms"], s.get("ttft_target_ms") or self.ttft_ms)
+                with self.lock:
+                    self.served.append(dict(s, client_ttft_ms=first, at=time.time()))
             stats.add(kind, 200, **kw)
         except (OSError, http.client.HTTPException, ValueError) as e:
             stats.add(kind, "conn-error", unexpected=f"{type(e).__name__}: {e}")

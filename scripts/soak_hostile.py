@@ -66,6 +66,7 @@ class Sampler:
         self.out = tempfile.NamedTemporaryFile(prefix="soak-samples-", suffix=".json", delete=False).name
         self.proc = self.ctx.Process(target=self.run, daemon=True)
         self.samples, self.health, self.health_errors, self.thread_names = [], [], Counter(), {}
+        self.thread_cpu = {}
 
     @property
     def phase(self):
@@ -88,11 +89,13 @@ class Sampler:
         self.health = [tuple(x) for x in d["health"]]
         self.health_errors = Counter(d["health_errors"])
         self.thread_names = d["thread_names"]
+        self.thread_cpu = d["thread_cpu"]
 
     def run(self):
         t0 = time.monotonic()
         next_s = t0
         names = {}  # phase -> the server's threads by name at their most numerous
+        cpu = {}  # phase -> CPU seconds by thread name, at the phase's last sample
         while not self.stop.is_set():
             t = time.monotonic()
             if t >= next_s:
@@ -103,13 +106,15 @@ class Sampler:
                     n = thread_names(self.pid)
                     if sum(n.values()) >= sum(names.get(self.phase, {}).values()):
                         names[self.phase] = n
+                    cpu[self.phase] = thread_cpu(self.pid)
                 except OSError:
                     pass  # the process is gone: the checks see it
             self.probe()
             self.stop.wait(max(0.0, 0.25 - (time.monotonic() - t)))
         with open(self.out, "w") as f:
             json.dump({"samples": self.samples, "health": self.health,
-                       "health_errors": self.health_errors, "thread_names": names}, f)
+                       "health_errors": self.health_errors, "thread_names": names,
+                       "thread_cpu": cpu}, f)
 
     def probe(self):
         t = time.monotonic()
@@ -145,6 +150,19 @@ def thread_names(pid):
             with open(f"/proc/{pid}/task/{t}/comm") as f:
                 n[f.read().strip()] += 1
         except OSError:
+            pass
+    return dict(n)
+
+
+def thread_cpu(pid):
+    """CPU seconds of the process's live threads, summed by name."""
+    n = Counter()
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                name = f.read().strip()
+            n[name] += round(cpu_secs(f"{pid}/task/{t}"), 2)
+        except (OSError, ValueError, IndexError):
             pass
     return dict(n)
 
@@ -283,7 +301,11 @@ def main():
         "kv_blocks_used_after": m.get("sloserve:kv_cache_blocks_used"),
         "running_after": m.get("sloserve:num_requests_running"),
         "engine_restarts": m.get("sloserve:engine_restarts_total"),
+        "key_a_served": a_client.served,
         "thread_names": sampler.thread_names,
+        # CPU seconds by thread name in the soak (its last sample less calibration's).
+        "thread_cpu_soak_s": {k: round(v - sampler.thread_cpu.get("calibrate", {}).get(k, 0), 1)
+                              for k, v in sampler.thread_cpu.get("soak", {}).items()},
         "samples": sampler.samples,
     }
     if a.json:

@@ -2,7 +2,10 @@
 //! bounded queue. A full queue refuses at once (`GrammarError::Busy`); a caller
 //! waits at most its timeout; a job whose caller gave up never starts, and a running
 //! one is asked to stop (its [`Ticket`]: llguidance's cancellation, checked between
-//! phases). Work llguidance cannot interrupt runs on, but only on these workers.
+//! phases). Work llguidance cannot interrupt runs on, but only on these workers,
+//! which run below the engine's priority (nice [`COMPILE_NICE`] on Linux): a
+//! client's schema may hold a worker's core for its whole timeout, and every
+//! stream's next token comes first.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -13,6 +16,24 @@ use std::time::Duration;
 use llguidance::CancellationHandle;
 
 use crate::GrammarError;
+
+/// How much higher the compile workers' nice value is than the process's (Linux;
+/// higher runs later; at most 19). Raising one's own nice value needs no privilege.
+pub const COMPILE_NICE: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority by [`COMPILE_NICE`].
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: `gettid` has no preconditions; `setpriority(PRIO_PROCESS, tid, n)`
+    // with a thread id changes only that thread's nice value (Linux's per-thread
+    // semantics) and touches no memory; `getpriority` only reads. A failure
+    // leaves the priority as it was.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        libc::setpriority(libc::PRIO_PROCESS, tid, (now + COMPILE_NICE).min(19));
+    }
+}
 
 /// One job's stop request, shared by its caller and its worker.
 #[derive(Default)]
@@ -85,7 +106,10 @@ impl CompilePool {
             let (rx, running) = (rx.clone(), running.clone());
             std::thread::Builder::new()
                 .name(format!("grammar-compile-{i}"))
-                .spawn(move || work(&rx, &running))
+                .spawn(move || {
+                    lower_priority();
+                    work(&rx, &running)
+                })
                 .map_err(|e| GrammarError::Vocab(format!("spawning a compile worker: {e}")))?;
         }
         Ok(CompilePool {
@@ -182,6 +206,28 @@ mod tests {
             std::thread::yield_now();
         }
         false
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn compiles_run_below_the_engines_priority() {
+        let pool = CompilePool::new(1, 1).unwrap();
+        let caller = unsafe_getpriority();
+        let worker = pool
+            .run(Duration::from_secs(5), |_| unsafe_getpriority())
+            .unwrap();
+        assert_eq!(worker, (caller + COMPILE_NICE).min(19), "caller {caller}");
+    }
+
+    /// The calling thread's nice value.
+    #[cfg(target_os = "linux")]
+    fn unsafe_getpriority() -> i32 {
+        // SAFETY: as in `lower_priority`; `getpriority` only reads. (errno is not
+        // checked: nice values here are never -1.)
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            libc::getpriority(libc::PRIO_PROCESS, tid)
+        }
     }
 
     #[test]
