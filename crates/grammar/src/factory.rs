@@ -102,6 +102,32 @@ impl Default for GrammarLimits {
     }
 }
 
+impl GrammarLimits {
+    /// The cheap checks a constraint must pass before any work: its text's
+    /// length and its schema's `patternProperties` entries. A server runs them
+    /// before rendering and tokenizing the request's prompt; every compile runs
+    /// them first too.
+    pub fn precheck(&self, c: &Constraint) -> Result<(), GrammarError> {
+        let bytes = c.cache_key().len();
+        if bytes > self.max_constraint_bytes {
+            return Err(GrammarError::TooLarge(format!(
+                "{bytes} bytes of constraint (at most {})",
+                self.max_constraint_bytes
+            )));
+        }
+        if let Constraint::JsonSchema { schema, .. } = c {
+            let n = crate::spec::pattern_properties(schema);
+            if n > self.max_pattern_properties {
+                return Err(GrammarError::TooLarge(format!(
+                    "{n} patternProperties entries (at most {} in a schema)",
+                    self.max_pattern_properties
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Built once per model; compiles constraints for it. Cheap to share (`Arc`).
 pub struct GrammarFactory {
     parser: Arc<ParserFactory>,
@@ -205,25 +231,10 @@ impl GrammarFactory {
         c: &Constraint,
         tenant: Option<&str>,
     ) -> Result<Arc<CompiledGrammar>, GrammarError> {
+        self.limits.precheck(c)?;
         let key = c.cache_key();
-        if key.len() > self.limits.max_constraint_bytes {
-            return Err(GrammarError::TooLarge(format!(
-                "{} bytes of constraint (at most {})",
-                key.len(),
-                self.limits.max_constraint_bytes
-            )));
-        }
         if let Some(hit) = self.cached(&key) {
             return Ok(hit);
-        }
-        if let Constraint::JsonSchema { schema, .. } = c {
-            let n = crate::spec::pattern_properties(schema);
-            if n > self.limits.max_pattern_properties {
-                return Err(GrammarError::TooLarge(format!(
-                    "{n} patternProperties entries (at most {} in a schema)",
-                    self.limits.max_pattern_properties
-                )));
-            }
         }
         let grammar = c.to_grammar()?;
         // Held by the job until it ends on its worker (or is skipped unstarted).

@@ -79,6 +79,7 @@ pub async fn prompt_and_params(
     sloserve_api::chat::text_messages(&messages)?;
     let size = crate::prompt_bound::ChatSize::of(&messages, params.tools.as_ref());
     state.prompt_bound.check_chat(size, "messages")?;
+    crate::structured::precheck(params.response_format.as_ref())?;
     let tools = params.tools.clone();
     let prompt = state
         .blocking(move |st| {

@@ -31,6 +31,7 @@ pub async fn prompt_and_params(
 ) -> Result<(Vec<u32>, GenParams), ServerError> {
     state.check_generates()?;
     let params = req.params()?;
+    crate::structured::precheck(params.response_format.as_ref())?;
     let prompt = match req.prompt {
         Prompt::Text(text) => {
             state.prompt_bound.check(text.len(), "prompt")?;

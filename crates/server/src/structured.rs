@@ -9,7 +9,9 @@ use std::sync::{Arc, OnceLock};
 use serde_json::Value;
 use sloserve_api::ApiError;
 use sloserve_engine::sampler::constraint::SharedConstraint;
-use sloserve_grammar::{from_response_format, Constraint, GrammarError, GrammarFactory};
+use sloserve_grammar::{
+    from_response_format, Constraint, GrammarError, GrammarFactory, GrammarLimits,
+};
 use sloserve_model::tokenizer::Tokenizer;
 
 use crate::error::ServerError;
@@ -73,6 +75,24 @@ impl Structured {
             .map_err(|e| client_error(e, param))?;
         Ok(compiled as SharedConstraint)
     }
+}
+
+/// The cheap checks of a request's `response_format` ([`GrammarLimits::precheck`]:
+/// its size, its schema's `patternProperties`), run before its prompt is rendered
+/// or tokenized, so a constraint refused for its shape costs no template or
+/// tokenizer work. (Tool schemas are bounded when the request is parsed.)
+pub fn precheck(response_format: Option<&Value>) -> Result<(), ServerError> {
+    let Some(rf) = response_format else {
+        return Ok(());
+    };
+    let Some(spec) = from_response_format(rf).map_err(|e| client_error(e, "response_format"))?
+    else {
+        return Ok(());
+    };
+    // The factory's limits (`GrammarFactory::from_tokenizer`).
+    GrammarLimits::default()
+        .precheck(&spec)
+        .map_err(|e| client_error(e, "response_format"))
 }
 
 /// A constraint the client sent that cannot run: a 400 on `param`

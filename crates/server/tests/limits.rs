@@ -299,3 +299,48 @@ fn large_tokenize_bodies_do_not_block_health() {
     // Generous: the bound the issue sets is 100 ms on a quiet machine.
     assert!(worst < Duration::from_secs(1), "/health took {worst:?}");
 }
+
+/// A constraint refused for its shape is refused before the prompt is rendered or
+/// tokenized (issue #55: the hostile soak's 1,000-`patternProperties` schemas cost
+/// the HTTP workers a template and a tokenization each): with a prompt that only
+/// tokenizing shows too long, the answer names the schema, not the context.
+#[test]
+fn a_schema_refused_for_its_shape_costs_no_tokenizing() {
+    let s = TestServer::start(test_args());
+    let props: serde_json::Map<String, serde_json::Value> = (0..1000)
+        .map(|i| (format!("^p{i}_"), json!({"type": "integer"})))
+        .collect();
+    let schema = json!({"type": "object", "patternProperties": props});
+    let long = "hello ".repeat(3000);
+    let rf = json!({"type": "json_schema", "json_schema": {"name": "pp", "schema": schema}});
+    for (path, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": long}], "max_tokens": 4,
+                   "response_format": rf}),
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": long, "max_tokens": 4, "response_format": rf}),
+        ),
+    ] {
+        let r = post(s.addr, path, &body);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        let e = &r.json()["error"];
+        assert_eq!(e["param"], "response_format", "{path}: {e}");
+        assert!(
+            e["message"].as_str().unwrap().contains("patternProperties"),
+            "{path}: {e}"
+        );
+        // Without the schema, the same prompt is too long (found by tokenizing).
+        let mut plain = body.clone();
+        plain.as_object_mut().unwrap().remove("response_format");
+        let r = post(s.addr, path, &plain);
+        assert_eq!(r.status, 400, "{path}: {}", r.text());
+        assert_eq!(
+            r.json()["error"]["code"],
+            "context_length_exceeded",
+            "{path}"
+        );
+    }
+}
