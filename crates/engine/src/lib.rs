@@ -31,6 +31,7 @@ pub mod speculate;
 pub mod stats;
 pub mod step_cost;
 pub mod supervisor;
+pub mod thread_priority;
 
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;

@@ -3,7 +3,7 @@
 //! waits at most its timeout; a job whose caller gave up never starts, and a running
 //! one is asked to stop (its [`Ticket`]: llguidance's cancellation, checked between
 //! phases). Work llguidance cannot interrupt runs on, but only on these workers,
-//! which run below the engine's priority (nice [`COMPILE_NICE`] on Linux): a
+//! which run below the engine's priority (`thread_priority::COMPILE_NICE`): a
 //! client's schema may hold a worker's core for its whole timeout, and every
 //! stream's next token comes first.
 
@@ -14,26 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use llguidance::CancellationHandle;
+use sloserve_engine::thread_priority;
 
 use crate::GrammarError;
-
-/// How much higher the compile workers' nice value is than the process's (Linux;
-/// higher runs later; at most 19). Raising one's own nice value needs no privilege.
-pub const COMPILE_NICE: i32 = 10;
-
-/// Lowers the calling thread's scheduling priority by [`COMPILE_NICE`].
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: `gettid` has no preconditions; `setpriority(PRIO_PROCESS, tid, n)`
-    // with a thread id changes only that thread's nice value (Linux's per-thread
-    // semantics) and touches no memory; `getpriority` only reads. A failure
-    // leaves the priority as it was.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        libc::setpriority(libc::PRIO_PROCESS, tid, (now + COMPILE_NICE).min(19));
-    }
-}
 
 /// One job's stop request, shared by its caller and its worker.
 #[derive(Default)]
@@ -107,7 +90,7 @@ impl CompilePool {
             std::thread::Builder::new()
                 .name(format!("grammar-compile-{i}"))
                 .spawn(move || {
-                    lower_priority();
+                    thread_priority::lower_current_thread(thread_priority::COMPILE_NICE);
                     work(&rx, &running)
                 })
                 .map_err(|e| GrammarError::Vocab(format!("spawning a compile worker: {e}")))?;
@@ -212,22 +195,14 @@ mod tests {
     #[test]
     fn compiles_run_below_the_engines_priority() {
         let pool = CompilePool::new(1, 1).unwrap();
-        let caller = unsafe_getpriority();
+        let caller = thread_priority::current_thread_nice();
         let worker = pool
-            .run(Duration::from_secs(5), |_| unsafe_getpriority())
+            .run(Duration::from_secs(5), |_| {
+                thread_priority::current_thread_nice()
+            })
             .unwrap();
-        assert_eq!(worker, (caller + COMPILE_NICE).min(19), "caller {caller}");
-    }
-
-    /// The calling thread's nice value.
-    #[cfg(target_os = "linux")]
-    fn unsafe_getpriority() -> i32 {
-        // SAFETY: as in `lower_priority`; `getpriority` only reads. (errno is not
-        // checked: nice values here are never -1.)
-        unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            libc::getpriority(libc::PRIO_PROCESS, tid)
-        }
+        let want = (caller + thread_priority::COMPILE_NICE).min(19);
+        assert_eq!(worker, want, "caller {caller}");
     }
 
     #[test]

@@ -248,7 +248,9 @@ impl AppState {
 
     /// Runs CPU-heavy request work (parsing large bodies, chat templates,
     /// tokenizing) on tokio's blocking pool, at most `blocking_permits` at once,
-    /// so the async workers keep answering (e.g. `/health`).
+    /// so the async workers keep answering (e.g. `/health`), and below the
+    /// engine's priority (`thread_priority::PREPARE_NICE`): a flood of requests
+    /// to prepare or refuse does not slow the streams already running.
     pub async fn blocking<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&AppState) -> T + Send + 'static,
@@ -259,12 +261,15 @@ impl AppState {
             .await
             .map_err(|_| ServerError::Internal("the worker pool is closed".into()))?;
         let st = self.clone();
-        tokio::task::spawn_blocking(move || f(&st))
-            .await
-            .map_err(|e| {
-                tracing::error!("a blocking worker task failed: {e}");
-                ServerError::Internal("a worker task failed".into())
-            })
+        tokio::task::spawn_blocking(move || {
+            below_engine();
+            f(&st)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!("a blocking worker task failed: {e}");
+            ServerError::Internal("a worker task failed".into())
+        })
     }
 
     /// Checks token ids given directly.
@@ -279,6 +284,18 @@ impl AppState {
         }
         Ok(())
     }
+}
+
+/// Lowers this blocking-pool thread below the engine's priority, once.
+fn below_engine() {
+    thread_local!(static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    LOWERED.with(|l| {
+        if !l.replace(true) {
+            sloserve_engine::thread_priority::lower_current_thread(
+                sloserve_engine::thread_priority::PREPARE_NICE,
+            );
+        }
+    });
 }
 
 /// Counts a request as in flight while alive (graceful shutdown waits for zero).
