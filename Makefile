@@ -81,11 +81,15 @@ check-docs:
 	python3 scripts/check-doc-links.py
 
 # The slow half of the reference suites (run before a release; `make test` keeps the rest):
-# long prompts prefilled in one piece (`make test` runs them chunked), and the
-# real-model engine checks under KV preemption and step skipping.
+# long prompts prefilled in one piece (`make test` runs them chunked), the
+# real-model engine checks under KV preemption and step skipping, and n-gram
+# speculation and grammar fast-forward end to end on the 0.5B (80 s together;
+# their mock-runner tests and the batch-invariance tests stay in `make test`).
 test-slow: model model-gemma3 model-qwen0.5b
 	$(CARGO) test -p sloserve-model --test qwen_reference --test gemma3_reference \
-		--test forward_reference --test engine_real_model --test teacher_forced -- --ignored
+		--test forward_reference --test engine_real_model --test teacher_forced \
+		--test speculation_real_model -- --ignored
+	$(CARGO) test -p sloserve-grammar --test fast_forward_real_model -- --ignored
 
 # Tool calls over HTTP beyond `make test`: `auto` with a strict function in the Llama 3,
 # Mistral (both) and Phi-4-mini formats on the Qwen 0.5B with each format's template
