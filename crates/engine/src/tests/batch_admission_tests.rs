@@ -6,10 +6,10 @@
 use std::time::Duration;
 
 use super::{prompt, VOCAB};
-use crate::config::{ClassLimits, EngineConfig};
-use crate::engine::Engine;
+use crate::config::{AdmissionConfig, ClassLimits, EngineConfig};
+use crate::engine::{Engine, EngineHandle};
 use crate::error::EngineError;
-use crate::event::{Event, FinishReason};
+use crate::event::{Event, FinishReason, RequestStream};
 use crate::mock::MockRunner;
 use crate::request::{Request, SloClass};
 
@@ -17,20 +17,20 @@ fn batch(seed: u64, len: usize) -> Request {
     Request::greedy(prompt(seed, len), 2).with_class(SloClass::Batch)
 }
 
-#[test]
-fn batch_requests_queue_past_any_latency_bound_and_are_refused_only_by_bound_or_deadline() {
+/// A threaded engine with one sequence slot (no preemption) whose prefill rate
+/// is measured (about 2000 tokens/s: every 300-token prompt waiting ahead is
+/// ~0.15 s of wait), and a long batch request holding the slot, already started
+/// (two tokens: the step that started it released it from the queue), so every
+/// request after it waits. `admission` adjusts the limits.
+pub(super) fn one_slot_held(
+    admission: impl FnOnce(&mut AdmissionConfig),
+) -> (EngineHandle, RequestStream) {
     let mut cfg = EngineConfig {
         max_num_seqs: 1,
         enable_preemption: false,
         ..Default::default()
     };
-    cfg.admission.max_queue_wait_s = 0.05;
-    cfg.admission.ttft_reject_factor = 1.0;
-    cfg.admission.batch = ClassLimits {
-        max_waiting_requests: 11,
-        max_waiting_prompt_tokens: 1 << 20,
-    };
-    // About 2000 tokens/s: every 300-token prompt waiting ahead is 0.15 s of wait.
+    admission(&mut cfg.admission);
     let runner =
         MockRunner::new(256, 16, VOCAB, 512).with_delay_per_token(Duration::from_micros(500));
     let engine = Engine::start(Box::new(runner), cfg).unwrap();
@@ -39,17 +39,28 @@ fn batch_requests_queue_past_any_latency_bound_and_are_refused_only_by_bound_or_
         .unwrap()
         .collect_blocking();
     assert!(engine.stats().prefill_tokens_per_s > 0.0);
-    // One long request holds the only slot, so everything after it waits.
     let mut occupant = engine
         .submit(Request::greedy(prompt(1, 8), 480).with_class(SloClass::Batch))
         .unwrap();
-    // Two tokens: the step that started it has released it from the queue.
     for _ in 0..2 {
         assert!(matches!(
             occupant.blocking_recv(),
             Some(Event::Token { .. })
         ));
     }
+    (engine, occupant)
+}
+
+#[test]
+fn batch_requests_queue_past_any_latency_bound_and_are_refused_only_by_bound_or_deadline() {
+    let (engine, occupant) = one_slot_held(|a| {
+        a.max_queue_wait_s = 0.05;
+        a.ttft_reject_factor = 1.0;
+        a.batch = ClassLimits {
+            max_waiting_requests: 11,
+            max_waiting_prompt_tokens: 1 << 20,
+        };
+    });
 
     // Interactive admission as before: the second one would wait > 0.05 s.
     let first = engine.submit(Request::greedy(prompt(2, 300), 2)).unwrap();

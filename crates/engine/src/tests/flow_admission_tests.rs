@@ -3,14 +3,9 @@
 //! wait, while another flow's request, which starts after only one of the
 //! backlog's in fair order, is admitted.
 
-use std::time::Duration;
-
-use super::{prompt, VOCAB};
-use crate::config::EngineConfig;
-use crate::engine::Engine;
+use super::prompt;
 use crate::error::EngineError;
-use crate::mock::MockRunner;
-use crate::request::{Request, SloClass};
+use crate::request::Request;
 
 fn interactive(seed: u64, flow: &str) -> Request {
     Request::greedy(prompt(seed, 300), 2).with_fairness(flow)
@@ -18,29 +13,11 @@ fn interactive(seed: u64, flow: &str) -> Request {
 
 #[test]
 fn another_flows_backlog_does_not_refuse_a_flows_request() {
-    let mut cfg = EngineConfig {
-        max_num_seqs: 1,
-        enable_preemption: false,
-        ..Default::default()
-    };
-    cfg.admission.max_queue_wait_s = 0.4;
-    // About 2000 tokens/s: each 300-token prompt waiting ahead is ~0.15 s of wait.
-    let runner =
-        MockRunner::new(256, 16, VOCAB, 512).with_delay_per_token(Duration::from_micros(500));
-    let engine = Engine::start(Box::new(runner), cfg).unwrap();
-    engine
-        .submit(Request::greedy(prompt(0, 100), 2))
-        .unwrap()
-        .collect_blocking();
+    // ~0.15 s of wait for each 300-token prompt ahead; the one slot is held.
+    let (engine, occupant) = super::batch_admission_tests::one_slot_held(|a| {
+        a.max_queue_wait_s = 0.4;
+    });
     let rate = engine.stats().prefill_tokens_per_s;
-    assert!(rate > 0.0);
-    // One long batch request holds the only slot: everything after it waits.
-    let mut occupant = engine
-        .submit(Request::greedy(prompt(1, 8), 480).with_class(SloClass::Batch))
-        .unwrap();
-    for _ in 0..2 {
-        assert!(occupant.blocking_recv().is_some());
-    }
     // Flow b queues until its own predicted wait passes 0.4 s.
     let mut backlog = Vec::new();
     let refused_wait = loop {
